@@ -1,0 +1,111 @@
+//! Metric names, following the Marin/Levanter conventions so researchers recognise them.
+//!
+//! Fixed names are constants; per-domain and per-layer names are built by functions so that the
+//! spelling lives in one place. This module does not record or store metrics.
+
+/// Training loss including auxiliary terms (z-loss, balancing loss).
+pub const TRAIN_LOSS: &str = "train/loss";
+/// Cross-entropy part of the training loss (nats per token).
+pub const TRAIN_CROSS_ENTROPY: &str = "train/cross_entropy_loss";
+/// The z-loss term on the final logits.
+pub const TRAIN_Z_LOSS: &str = "train/z_loss";
+/// Global gradient norm before clipping.
+pub const GRAD_NORM_TOTAL: &str = "grad/norm/total";
+/// Global parameter norm.
+pub const PARAMS_NORM_TOTAL: &str = "params/norm/total";
+/// Learning rate used for the step.
+pub const LEARNING_RATE: &str = "optim/learning_rate";
+/// Training throughput.
+pub const TOKENS_PER_SECOND: &str = "throughput/tokens_per_second";
+/// Model FLOPs utilisation (against the peak named in the run record).
+pub const MFU: &str = "throughput/mfu";
+/// Tokens trained on so far.
+pub const TOTAL_TOKENS: &str = "throughput/total_tokens";
+/// Mean routing entropy over layers.
+pub const ROUTING_ENTROPY_MEAN: &str = "train/router/routing_entropy_mean";
+/// Switch-style load-balancing loss (reported whatever the balancing method).
+pub const LOAD_BALANCING_LOSS: &str = "train/router/load_balancing_loss";
+/// Router z-loss.
+pub const ROUTER_Z_LOSS: &str = "train/router/router_z_loss";
+/// Assignments dropped by a capacity limit.
+pub const DROPPED_ASSIGNMENTS: &str = "moe/dropped_assignments";
+
+/// `eval/<domain>/loss` (nats per token).
+pub fn eval_loss(domain: &str) -> String {
+    format!("eval/{domain}/loss")
+}
+
+/// `eval/<domain>/bpb` (bits per byte).
+pub fn eval_bpb(domain: &str) -> String {
+    format!("eval/{domain}/bpb")
+}
+
+/// `train/router/layer_<i>/expert_load` (a vector: fraction of assignments per expert).
+pub fn expert_load(layer: usize) -> String {
+    format!("train/router/layer_{layer}/expert_load")
+}
+
+/// `train/router/layer_<i>/bias_norm`.
+pub fn bias_norm(layer: usize) -> String {
+    format!("train/router/layer_{layer}/bias_norm")
+}
+
+/// Scalar metrics with fixed names.
+pub const FIXED: &[&str] = &[
+    TRAIN_LOSS,
+    TRAIN_CROSS_ENTROPY,
+    TRAIN_Z_LOSS,
+    GRAD_NORM_TOTAL,
+    PARAMS_NORM_TOTAL,
+    LEARNING_RATE,
+    TOKENS_PER_SECOND,
+    MFU,
+    TOTAL_TOKENS,
+    ROUTING_ENTROPY_MEAN,
+    LOAD_BALANCING_LOSS,
+    ROUTER_Z_LOSS,
+    DROPPED_ASSIGNMENTS,
+];
+
+/// Whether `name` is a metric a run over these domains reports.
+pub fn is_known_metric<'a>(name: &str, domains: impl IntoIterator<Item = &'a str>) -> bool {
+    if FIXED.contains(&name) {
+        return true;
+    }
+    if domains
+        .into_iter()
+        .any(|d| name == eval_loss(d) || name == eval_bpb(d))
+    {
+        return true;
+    }
+    // Per-layer router metrics.
+    if let Some(rest) = name.strip_prefix("train/router/layer_") {
+        if let Some((layer, metric)) = rest.split_once('/') {
+            return layer.parse::<usize>().is_ok() && metric == "bias_norm";
+        }
+    }
+    false
+}
+
+/// A few names suitable for a forecast, for error messages.
+pub fn forecastable_examples<'a>(domains: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut out: Vec<String> = domains.into_iter().take(2).map(eval_loss).collect();
+    out.push(TRAIN_LOSS.to_string());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_conventions() {
+        assert_eq!(eval_loss("markov"), "eval/markov/loss");
+        assert_eq!(eval_bpb("web"), "eval/web/bpb");
+        assert_eq!(expert_load(3), "train/router/layer_3/expert_load");
+        assert!(is_known_metric("eval/markov/bpb", ["markov"]));
+        assert!(!is_known_metric("eval/other/bpb", ["markov"]));
+        assert!(is_known_metric("train/router/layer_0/bias_norm", []));
+        assert!(!is_known_metric("train/losss", []));
+    }
+}

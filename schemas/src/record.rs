@@ -1,0 +1,488 @@
+//! Ledger records: the entry envelope every log leaf holds, and the typed body of each kind.
+//!
+//! An entry is canonical JSON (RFC 8785) of at most [`MAX_ENTRY_BYTES`]:
+//! `{"v":1,"kind":...,"experiment":...,"time":RFC3339,"refs":{name: blake3 hash},"body":{...}}`.
+//! `refs` names the blobs the entry vouches for (spec, metrics, checkpoint, ...); the blob bytes
+//! live in the blob store and are re-hashed by `glassbox verify`. Large content never goes in an
+//! entry: it goes in a blob and is referenced by hash.
+//!
+//! This module defines what a record says. It does not know how the log stores or proves it
+//! (that is `glassbox-ledger`), nor who writes which record when (that is `glassbox-lab`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::canonical::{CanonicalError, canonical_json};
+use crate::hash::{Blake3Hash, BlobHash, SpecHash};
+
+/// The envelope version this crate writes.
+pub const ENTRY_VERSION: u32 = 1;
+
+/// Largest canonical entry the log accepts (64 KiB); bundles store lengths as uint16.
+pub const MAX_ENTRY_BYTES: usize = 65_535;
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub String);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                Self(s.to_string())
+            }
+        }
+    };
+}
+
+string_id!(
+    /// An experiment: `<owner>/<repo>#<issue>` for proposals from GitHub, or the spec's slug for
+    /// local runs.
+    ExperimentId
+);
+string_id!(
+    /// One run of an experiment (a job attempt that trained), e.g. `run-000042`.
+    RunId
+);
+
+/// What an entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// A corpus was added (imported or generated).
+    Dataset,
+    /// An experiment was proposed (issue snapshot + spec).
+    Proposal,
+    /// A maintainer approved a spec hash.
+    Approval,
+    /// A maintainer rejected a proposal.
+    Rejection,
+    /// A forecast registered before the run it predicts.
+    Forecast,
+    /// A run began.
+    RunStarted,
+    /// A checkpoint was saved.
+    Checkpoint,
+    /// Any other artifact (metric chunk, log, ad-hoc file).
+    Artifact,
+    /// A run ended, in any way.
+    Result,
+    /// A run was re-run and compared.
+    Reproduction,
+}
+
+impl EntryKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [EntryKind; 10] = [
+        EntryKind::Dataset,
+        EntryKind::Proposal,
+        EntryKind::Approval,
+        EntryKind::Rejection,
+        EntryKind::Forecast,
+        EntryKind::RunStarted,
+        EntryKind::Checkpoint,
+        EntryKind::Artifact,
+        EntryKind::Result,
+        EntryKind::Reproduction,
+    ];
+
+    /// The kind's name as written in entries (`run_started`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::Dataset => "dataset",
+            EntryKind::Proposal => "proposal",
+            EntryKind::Approval => "approval",
+            EntryKind::Rejection => "rejection",
+            EntryKind::Forecast => "forecast",
+            EntryKind::RunStarted => "run_started",
+            EntryKind::Checkpoint => "checkpoint",
+            EntryKind::Artifact => "artifact",
+            EntryKind::Result => "result",
+            EntryKind::Reproduction => "reproduction",
+        }
+    }
+}
+
+impl fmt::Display for EntryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for EntryKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        EntryKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown entry kind {s:?}; expected one of {}",
+                    EntryKind::ALL.map(|k| k.as_str()).join(", ")
+                )
+            })
+    }
+}
+
+/// One ledger entry (a log leaf), before or after canonical encoding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerEntry {
+    /// Envelope version, [`ENTRY_VERSION`].
+    pub v: u32,
+    /// What the entry records.
+    pub kind: EntryKind,
+    /// The experiment it belongs to; `null` for lab-wide entries (datasets, ad-hoc artifacts).
+    pub experiment: Option<ExperimentId>,
+    /// When it was written, RFC 3339 in UTC.
+    #[serde(with = "time::serde::rfc3339")]
+    pub time: time::OffsetDateTime,
+    /// Blobs the entry vouches for, by role name.
+    pub refs: BTreeMap<String, Blake3Hash>,
+    /// Kind-specific content (one of the `*Body` types of this module).
+    pub body: serde_json::Value,
+}
+
+/// Why an entry cannot be encoded.
+#[derive(Debug, thiserror::Error)]
+pub enum EntryError {
+    /// The body has no canonical JSON form.
+    #[error(transparent)]
+    Canonical(#[from] CanonicalError),
+    /// The canonical entry is over the limit.
+    #[error(
+        "ledger entry is {bytes} bytes; the limit is {MAX_ENTRY_BYTES} bytes (put large content in a blob and reference it by hash)"
+    )]
+    TooLarge {
+        /// Encoded size.
+        bytes: usize,
+    },
+    /// The bytes are not a valid entry.
+    #[error("not a valid ledger entry: {0}")]
+    Malformed(String),
+}
+
+impl LedgerEntry {
+    /// A new entry stamped with the current UTC time (to the second, so the text form is short
+    /// and stable).
+    pub fn new(
+        kind: EntryKind,
+        experiment: Option<ExperimentId>,
+        refs: BTreeMap<String, Blake3Hash>,
+        body: &impl Serialize,
+    ) -> Result<Self, EntryError> {
+        let now = time::OffsetDateTime::now_utc();
+        let time = now.replace_nanosecond(0).unwrap_or(now);
+        Ok(Self {
+            v: ENTRY_VERSION,
+            kind,
+            experiment,
+            time,
+            refs,
+            body: serde_json::to_value(body).map_err(CanonicalError::from)?,
+        })
+    }
+
+    /// The canonical bytes stored in the log; refuses entries over [`MAX_ENTRY_BYTES`].
+    pub fn to_canonical_bytes(&self) -> Result<Vec<u8>, EntryError> {
+        let bytes = canonical_json(self)?;
+        if bytes.len() > MAX_ENTRY_BYTES {
+            return Err(EntryError::TooLarge { bytes: bytes.len() });
+        }
+        Ok(bytes)
+    }
+
+    /// Parses stored bytes back into an entry.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, EntryError> {
+        serde_json::from_slice(bytes).map_err(|e| EntryError::Malformed(e.to_string()))
+    }
+
+    /// The body as a typed value.
+    pub fn body_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, EntryError> {
+        serde_json::from_value(self.body.clone()).map_err(|e| EntryError::Malformed(e.to_string()))
+    }
+}
+
+/// How a run ended. Every ending is recorded; none is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Trained every step.
+    Succeeded,
+    /// Loss or gradients became NaN/inf.
+    Diverged,
+    /// Hit the spec's or the lab's FLOP or wall-time budget.
+    BudgetExceeded,
+    /// Crashed or could not run (reason given).
+    Failed,
+    /// Cancelled by a maintainer.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// The status name (`budget_exceeded`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Diverged => "diverged",
+            RunStatus::BudgetExceeded => "budget_exceeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A GitHub issue an experiment came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IssueRef {
+    /// `owner/repo`.
+    pub repo: String,
+    /// Issue number.
+    pub number: u64,
+    /// The issue's web URL.
+    pub url: String,
+}
+
+/// Body of a `dataset` entry; `refs.corpus` is the corpus blob.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatasetBody {
+    /// Domain name.
+    pub domain: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// Tokenizer the corpus is meant for.
+    pub tokenizer: String,
+    /// Where it came from: `import:<file name>` or `generator:<kind> seed=<n> ...`.
+    pub source: String,
+    /// Known entropy rate in bits per byte, for synthetic sources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entropy_bits_per_byte: Option<f64>,
+}
+
+/// Body of a `proposal` entry; `refs.spec` is the canonical spec blob, `refs.issue` the issue
+/// snapshot blob when the proposal came from GitHub.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProposalBody {
+    /// The proposed spec's hash.
+    pub spec_hash: SpecHash,
+    /// Who proposed it (GitHub login or local user).
+    pub author: String,
+    /// Title of the proposal.
+    pub title: String,
+    /// The issue, when it came from GitHub.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issue: Option<IssueRef>,
+}
+
+/// Body of an `approval` entry: bound to the exact spec hash the approver saw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalBody {
+    /// The approved spec's hash.
+    pub spec_hash: SpecHash,
+    /// Who approved.
+    pub approver: String,
+}
+
+/// Body of a `rejection` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RejectionBody {
+    /// The rejected spec's hash.
+    pub spec_hash: SpecHash,
+    /// Who rejected.
+    pub by: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Body of a `forecast` entry: written before the run it predicts starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForecastBody {
+    /// The spec whose outcome is predicted.
+    pub spec_hash: SpecHash,
+    /// Metric name.
+    pub metric: String,
+    /// Predicted value.
+    pub value: f64,
+    /// Allowed absolute difference.
+    pub tolerance: f64,
+    /// How the forecast was made (`author`, `scaling_law`).
+    pub method: String,
+    /// Method details (for a scaling law: the fitted parameters and their uncertainty).
+    #[serde(default)]
+    pub details: serde_json::Value,
+}
+
+/// Body of a `run_started` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunStartedBody {
+    /// The run.
+    pub run: RunId,
+    /// The spec being trained.
+    pub spec_hash: SpecHash,
+    /// Source revision of the glassbox binary (git hash, `-dirty` when modified).
+    pub code_revision: String,
+    /// `cpu` or `cuda`.
+    pub backend: String,
+    /// Hardware description (CPU model and threads, or GPU name).
+    pub hardware: String,
+    /// Training seed.
+    pub seed: u64,
+    /// BLAKE3 of each kernel source used, by file name (empty on the CPU backend).
+    #[serde(default)]
+    pub kernel_hashes: BTreeMap<String, Blake3Hash>,
+    /// Step resumed from, when the run continues an interrupted attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from_step: Option<u64>,
+}
+
+/// Body of a `checkpoint` entry; `refs.checkpoint` is the checkpoint blob.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointBody {
+    /// The run.
+    pub run: RunId,
+    /// Steps completed when it was saved.
+    pub step: u64,
+}
+
+/// Body of an `artifact` entry; `refs.artifact` is the blob.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactBody {
+    /// File name or role (`metrics.jsonl`, `train.log`).
+    pub name: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// The run it belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunId>,
+}
+
+/// A forecast compared with what happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForecastOutcome {
+    /// Metric name.
+    pub metric: String,
+    /// Predicted value.
+    pub predicted: f64,
+    /// Allowed absolute difference.
+    pub tolerance: f64,
+    /// Observed value; `None` when the run ended before reporting it.
+    pub actual: Option<f64>,
+    /// `|actual - predicted| <= tolerance`.
+    pub hit: bool,
+}
+
+/// Body of a `result` entry; `refs.metrics` is the full metrics blob.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultBody {
+    /// The run.
+    pub run: RunId,
+    /// The spec that was trained.
+    pub spec_hash: SpecHash,
+    /// How it ended.
+    pub status: RunStatus,
+    /// Steps completed.
+    pub steps: u64,
+    /// Last value of each metric.
+    pub final_metrics: BTreeMap<String, f64>,
+    /// Forecast vs outcome, when a forecast was registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<ForecastOutcome>,
+    /// Why it ended that way, for anything but success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Body of a `reproduction` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReproductionBody {
+    /// The run that was re-run.
+    pub run: RunId,
+    /// `reproduced` or `differs`.
+    pub outcome: String,
+    /// For `differs`: `differs at step N: metric, expected, got`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Backend of the re-run.
+    pub backend: String,
+}
+
+/// Convenience for building `refs`.
+pub fn refs<const N: usize>(pairs: [(&str, Blake3Hash); N]) -> BTreeMap<String, Blake3Hash> {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+impl From<BlobHash> for Blake3Hash {
+    fn from(h: BlobHash) -> Self {
+        h.0
+    }
+}
+
+impl From<SpecHash> for Blake3Hash {
+    fn from(h: SpecHash) -> Self {
+        h.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_round_trips_and_is_canonical() {
+        let body = ArtifactBody {
+            name: "notes.txt".into(),
+            bytes: 3,
+            run: None,
+        };
+        let e = LedgerEntry::new(
+            EntryKind::Artifact,
+            None,
+            refs([("artifact", Blake3Hash::of(b"abc"))]),
+            &body,
+        )
+        .unwrap();
+        let bytes = e.to_canonical_bytes().unwrap();
+        let text = std::str::from_utf8(&bytes).unwrap();
+        // JCS sorts keys: body < experiment < kind < refs < time < v.
+        assert!(text.starts_with("{\"body\":{\"bytes\":3,\"name\":\"notes.txt\"},\"experiment\":null,\"kind\":\"artifact\""), "{text}");
+        let back = LedgerEntry::from_bytes(&bytes).unwrap();
+        assert_eq!(back, e);
+        assert_eq!(back.body_as::<ArtifactBody>().unwrap(), body);
+    }
+
+    #[test]
+    fn oversized_entry_is_refused() {
+        let body = serde_json::json!({ "blob": "x".repeat(MAX_ENTRY_BYTES) });
+        let e = LedgerEntry::new(EntryKind::Artifact, None, BTreeMap::new(), &body).unwrap();
+        let err = e.to_canonical_bytes().unwrap_err();
+        assert!(matches!(err, EntryError::TooLarge { .. }), "{err}");
+        assert!(err.to_string().contains("put large content in a blob"));
+    }
+
+    #[test]
+    fn kinds_parse_by_name() {
+        for k in EntryKind::ALL {
+            assert_eq!(k.as_str().parse::<EntryKind>().unwrap(), k);
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+        }
+        assert!("runstarted".parse::<EntryKind>().unwrap_err().contains("run_started"));
+    }
+}

@@ -1,0 +1,448 @@
+//! The experiment spec: what a proposer asks the lab to train, as typed Rust.
+//!
+//! People write it as TOML (see `examples/*.toml`); the lab hashes it as canonical JSON
+//! ([`crate::canonical`]). Every field that may be left out has its default here, in one place,
+//! so "left out" and "spelled out" are the same experiment and hash the same.
+//!
+//! Per-field rules (ranges, patterns, enums) are declared on the types and so land in the JSON
+//! Schema ([`crate::schema`]); rules that relate two fields live in [`crate::validate`]. This
+//! module does not parse or validate text; it only declares the shape.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::hash::BlobHash;
+
+/// Largest integer a JSON number holds exactly (2^53 - 1). Seeds and counts above it would not
+/// survive canonical JSON (RFC 8785 numbers are IEEE-754 doubles), so they are refused.
+pub const MAX_EXACT_INT: u64 = (1 << 53) - 1;
+
+/// One experiment: who asks what, on which model, with which data, for how long, at what cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "glassbox experiment spec")]
+pub struct ExperimentSpec {
+    /// Who is asking what, and why.
+    pub experiment: Experiment,
+    /// The MoE transformer to train.
+    pub model: ModelConfig,
+    /// Which corpora, in what mixture.
+    pub data: DataConfig,
+    /// Optimiser, schedule and step counts.
+    pub train: TrainConfig,
+    /// Hard limits; a run that would exceed one ends as `budget_exceeded`.
+    #[serde(default)]
+    pub budget: Budget,
+    /// A pre-registered forecast of the outcome, compared with the result when the run ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<Forecast>,
+}
+
+/// The human part of the proposal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    /// A short title.
+    #[schemars(length(min = 1, max = 120))]
+    pub name: String,
+    /// A stable identifier used in URLs and file names.
+    #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9-]{2,63}$"))]
+    pub slug: String,
+    /// What the experiment expects to find and why; at least a sentence.
+    #[schemars(length(min = 20, max = 4000))]
+    pub hypothesis: String,
+    /// Free labels for filtering (lowercase, digits, `-`).
+    #[serde(default)]
+    #[schemars(length(max = 16), inner(regex(pattern = r"^[a-z0-9][a-z0-9-]{0,31}$")))]
+    pub tags: Vec<String>,
+}
+
+/// The decoder-only MoE transformer (DESIGN.md, "The model the runner trains").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Vocabulary size; the `bytes` tokenizer needs exactly 256.
+    #[serde(default = "default_vocab")]
+    #[schemars(range(min = 2, max = 1048576))]
+    pub vocab: u32,
+    /// Residual stream width.
+    #[schemars(range(min = 8, max = 65536))]
+    pub d_model: u32,
+    /// Number of transformer blocks.
+    #[schemars(range(min = 1, max = 512))]
+    pub n_layers: u32,
+    /// Attention heads; must divide `d_model` into an even head size (RoPE rotates pairs).
+    #[schemars(range(min = 1, max = 1024))]
+    pub n_heads: u32,
+    /// Context length in tokens.
+    #[schemars(range(min = 2, max = 1048576))]
+    pub seq_len: u32,
+    /// RoPE base frequency.
+    #[serde(default = "default_rope_theta")]
+    #[schemars(range(min = 1.0, max = 1.0e9))]
+    pub rope_theta: f64,
+    /// RMSNorm epsilon.
+    #[serde(default = "default_norm_eps")]
+    #[schemars(range(min = 0.0, max = 0.1))]
+    pub norm_eps: f64,
+    /// The mixture-of-experts feed-forward block used in every layer.
+    pub moe: MoeConfig,
+}
+
+/// The MoE feed-forward block: router, experts, balancing, dispatch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MoeConfig {
+    /// Routed experts per layer.
+    #[schemars(range(min = 1, max = 1024))]
+    pub n_experts: u32,
+    /// Experts each token is sent to; at most `n_experts`.
+    #[schemars(range(min = 1, max = 64))]
+    pub top_k: u32,
+    /// Hidden width of each SwiGLU expert.
+    #[schemars(range(min = 1, max = 65536))]
+    pub d_expert: u32,
+    /// Shared experts that every token always passes through (same width as routed ones).
+    #[serde(default)]
+    #[schemars(range(max = 16))]
+    pub n_shared: u32,
+    /// How router logits become scores.
+    #[serde(default)]
+    pub score: ScoreFn,
+    /// Multiplier on the renormalised combine weights.
+    #[serde(default = "one")]
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub combine_scale: f64,
+    /// How expert load is kept balanced.
+    #[serde(default)]
+    pub balancing: Balancing,
+    /// Expert capacity as a multiple of the even share (`tokens * top_k / n_experts`);
+    /// assignments past it are dropped and counted. Left out: dropless dispatch.
+    #[serde(default)]
+    #[schemars(range(min = 0.1, max = 64.0))]
+    pub capacity_factor: Option<f64>,
+    /// Coefficient of the router z-loss (mean squared logsumexp of router logits); 0 turns it off.
+    #[serde(default)]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub router_z_loss: f64,
+}
+
+/// How router logits become scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ScoreFn {
+    /// Independent sigmoid per expert (DeepSeek-V3).
+    Sigmoid,
+    /// Softmax over experts (Switch, Mixtral).
+    #[default]
+    Softmax,
+}
+
+/// Load-balancing method, written as a table with a `method` key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "method", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Balancing {
+    /// DeepSeek-V3: after each step `bias_i += rate * sign(mean_load - load_i)`, then centred.
+    AuxLossFree {
+        /// Bias update rate.
+        #[serde(default = "default_alf_rate")]
+        #[schemars(range(min = 0.0, max = 1.0))]
+        rate: f64,
+    },
+    /// Marin's hero run: next step's bias from the per-expert upper `(1 - k/E)` quantile of
+    /// `logit - top-k threshold`, stop-gradient.
+    Quantile {
+        /// How much of the quantile offset is applied each step (1 = all of it).
+        #[serde(default = "one")]
+        #[schemars(range(min = 0.0, max = 1.0))]
+        scale: f64,
+    },
+    /// Switch Transformer auxiliary loss `coef * E * sum_i f_i P_i`.
+    SwitchAuxLoss {
+        /// Loss coefficient.
+        #[serde(default = "default_switch_coef")]
+        #[schemars(range(min = 0.0, max = 10.0))]
+        coef: f64,
+    },
+    /// No balancing.
+    None,
+}
+
+impl Default for Balancing {
+    fn default() -> Self {
+        Balancing::AuxLossFree {
+            rate: default_alf_rate(),
+        }
+    }
+}
+
+impl Balancing {
+    /// The method's name as written in the spec.
+    pub fn method(&self) -> &'static str {
+        match self {
+            Balancing::AuxLossFree { .. } => "aux_loss_free",
+            Balancing::Quantile { .. } => "quantile",
+            Balancing::SwitchAuxLoss { .. } => "switch_aux_loss",
+            Balancing::None => "none",
+        }
+    }
+}
+
+/// Training data: a weighted mixture of domains, each a stored corpus or a built-in generator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    /// How text becomes tokens.
+    #[serde(default)]
+    pub tokenizer: Tokenizer,
+    /// Training domains and their sampling weights (weights need not sum to 1).
+    #[schemars(length(min = 1, max = 64))]
+    pub mixture: Vec<MixtureComponent>,
+    /// Fraction of each stored corpus held out for evaluation (the last bytes of the corpus).
+    #[serde(default = "default_heldout_fraction")]
+    #[schemars(range(min = 0.001, max = 0.5))]
+    pub heldout_fraction: f64,
+}
+
+/// Tokenizer. Only `bytes` today (vocab 256, so eval bits-per-byte is exact).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Tokenizer {
+    /// One token per byte.
+    #[default]
+    Bytes,
+}
+
+/// One domain of the mixture. Exactly one of `corpus` and `generator` is given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MixtureComponent {
+    /// Domain name, used in metric names (`eval/<domain>/loss`).
+    #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9_-]{0,31}$"))]
+    pub domain: String,
+    /// A stored corpus, by the hash of its bytes (see `glassbox data import`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpus: Option<BlobHash>,
+    /// A built-in synthetic source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<GeneratorSpec>,
+    /// Relative sampling weight.
+    #[serde(default = "one")]
+    #[schemars(range(min = 0.0, max = 1.0e6))]
+    pub weight: f64,
+}
+
+/// A built-in synthetic source whose entropy rate is known exactly (a true loss floor).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GeneratorSpec {
+    /// Which generator.
+    pub kind: GeneratorKind,
+    /// Seed of the source's structure and of its sample stream.
+    #[schemars(range(max = 9007199254740991u64))]
+    pub seed: u64,
+    /// Context length of the Markov source (symbols it conditions on).
+    #[serde(default = "default_markov_order")]
+    #[schemars(range(min = 1, max = 4))]
+    pub order: u32,
+    /// Number of distinct byte symbols emitted.
+    #[serde(default = "default_markov_alphabet")]
+    #[schemars(range(min = 2, max = 256))]
+    pub alphabet: u32,
+    /// Successors each context may emit; at most `alphabet`.
+    #[serde(default = "default_markov_branching")]
+    #[schemars(range(min = 1, max = 256))]
+    pub branching: u32,
+}
+
+/// Built-in generators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GeneratorKind {
+    /// A seeded order-`order` Markov source over `alphabet` byte symbols in which every context
+    /// has `branching` successors with the same probability vector, so its entropy rate is that
+    /// vector's entropy whatever the stationary distribution.
+    Markov,
+}
+
+/// Optimiser, schedule and step counts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    /// Optimiser steps.
+    #[schemars(range(min = 1, max = 100000000))]
+    pub steps: u64,
+    /// Sequences per step.
+    #[schemars(range(min = 1, max = 65536))]
+    pub batch_size: u32,
+    /// Peak learning rate.
+    #[schemars(range(min = 0.0, max = 10.0))]
+    pub lr: f64,
+    /// Learning-rate schedule after warmup.
+    #[serde(default)]
+    pub schedule: Schedule,
+    /// Linear warmup steps from 0 to `lr`.
+    #[serde(default)]
+    #[schemars(range(max = 100000000))]
+    pub warmup_steps: u64,
+    /// Final learning rate as a fraction of `lr` (cosine, linear, wsd).
+    #[serde(default = "default_min_lr_ratio")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub min_lr_ratio: f64,
+    /// For `wsd`: the fraction of steps spent decaying at the end.
+    #[serde(default = "default_wsd_decay_fraction")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub decay_fraction: f64,
+    /// AdamW beta1.
+    #[serde(default = "default_beta1")]
+    #[schemars(range(min = 0.0, max = 0.999999))]
+    pub beta1: f64,
+    /// AdamW beta2.
+    #[serde(default = "default_beta2")]
+    #[schemars(range(min = 0.0, max = 0.999999))]
+    pub beta2: f64,
+    /// AdamW epsilon.
+    #[serde(default = "default_adam_eps")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub adam_eps: f64,
+    /// Decoupled weight decay (not applied to norms and biases).
+    #[serde(default = "default_weight_decay")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub weight_decay: f64,
+    /// Global gradient-norm clip; 0 turns clipping off.
+    #[serde(default = "one")]
+    #[schemars(range(min = 0.0, max = 1.0e6))]
+    pub grad_clip: f64,
+    /// Coefficient of the z-loss on the final logits; 0 turns it off.
+    #[serde(default)]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub z_loss: f64,
+    /// Seed of parameter init and data sampling.
+    #[serde(default)]
+    #[schemars(range(max = 9007199254740991u64))]
+    pub seed: u64,
+    /// Evaluate every this many steps (and always at the end).
+    #[serde(default = "default_eval_interval")]
+    #[schemars(range(min = 1, max = 100000000))]
+    pub eval_interval: u64,
+    /// Batches per domain in each evaluation.
+    #[serde(default = "default_eval_batches")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub eval_batches: u32,
+    /// Checkpoint every this many steps; 0 means only at the end.
+    #[serde(default)]
+    #[schemars(range(max = 100000000))]
+    pub checkpoint_interval: u64,
+    /// Numeric precision of the step.
+    #[serde(default)]
+    pub precision: Precision,
+}
+
+/// Learning-rate schedule after warmup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    /// Cosine decay to `min_lr_ratio * lr`.
+    #[default]
+    Cosine,
+    /// Linear decay to `min_lr_ratio * lr`.
+    Linear,
+    /// Constant at `lr`.
+    Constant,
+    /// Warmup-stable-decay: constant, then linear decay over the last `decay_fraction` of steps.
+    Wsd,
+}
+
+/// Numeric precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// f32 everywhere.
+    #[default]
+    F32,
+    /// bf16 storage and matmul inputs, f32 accumulation and f32 master weights.
+    Bf16,
+}
+
+/// Hard limits. Left out: no limit beyond the lab's own.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// Maximum training FLOPs (as counted by [`crate::cost`]).
+    #[serde(default)]
+    #[schemars(range(min = 1.0, max = 1.0e30))]
+    pub max_flops: Option<f64>,
+    /// Maximum wall-clock seconds.
+    #[serde(default)]
+    #[schemars(range(min = 1.0, max = 3.2e7))]
+    pub max_wall_seconds: Option<f64>,
+}
+
+/// A pre-registered forecast: the value a metric will have at the end of the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Forecast {
+    /// Metric name (DESIGN.md conventions), e.g. `eval/markov/loss`.
+    #[schemars(regex(pattern = r"^[a-z][a-z0-9_]*(/[a-z0-9_<>-]+)+$"))]
+    pub metric: String,
+    /// Predicted final value.
+    pub value: f64,
+    /// Allowed absolute difference for the forecast to count as a hit.
+    #[schemars(range(min = 0.0))]
+    pub tolerance: f64,
+}
+
+fn default_vocab() -> u32 {
+    256
+}
+fn default_rope_theta() -> f64 {
+    10_000.0
+}
+fn default_norm_eps() -> f64 {
+    1e-5
+}
+fn one() -> f64 {
+    1.0
+}
+fn default_alf_rate() -> f64 {
+    1e-3
+}
+fn default_switch_coef() -> f64 {
+    1e-2
+}
+fn default_heldout_fraction() -> f64 {
+    0.05
+}
+fn default_markov_order() -> u32 {
+    2
+}
+fn default_markov_alphabet() -> u32 {
+    64
+}
+fn default_markov_branching() -> u32 {
+    4
+}
+fn default_min_lr_ratio() -> f64 {
+    0.1
+}
+fn default_wsd_decay_fraction() -> f64 {
+    0.2
+}
+fn default_beta1() -> f64 {
+    0.9
+}
+fn default_beta2() -> f64 {
+    0.95
+}
+fn default_adam_eps() -> f64 {
+    1e-8
+}
+fn default_weight_decay() -> f64 {
+    0.1
+}
+fn default_eval_interval() -> u64 {
+    100
+}
+fn default_eval_batches() -> u32 {
+    4
+}

@@ -1,0 +1,589 @@
+//! Turning spec text into an [`ExperimentSpec`], reporting every mistake at once.
+//!
+//! Three passes, each reporting all it finds:
+//! 1. size (over [`MAX_SPEC_BYTES`] is refused before parsing) and TOML syntax (line:column);
+//! 2. shape: the JSON Schema derived from the types ([`crate::schema`]) — types, ranges,
+//!    patterns, required and unknown fields (with the nearest known name);
+//! 3. meaning: rules that relate fields (`top_k <= n_experts`, `d_model % n_heads`, ...).
+//!
+//! Pass 3 runs only when pass 2 found nothing, because it needs a typed spec. Every
+//! [`FieldError`] carries the field path, the value given and the rule, e.g.
+//! `model.moe.top_k = 9: must be <= model.moe.n_experts (8)`.
+//! This module does not fill defaults (serde does, from [`crate::spec`]) and does not hash.
+
+use std::fmt;
+
+use jsonschema::error::ValidationErrorKind;
+use serde_json::Value;
+
+use crate::schema;
+use crate::spec::{ExperimentSpec, GeneratorKind, Tokenizer};
+
+/// Largest spec text accepted (1 MiB); bigger input is refused before it is parsed.
+pub const MAX_SPEC_BYTES: usize = 1 << 20;
+
+/// One mistake in a spec: where, what was given, and what would be accepted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    /// Dotted path, e.g. `model.moe.top_k` or `data.mixture[0].weight`.
+    pub path: String,
+    /// The value given, as compact JSON (cut to 60 characters); `None` when the field is missing.
+    pub value: Option<String>,
+    /// The rule the value breaks, phrased as what is accepted.
+    pub rule: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.value {
+            Some(v) => write!(f, "{} = {}: {}", self.path, v, self.rule),
+            None => write!(f, "{}: {}", self.path, self.rule),
+        }
+    }
+}
+
+/// Why a spec was not accepted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    /// The input is over [`MAX_SPEC_BYTES`].
+    #[error("spec is {bytes} bytes; the limit is {limit} bytes (1 MiB)")]
+    TooLarge {
+        /// Size given.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The text is not valid TOML.
+    #[error("TOML syntax error at line {line}, column {column}: {message}")]
+    Syntax {
+        /// 1-based line.
+        line: usize,
+        /// 1-based column (in characters).
+        column: usize,
+        /// The parser's description.
+        message: String,
+    },
+    /// The spec is well-formed but breaks rules; every broken rule is listed.
+    #[error("{} error(s) in spec:\n{}", .0.len(), .0.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<FieldError>),
+}
+
+impl SpecError {
+    /// The individual field errors (empty for size and syntax errors).
+    pub fn field_errors(&self) -> &[FieldError] {
+        match self {
+            SpecError::Invalid(errs) => errs,
+            _ => &[],
+        }
+    }
+}
+
+/// Parses and validates TOML spec text. Defaults are filled in the result.
+pub fn parse_toml(text: &str) -> Result<ExperimentSpec, SpecError> {
+    if text.len() > MAX_SPEC_BYTES {
+        return Err(SpecError::TooLarge {
+            bytes: text.len(),
+            limit: MAX_SPEC_BYTES,
+        });
+    }
+    let table: toml::Table = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
+    // TOML and JSON share a data model for everything a spec uses; datetimes (which a spec never
+    // uses) come out as objects and fail the schema with a type error.
+    let value = serde_json::to_value(&table).map_err(|e| {
+        SpecError::Invalid(vec![FieldError {
+            path: "(spec)".into(),
+            value: None,
+            rule: format!("cannot be represented as JSON: {e}"),
+        }])
+    })?;
+    parse_value(&value)
+}
+
+/// Validates a spec given as JSON (e.g. read back from the ledger).
+pub fn parse_json(text: &str) -> Result<ExperimentSpec, SpecError> {
+    if text.len() > MAX_SPEC_BYTES {
+        return Err(SpecError::TooLarge {
+            bytes: text.len(),
+            limit: MAX_SPEC_BYTES,
+        });
+    }
+    let value: Value = serde_json::from_str(text).map_err(|e| SpecError::Syntax {
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    })?;
+    parse_value(&value)
+}
+
+/// Validates a JSON value against the schema, then deserializes and checks cross-field rules.
+pub fn parse_value(value: &Value) -> Result<ExperimentSpec, SpecError> {
+    let shape_errors = shape_errors(value);
+    if !shape_errors.is_empty() {
+        return Err(SpecError::Invalid(shape_errors));
+    }
+    let spec: ExperimentSpec = serde_json::from_value(value.clone()).map_err(|e| {
+        // The schema should have caught everything serde rejects (integer overflow is the one
+        // known gap); report it in the same form rather than as a bare serde message.
+        SpecError::Invalid(vec![FieldError {
+            path: "(spec)".into(),
+            value: None,
+            rule: e.to_string(),
+        }])
+    })?;
+    let errors = semantic_errors(&spec);
+    if errors.is_empty() {
+        Ok(spec)
+    } else {
+        Err(SpecError::Invalid(errors))
+    }
+}
+
+fn syntax_error(text: &str, e: &toml::de::Error) -> SpecError {
+    let offset = e.span().map(|s| s.start).unwrap_or(0).min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
+    SpecError::Syntax {
+        line,
+        column,
+        message: e.message().trim().to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pass 2: shape, from the JSON Schema.
+
+fn shape_errors(value: &Value) -> Vec<FieldError> {
+    let validator = schema::validator();
+    let mut out = Vec::new();
+    for err in validator.iter_errors(value) {
+        let path = pointer_to_path(err.instance_path().as_str());
+        convert(&path, err.instance(), err.kind(), &mut out);
+    }
+    out.dedup();
+    out
+}
+
+/// Maps one schema error to field errors. Alternatives (`oneOf`/`anyOf`, used for optional
+/// fields and for the `balancing` method table) are reported through the branch that came
+/// closest, so the user sees "unknown field `rat`" rather than "no branch matched".
+fn convert(path: &str, instance: &Value, kind: &ValidationErrorKind, out: &mut Vec<FieldError>) {
+    let here = |rule: String| FieldError {
+        path: display_path(path),
+        value: Some(show(instance)),
+        rule,
+    };
+    match kind {
+        ValidationErrorKind::AdditionalProperties { unexpected } => {
+            let known = schema::known_fields(path);
+            for name in unexpected {
+                let child = if path.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{path}.{name}")
+                };
+                out.push(FieldError {
+                    path: child,
+                    value: None,
+                    rule: unknown_field_rule(name, &known),
+                });
+            }
+        }
+        ValidationErrorKind::Required { property } => {
+            let name = property.as_str().unwrap_or_default();
+            let child = if path.is_empty() {
+                name.to_string()
+            } else {
+                format!("{path}.{name}")
+            };
+            out.push(FieldError {
+                path: child,
+                value: None,
+                rule: "is required".into(),
+            });
+        }
+        ValidationErrorKind::Type { kind } => {
+            let names: Vec<String> = match kind {
+                jsonschema::error::TypeKind::Single(t) => vec![t.to_string()],
+                jsonschema::error::TypeKind::Multiple(set) => {
+                    set.iter().map(|t| t.to_string()).collect()
+                }
+            };
+            let names: Vec<String> = names.into_iter().filter(|n| n != "null").collect();
+            out.push(here(format!("must be {}", with_article(&names.join(" or ")))));
+        }
+        ValidationErrorKind::Minimum { limit } => out.push(here(format!("must be >= {limit}"))),
+        ValidationErrorKind::Maximum { limit } => out.push(here(format!("must be <= {limit}"))),
+        ValidationErrorKind::ExclusiveMinimum { limit } => {
+            out.push(here(format!("must be > {limit}")))
+        }
+        ValidationErrorKind::ExclusiveMaximum { limit } => {
+            out.push(here(format!("must be < {limit}")))
+        }
+        ValidationErrorKind::MinLength { limit } => {
+            out.push(here(format!("must have at least {limit} characters")))
+        }
+        ValidationErrorKind::MaxLength { limit } => {
+            out.push(here(format!("must have at most {limit} characters")))
+        }
+        ValidationErrorKind::MinItems { limit } => {
+            out.push(here(format!("must have at least {limit} entries")))
+        }
+        ValidationErrorKind::MaxItems { limit } => {
+            out.push(here(format!("must have at most {limit} entries")))
+        }
+        ValidationErrorKind::Pattern { pattern } => {
+            out.push(here(format!("must match the pattern {pattern}")))
+        }
+        ValidationErrorKind::Enum { options } => {
+            out.push(here(format!("must be one of {}", list_values(options))))
+        }
+        ValidationErrorKind::Constant { expected_value } => {
+            out.push(here(format!("must be {}", show(expected_value))))
+        }
+        ValidationErrorKind::OneOfNotValid { context } | ValidationErrorKind::AnyOf { context } => {
+            convert_alternatives(path, instance, context, out)
+        }
+        _ => out.push(FieldError {
+            path: display_path(path),
+            value: Some(show(instance)),
+            rule: kind_fallback(kind),
+        }),
+    }
+}
+
+fn kind_fallback(kind: &ValidationErrorKind) -> String {
+    format!("does not match the spec schema ({kind:?})")
+}
+
+fn convert_alternatives(
+    path: &str,
+    instance: &Value,
+    branches: &[Vec<jsonschema::ValidationError<'static>>],
+    out: &mut Vec<FieldError>,
+) {
+    // A tagged table (`method = "..."`): if no branch accepts the tag, say which tags exist.
+    if let Some(tag) = instance.get("method") {
+        let mut tags = Vec::new();
+        let mut tag_ok_branch = None;
+        for (i, branch) in branches.iter().enumerate() {
+            let mut tag_failed = false;
+            for e in branch {
+                if e.instance_path().as_str().ends_with("/method") {
+                    if let ValidationErrorKind::Constant { expected_value } = e.kind() {
+                        tags.push(show(expected_value));
+                        tag_failed = true;
+                    }
+                }
+            }
+            if !tag_failed && tag_ok_branch.is_none() {
+                tag_ok_branch = Some(i);
+            }
+        }
+        match tag_ok_branch {
+            Some(i) => {
+                for e in &branches[i] {
+                    let p = pointer_to_path(e.instance_path().as_str());
+                    convert(&p, e.instance(), e.kind(), out);
+                }
+            }
+            None => out.push(FieldError {
+                path: display_path(&join(path, "method")),
+                value: Some(show(tag)),
+                rule: format!("must be one of {}", tags.join(", ")),
+            }),
+        }
+        return;
+    }
+    // Optional fields are `anyOf [T, null]`: drop branches that only say "wrong type" (the null
+    // branch, for a present value) and report the closest remaining one.
+    let informative: Vec<&Vec<_>> = branches
+        .iter()
+        .filter(|b| {
+            !(b.len() == 1
+                && matches!(b[0].kind(), ValidationErrorKind::Type { .. })
+                && pointer_to_path(b[0].instance_path().as_str()) == path)
+        })
+        .collect();
+    match informative.iter().min_by_key(|b| b.len()) {
+        Some(best) => {
+            for e in best.iter() {
+                let p = pointer_to_path(e.instance_path().as_str());
+                convert(&p, e.instance(), e.kind(), out);
+            }
+        }
+        None => {
+            // Every branch is a type mismatch: report them together.
+            let mut rules = Vec::new();
+            for b in branches {
+                let mut tmp = Vec::new();
+                for e in b {
+                    convert(path, e.instance(), e.kind(), &mut tmp);
+                }
+                rules.extend(tmp.into_iter().map(|e| e.rule));
+            }
+            rules.retain(|r| r != "must be ");
+            out.push(FieldError {
+                path: display_path(path),
+                value: Some(show(instance)),
+                rule: rules.join("; "),
+            });
+        }
+    }
+}
+
+fn unknown_field_rule(name: &str, known: &[String]) -> String {
+    let nearest = known
+        .iter()
+        .map(|k| (strsim::jaro_winkler(name, k), k))
+        .filter(|(score, _)| *score >= 0.7)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k.clone());
+    let list = if known.is_empty() {
+        String::new()
+    } else {
+        format!(" (known fields: {})", known.join(", "))
+    };
+    match nearest {
+        Some(k) => format!("unknown field `{name}`; did you mean `{k}`?{list}"),
+        None => format!("unknown field `{name}`{list}"),
+    }
+}
+
+/// `/data/mixture/0/weight` -> `data.mixture[0].weight` (the internal form keeps indices as
+/// `[i]` so it can be shown as is).
+fn pointer_to_path(pointer: &str) -> String {
+    let mut out = String::new();
+    for seg in pointer.split('/').skip(1) {
+        let seg = seg.replace("~1", "/").replace("~0", "~");
+        if !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) {
+            out.push_str(&format!("[{seg}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(&seg);
+        }
+    }
+    out
+}
+
+fn display_path(path: &str) -> String {
+    if path.is_empty() {
+        "(spec)".into()
+    } else {
+        path.to_string()
+    }
+}
+
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+fn with_article(noun: &str) -> String {
+    let article = if noun.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{article} {noun}")
+}
+
+fn list_values(options: &Value) -> String {
+    match options.as_array() {
+        Some(items) => items.iter().map(show).collect::<Vec<_>>().join(", "),
+        None => show(options),
+    }
+}
+
+/// Compact JSON of a value, cut to 60 characters.
+fn show(value: &Value) -> String {
+    let s = value.to_string();
+    if s.chars().count() > 60 {
+        let cut: String = s.chars().take(57).collect();
+        format!("{cut}...")
+    } else {
+        s
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pass 3: meaning.
+
+/// Words that mark a hypothesis as a placeholder rather than a claim.
+const PLACEHOLDER_HYPOTHESES: &[&str] = &["todo", "tbd", "n/a", "test", "lorem ipsum", "xxx"];
+
+fn semantic_errors(spec: &ExperimentSpec) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let mut err = |path: &str, value: String, rule: String| {
+        errs.push(FieldError {
+            path: path.to_string(),
+            value: Some(value),
+            rule,
+        })
+    };
+
+    let e = &spec.experiment;
+    let hyp = e.hypothesis.trim();
+    let words = hyp.split_whitespace().count();
+    let lowered = hyp.to_lowercase();
+    if words < 5 || PLACEHOLDER_HYPOTHESES.iter().any(|p| lowered == *p) {
+        err(
+            "experiment.hypothesis",
+            show(&Value::String(e.hypothesis.clone())),
+            "must state a claim in at least 5 words (what you expect and why)".into(),
+        );
+    }
+    let mut seen_tags = std::collections::BTreeSet::new();
+    for (i, t) in e.tags.iter().enumerate() {
+        if !seen_tags.insert(t) {
+            err(
+                &format!("experiment.tags[{i}]"),
+                format!("{t:?}"),
+                "is listed twice".into(),
+            );
+        }
+    }
+
+    let m = &spec.model;
+    if m.d_model % m.n_heads != 0 {
+        err(
+            "model.n_heads",
+            m.n_heads.to_string(),
+            format!("must divide model.d_model ({})", m.d_model),
+        );
+    } else if (m.d_model / m.n_heads) % 2 != 0 {
+        err(
+            "model.n_heads",
+            m.n_heads.to_string(),
+            format!(
+                "must leave an even head size for RoPE (d_model / n_heads = {})",
+                m.d_model / m.n_heads
+            ),
+        );
+    }
+    if spec.data.tokenizer == Tokenizer::Bytes && m.vocab != 256 {
+        err(
+            "model.vocab",
+            m.vocab.to_string(),
+            "must be 256 with data.tokenizer = \"bytes\"".into(),
+        );
+    }
+    if m.moe.top_k > m.moe.n_experts {
+        err(
+            "model.moe.top_k",
+            m.moe.top_k.to_string(),
+            format!("must be <= model.moe.n_experts ({})", m.moe.n_experts),
+        );
+    }
+
+    let t = &spec.train;
+    if t.warmup_steps > t.steps {
+        err(
+            "train.warmup_steps",
+            t.warmup_steps.to_string(),
+            format!("must be <= train.steps ({})", t.steps),
+        );
+    }
+
+    let mut domains = std::collections::BTreeSet::new();
+    let mut total_weight = 0.0;
+    for (i, c) in spec.data.mixture.iter().enumerate() {
+        let p = format!("data.mixture[{i}]");
+        if !domains.insert(c.domain.as_str()) {
+            err(
+                &format!("{p}.domain"),
+                format!("{:?}", c.domain),
+                "is used by an earlier mixture entry; domain names must be unique".into(),
+            );
+        }
+        match (&c.corpus, &c.generator) {
+            (Some(_), Some(_)) | (None, None) => err(
+                &p,
+                format!("{{domain = {:?}}}", c.domain),
+                "must give exactly one of `corpus` (a blake3 hash) or `generator`".into(),
+            ),
+            _ => {}
+        }
+        if let Some(g) = &c.generator {
+            match g.kind {
+                GeneratorKind::Markov => {
+                    if g.branching > g.alphabet {
+                        err(
+                            &format!("{p}.generator.branching"),
+                            g.branching.to_string(),
+                            format!("must be <= {p}.generator.alphabet ({})", g.alphabet),
+                        );
+                    }
+                    if g.alphabet > m.vocab {
+                        err(
+                            &format!("{p}.generator.alphabet"),
+                            g.alphabet.to_string(),
+                            format!("must be <= model.vocab ({})", m.vocab),
+                        );
+                    }
+                }
+            }
+        }
+        total_weight += c.weight;
+    }
+    if total_weight <= 0.0 {
+        err(
+            "data.mixture",
+            format!("total weight {total_weight}"),
+            "at least one entry must have weight > 0".into(),
+        );
+    }
+
+    if let Some(f) = &spec.forecast {
+        if !crate::metrics::is_known_metric(&f.metric, domains.iter().copied()) {
+            err(
+                "forecast.metric",
+                format!("{:?}", f.metric),
+                format!(
+                    "must be a metric this run reports, e.g. {}",
+                    crate::metrics::forecastable_examples(domains.iter().copied()).join(", ")
+                ),
+            );
+        }
+        if !f.value.is_finite() {
+            err(
+                "forecast.value",
+                f.value.to_string(),
+                "must be a finite number".into(),
+            );
+        }
+    }
+    errs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointer_paths_read_like_toml() {
+        assert_eq!(
+            pointer_to_path("/data/mixture/0/weight"),
+            "data.mixture[0].weight"
+        );
+        assert_eq!(pointer_to_path(""), "");
+        assert_eq!(pointer_to_path("/model"), "model");
+    }
+
+    #[test]
+    fn nearest_name_is_suggested() {
+        let known = vec!["top_k".to_string(), "n_experts".to_string()];
+        assert!(unknown_field_rule("topk", &known).contains("did you mean `top_k`"));
+        assert!(!unknown_field_rule("zzzzzz", &known).contains("did you mean"));
+    }
+}

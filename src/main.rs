@@ -1,0 +1,2 @@
+//! glassbox CLI.
+fn main() {}
