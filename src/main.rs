@@ -1,2 +1,64 @@
-//! glassbox CLI.
-fn main() {}
+//! `glassbox`: the command-line front of the open lab. Thin glue: it parses flags (clap), calls
+//! the library crates, prints for people (or `--json` for scripts) and maps errors to exit codes
+//! ([`exit`]). It holds no domain logic of its own; each subcommand lives in `cli/<name>.rs`.
+
+mod cli;
+mod exit;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Source revision this binary was built from (`<git hash>[-dirty]`), set by `build.rs`.
+pub const GIT_REVISION: &str = env!("GLASSBOX_GIT_REVISION");
+
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("GLASSBOX_GIT_REVISION"),
+    ")"
+);
+
+/// glassbox: propose, train, record and audit Mixture-of-Experts experiments in public.
+///
+/// Every config, metric, artifact and result is content-hashed (BLAKE3) into a tamper-evident
+/// ledger that anyone can verify and re-run. Start with `glassbox spec check examples/tiny.toml`.
+#[derive(Debug, Parser)]
+#[command(name = "glassbox", version = VERSION, propagate_version = true)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalOpts,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every subcommand accepts.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GlobalOpts {
+    /// The lab directory (blobs, log, index database, signing key).
+    #[arg(long, global = true, env = "GLASSBOX_LAB", default_value = "./glassbox-lab")]
+    pub lab: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate experiment specs and print their hash and cost; print the JSON Schema.
+    #[command(subcommand)]
+    Spec(cli::spec::SpecCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Spec(cmd) => cli::spec::run(cmd, &cli.global),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            // `{:#}` prints the whole context chain on one line; never a backtrace.
+            eprintln!("error: {err:#}");
+            exit::code(exit::OPERATIONAL)
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! One module per subcommand group. Each exposes a clap type and a `run` function that returns
+//! the process exit code; operational errors bubble up as `anyhow::Error` and exit 3.
+
+pub mod spec;
