@@ -108,10 +108,8 @@ pub fn estimate(spec: &ExperimentSpec) -> CostEstimate {
     let train_tokens = t.steps * tokens_per_step;
     let fpt = flops_per_token(spec);
     let train_flops = fpt * train_tokens as f64;
-    let eval_tokens = eval_count(spec)
-        * t.eval_batches as u64
-        * tokens_per_step
-        * spec.data.mixture.len() as u64;
+    let eval_tokens =
+        eval_count(spec) * t.eval_batches as u64 * tokens_per_step * spec.data.mixture.len() as u64;
     let eval_flops = eval_flops_per_token(spec) * eval_tokens as f64;
 
     let (state_bytes, act_bytes) = match t.precision {

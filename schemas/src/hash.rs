@@ -59,7 +59,9 @@ impl fmt::Debug for Blake3Hash {
 
 /// Why a string is not a hash. The message says what would be accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{value:?} is not a hash: {reason}; expected `blake3:` followed by 64 lowercase hex digits")]
+#[error(
+    "{value:?} is not a hash: {reason}; expected `blake3:` followed by 64 lowercase hex digits"
+)]
 pub struct HashParseError {
     /// The text that was given (cut to 80 characters).
     pub value: String,

@@ -17,8 +17,7 @@ pub const SPEC: &str = "Experiment spec (TOML)";
 /// Heading of the publication checkbox group.
 pub const PUBLICATION: &str = "Publication of results";
 /// The checkbox's text.
-pub const PUBLICATION_CONSENT: &str =
-    "I agree that every result of this experiment, including failed and negative ones, is published in the public ledger.";
+pub const PUBLICATION_CONSENT: &str = "I agree that every result of this experiment, including failed and negative ones, is published in the public ledger.";
 
 /// What GitHub writes for an optional field left empty.
 pub const NO_RESPONSE: &str = "_No response_";

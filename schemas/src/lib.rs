@@ -6,6 +6,7 @@
 //! - [`cost`] — parameters, FLOPs and memory of a spec (the one cost model);
 //! - [`record`] — ledger entry envelope and the body of each entry kind;
 //! - [`metrics`] — metric names (Marin/Levanter conventions);
+//! - [`ladder`] — scaling-ladder files: a base spec plus rungs, each a full spec;
 //! - [`schema`] — the JSON Schema derived from the types;
 //! - [`issue_form`] — the labels of the GitHub experiment issue form.
 //!
@@ -17,6 +18,7 @@ pub mod canonical;
 pub mod cost;
 pub mod hash;
 pub mod issue_form;
+pub mod ladder;
 pub mod metrics;
 pub mod record;
 pub mod schema;

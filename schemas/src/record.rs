@@ -423,10 +423,7 @@ pub struct ReproductionBody {
 
 /// Convenience for building `refs`.
 pub fn refs<const N: usize>(pairs: [(&str, Blake3Hash); N]) -> BTreeMap<String, Blake3Hash> {
-    pairs
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 impl From<BlobHash> for Blake3Hash {
@@ -483,6 +480,11 @@ mod tests {
             assert_eq!(k.as_str().parse::<EntryKind>().unwrap(), k);
             assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
         }
-        assert!("runstarted".parse::<EntryKind>().unwrap_err().contains("run_started"));
+        assert!(
+            "runstarted"
+                .parse::<EntryKind>()
+                .unwrap_err()
+                .contains("run_started")
+        );
     }
 }

@@ -49,7 +49,9 @@ pub(crate) fn validator() -> &'static jsonschema::Validator {
 
 /// The field names allowed at a dotted path (`model.moe`, `data.mixture[0]`), for suggesting
 /// the nearest name when an unknown one is given. Empty when the path is not an object.
-pub(crate) fn known_fields(path: &str) -> Vec<String> {
+/// `instance` is the object found there: for a tagged table (`method = "quantile"`) only the
+/// fields of that variant are listed.
+pub(crate) fn known_fields(path: &str, instance: &Value) -> Vec<String> {
     let root = experiment_spec_schema();
     let mut node = resolve(root, root);
     for seg in path_segments(path) {
@@ -63,7 +65,7 @@ pub(crate) fn known_fields(path: &str) -> Vec<String> {
         }
     }
     let mut names = Vec::new();
-    collect_properties(root, node, &mut names);
+    collect_properties(root, node, instance, &mut names);
     names.sort();
     names.dedup();
     names
@@ -123,8 +125,19 @@ fn find_property<'a>(root: &'a Value, node: &'a Value, name: &str) -> Option<&'a
         .find_map(|b| b.get("properties").and_then(|p| p.get(name)))
 }
 
-fn collect_properties(root: &Value, node: &Value, names: &mut Vec<String>) {
-    for b in branches(root, node) {
+fn collect_properties(root: &Value, node: &Value, instance: &Value, names: &mut Vec<String>) {
+    let all = branches(root, node);
+    // Keep only the variant named by the instance's tag, when it names one.
+    let tagged: Vec<&Value> = match instance.get("method") {
+        Some(tag) => all
+            .iter()
+            .copied()
+            .filter(|b| b.pointer("/properties/method/const") == Some(tag))
+            .collect(),
+        None => Vec::new(),
+    };
+    let chosen = if tagged.is_empty() { all } else { tagged };
+    for b in chosen {
         if let Some(props) = b.get("properties").and_then(Value::as_object) {
             names.extend(props.keys().cloned());
         }
@@ -137,12 +150,18 @@ mod tests {
 
     #[test]
     fn known_fields_follow_refs_and_arrays() {
-        let moe = known_fields("model.moe");
+        let none = Value::Null;
+        let moe = known_fields("model.moe", &none);
         assert!(moe.contains(&"top_k".to_string()), "{moe:?}");
-        let mix = known_fields("data.mixture[0]");
+        let mix = known_fields("data.mixture[0]", &none);
         assert!(mix.contains(&"generator".to_string()), "{mix:?}");
-        let bal = known_fields("model.moe.balancing");
+        let bal = known_fields("model.moe.balancing", &none);
         assert!(bal.contains(&"rate".to_string()) && bal.contains(&"coef".to_string()));
-        assert!(known_fields("model.d_model").is_empty());
+        let quantile = known_fields(
+            "model.moe.balancing",
+            &serde_json::json!({"method": "quantile", "rate": 1}),
+        );
+        assert_eq!(quantile, vec!["method".to_string(), "scale".to_string()]);
+        assert!(known_fields("model.d_model", &none).is_empty());
     }
 }

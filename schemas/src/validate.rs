@@ -6,7 +6,8 @@
 //!    patterns, required and unknown fields (with the nearest known name);
 //! 3. meaning: rules that relate fields (`top_k <= n_experts`, `d_model % n_heads`, ...).
 //!
-//! Pass 3 runs only when pass 2 found nothing, because it needs a typed spec. Every
+//! Pass 3 runs on every top-level section that deserializes on its own, so shape and meaning
+//! errors are reported together. Every
 //! [`FieldError`] carries the field path, the value given and the rule, e.g.
 //! `model.moe.top_k = 9: must be <= model.moe.n_experts (8)`.
 //! This module does not fill defaults (serde does, from [`crate::spec`]) and does not hash.
@@ -17,7 +18,10 @@ use jsonschema::error::ValidationErrorKind;
 use serde_json::Value;
 
 use crate::schema;
-use crate::spec::{ExperimentSpec, GeneratorKind, Tokenizer};
+use crate::spec::{
+    DataConfig, Experiment, ExperimentSpec, Forecast, GeneratorKind, ModelConfig, MoeConfig,
+    Tokenizer, TrainConfig,
+};
 
 /// Largest spec text accepted (1 MiB); bigger input is refused before it is parsed.
 pub const MAX_SPEC_BYTES: usize = 1 << 20;
@@ -80,13 +84,7 @@ impl SpecError {
 
 /// Parses and validates TOML spec text. Defaults are filled in the result.
 pub fn parse_toml(text: &str) -> Result<ExperimentSpec, SpecError> {
-    if text.len() > MAX_SPEC_BYTES {
-        return Err(SpecError::TooLarge {
-            bytes: text.len(),
-            limit: MAX_SPEC_BYTES,
-        });
-    }
-    let table: toml::Table = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
+    let table = parse_toml_table(text)?;
     // TOML and JSON share a data model for everything a spec uses; datetimes (which a spec never
     // uses) come out as objects and fail the schema with a type error.
     let value = serde_json::to_value(&table).map_err(|e| {
@@ -97,6 +95,17 @@ pub fn parse_toml(text: &str) -> Result<ExperimentSpec, SpecError> {
         }])
     })?;
     parse_value(&value)
+}
+
+/// The size check and TOML syntax pass, shared with ladder files.
+pub(crate) fn parse_toml_table(text: &str) -> Result<toml::Table, SpecError> {
+    if text.len() > MAX_SPEC_BYTES {
+        return Err(SpecError::TooLarge {
+            bytes: text.len(),
+            limit: MAX_SPEC_BYTES,
+        });
+    }
+    toml::from_str(text).map_err(|e| syntax_error(text, &e))
 }
 
 /// Validates a spec given as JSON (e.g. read back from the ledger).
@@ -117,11 +126,12 @@ pub fn parse_json(text: &str) -> Result<ExperimentSpec, SpecError> {
 
 /// Validates a JSON value against the schema, then deserializes and checks cross-field rules.
 pub fn parse_value(value: &Value) -> Result<ExperimentSpec, SpecError> {
-    let shape_errors = shape_errors(value);
-    if !shape_errors.is_empty() {
-        return Err(SpecError::Invalid(shape_errors));
+    let mut errors = shape_errors(value);
+    errors.extend(semantic_errors(value));
+    if !errors.is_empty() {
+        return Err(SpecError::Invalid(errors));
     }
-    let spec: ExperimentSpec = serde_json::from_value(value.clone()).map_err(|e| {
+    serde_json::from_value(value.clone()).map_err(|e| {
         // The schema should have caught everything serde rejects (integer overflow is the one
         // known gap); report it in the same form rather than as a bare serde message.
         SpecError::Invalid(vec![FieldError {
@@ -129,13 +139,7 @@ pub fn parse_value(value: &Value) -> Result<ExperimentSpec, SpecError> {
             value: None,
             rule: e.to_string(),
         }])
-    })?;
-    let errors = semantic_errors(&spec);
-    if errors.is_empty() {
-        Ok(spec)
-    } else {
-        Err(SpecError::Invalid(errors))
-    }
+    })
 }
 
 fn syntax_error(text: &str, e: &toml::de::Error) -> SpecError {
@@ -180,7 +184,7 @@ fn convert(path: &str, instance: &Value, kind: &ValidationErrorKind, out: &mut V
     };
     match kind {
         ValidationErrorKind::AdditionalProperties { unexpected } => {
-            let known = schema::known_fields(path);
+            let known = schema::known_fields(path, instance);
             for name in unexpected {
                 let child = if path.is_empty() {
                     name.clone()
@@ -215,7 +219,10 @@ fn convert(path: &str, instance: &Value, kind: &ValidationErrorKind, out: &mut V
                 }
             };
             let names: Vec<String> = names.into_iter().filter(|n| n != "null").collect();
-            out.push(here(format!("must be {}", with_article(&names.join(" or ")))));
+            out.push(here(format!(
+                "must be {}",
+                with_article(&names.join(" or "))
+            )));
         }
         ValidationErrorKind::Minimum { limit } => out.push(here(format!("must be >= {limit}"))),
         ValidationErrorKind::Maximum { limit } => out.push(here(format!("must be <= {limit}"))),
@@ -419,10 +426,42 @@ fn show(value: &Value) -> String {
 // ---------------------------------------------------------------------------------------------
 // Pass 3: meaning.
 
-/// Words that mark a hypothesis as a placeholder rather than a claim.
-const PLACEHOLDER_HYPOTHESES: &[&str] = &["todo", "tbd", "n/a", "test", "lorem ipsum", "xxx"];
+/// Words that carry no claim; a hypothesis needs at least four distinct words besides these.
+const PLACEHOLDER_HYPOTHESES: &[&str] = &[
+    "todo", "tbd", "n/a", "test", "testing", "lorem", "ipsum", "xxx", "asdf", "foo", "bar",
+];
 
-fn semantic_errors(spec: &ExperimentSpec) -> Vec<FieldError> {
+/// The sections of a spec that deserialized on their own. Cross-field rules run on whatever
+/// parsed, so a type error in `train` does not hide a `top_k` mistake in `model`.
+struct Sections {
+    experiment: Option<Experiment>,
+    model: Option<ModelConfig>,
+    moe: Option<MoeConfig>,
+    data: Option<DataConfig>,
+    train: Option<TrainConfig>,
+    forecast: Option<Forecast>,
+}
+
+impl Sections {
+    fn of(value: &Value) -> Self {
+        fn section<T: serde::de::DeserializeOwned>(value: &Value, name: &str) -> Option<T> {
+            value
+                .get(name)
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+        }
+        Sections {
+            experiment: section(value, "experiment"),
+            model: section(value, "model"),
+            moe: value.get("model").and_then(|m| section(m, "moe")),
+            data: section(value, "data"),
+            train: section(value, "train"),
+            forecast: section(value, "forecast"),
+        }
+    }
+}
+
+fn semantic_errors(value: &Value) -> Vec<FieldError> {
+    let s = Sections::of(value);
     let mut errs = Vec::new();
     let mut err = |path: &str, value: String, rule: String| {
         errs.push(FieldError {
@@ -432,119 +471,134 @@ fn semantic_errors(spec: &ExperimentSpec) -> Vec<FieldError> {
         })
     };
 
-    let e = &spec.experiment;
-    let hyp = e.hypothesis.trim();
-    let words = hyp.split_whitespace().count();
-    let lowered = hyp.to_lowercase();
-    if words < 5 || PLACEHOLDER_HYPOTHESES.iter().any(|p| lowered == *p) {
-        err(
-            "experiment.hypothesis",
-            show(&Value::String(e.hypothesis.clone())),
-            "must state a claim in at least 5 words (what you expect and why)".into(),
-        );
-    }
-    let mut seen_tags = std::collections::BTreeSet::new();
-    for (i, t) in e.tags.iter().enumerate() {
-        if !seen_tags.insert(t) {
+    if let Some(e) = &s.experiment {
+        let lowered = e.hypothesis.trim().to_lowercase();
+        let words: Vec<&str> = lowered.split_whitespace().collect();
+        let distinct: std::collections::BTreeSet<&str> = words
+            .iter()
+            .copied()
+            .filter(|w| !PLACEHOLDER_HYPOTHESES.contains(w))
+            .collect();
+        if words.len() < 5 || distinct.len() < 4 {
             err(
-                &format!("experiment.tags[{i}]"),
-                format!("{t:?}"),
-                "is listed twice".into(),
+                "experiment.hypothesis",
+                show(&Value::String(e.hypothesis.clone())),
+                "must state a claim in at least 5 words (what you expect and why)".into(),
+            );
+        }
+        let mut seen_tags = std::collections::BTreeSet::new();
+        for (i, t) in e.tags.iter().enumerate() {
+            if !seen_tags.insert(t) {
+                err(
+                    &format!("experiment.tags[{i}]"),
+                    format!("{t:?}"),
+                    "is listed twice".into(),
+                );
+            }
+        }
+    }
+
+    if let Some(m) = &s.model {
+        if m.n_heads == 0 || m.d_model % m.n_heads != 0 {
+            err(
+                "model.n_heads",
+                m.n_heads.to_string(),
+                format!("must divide model.d_model ({})", m.d_model),
+            );
+        } else if (m.d_model / m.n_heads) % 2 != 0 {
+            err(
+                "model.n_heads",
+                m.n_heads.to_string(),
+                format!(
+                    "must leave an even head size for RoPE (d_model / n_heads = {})",
+                    m.d_model / m.n_heads
+                ),
+            );
+        }
+        if let Some(d) = &s.data {
+            if d.tokenizer == Tokenizer::Bytes && m.vocab != 256 {
+                err(
+                    "model.vocab",
+                    m.vocab.to_string(),
+                    "must be 256 with data.tokenizer = \"bytes\"".into(),
+                );
+            }
+        }
+    }
+
+    if let Some(moe) = &s.moe {
+        if moe.top_k > moe.n_experts {
+            err(
+                "model.moe.top_k",
+                moe.top_k.to_string(),
+                format!("must be <= model.moe.n_experts ({})", moe.n_experts),
             );
         }
     }
 
-    let m = &spec.model;
-    if m.d_model % m.n_heads != 0 {
-        err(
-            "model.n_heads",
-            m.n_heads.to_string(),
-            format!("must divide model.d_model ({})", m.d_model),
-        );
-    } else if (m.d_model / m.n_heads) % 2 != 0 {
-        err(
-            "model.n_heads",
-            m.n_heads.to_string(),
-            format!(
-                "must leave an even head size for RoPE (d_model / n_heads = {})",
-                m.d_model / m.n_heads
-            ),
-        );
-    }
-    if spec.data.tokenizer == Tokenizer::Bytes && m.vocab != 256 {
-        err(
-            "model.vocab",
-            m.vocab.to_string(),
-            "must be 256 with data.tokenizer = \"bytes\"".into(),
-        );
-    }
-    if m.moe.top_k > m.moe.n_experts {
-        err(
-            "model.moe.top_k",
-            m.moe.top_k.to_string(),
-            format!("must be <= model.moe.n_experts ({})", m.moe.n_experts),
-        );
-    }
-
-    let t = &spec.train;
-    if t.warmup_steps > t.steps {
-        err(
-            "train.warmup_steps",
-            t.warmup_steps.to_string(),
-            format!("must be <= train.steps ({})", t.steps),
-        );
+    if let Some(t) = &s.train {
+        if t.warmup_steps > t.steps {
+            err(
+                "train.warmup_steps",
+                t.warmup_steps.to_string(),
+                format!("must be <= train.steps ({})", t.steps),
+            );
+        }
     }
 
     let mut domains = std::collections::BTreeSet::new();
-    let mut total_weight = 0.0;
-    for (i, c) in spec.data.mixture.iter().enumerate() {
-        let p = format!("data.mixture[{i}]");
-        if !domains.insert(c.domain.as_str()) {
-            err(
-                &format!("{p}.domain"),
-                format!("{:?}", c.domain),
-                "is used by an earlier mixture entry; domain names must be unique".into(),
-            );
-        }
-        match (&c.corpus, &c.generator) {
-            (Some(_), Some(_)) | (None, None) => err(
-                &p,
-                format!("{{domain = {:?}}}", c.domain),
-                "must give exactly one of `corpus` (a blake3 hash) or `generator`".into(),
-            ),
-            _ => {}
-        }
-        if let Some(g) = &c.generator {
-            match g.kind {
-                GeneratorKind::Markov => {
-                    if g.branching > g.alphabet {
-                        err(
-                            &format!("{p}.generator.branching"),
-                            g.branching.to_string(),
-                            format!("must be <= {p}.generator.alphabet ({})", g.alphabet),
-                        );
-                    }
-                    if g.alphabet > m.vocab {
-                        err(
-                            &format!("{p}.generator.alphabet"),
-                            g.alphabet.to_string(),
-                            format!("must be <= model.vocab ({})", m.vocab),
-                        );
+    if let Some(d) = &s.data {
+        let mut total_weight = 0.0;
+        for (i, c) in d.mixture.iter().enumerate() {
+            let p = format!("data.mixture[{i}]");
+            if !domains.insert(c.domain.as_str()) {
+                err(
+                    &format!("{p}.domain"),
+                    format!("{:?}", c.domain),
+                    "is used by an earlier mixture entry; domain names must be unique".into(),
+                );
+            }
+            if c.corpus.is_some() == c.generator.is_some() {
+                err(
+                    &p,
+                    format!("{{domain = {:?}}}", c.domain),
+                    "must give exactly one of `corpus` (a blake3 hash) or `generator`".into(),
+                );
+            }
+            if let Some(g) = &c.generator {
+                match g.kind {
+                    GeneratorKind::Markov => {
+                        if g.branching > g.alphabet {
+                            err(
+                                &format!("{p}.generator.branching"),
+                                g.branching.to_string(),
+                                format!("must be <= {p}.generator.alphabet ({})", g.alphabet),
+                            );
+                        }
+                        if let Some(m) = &s.model {
+                            if g.alphabet > m.vocab {
+                                err(
+                                    &format!("{p}.generator.alphabet"),
+                                    g.alphabet.to_string(),
+                                    format!("must be <= model.vocab ({})", m.vocab),
+                                );
+                            }
+                        }
                     }
                 }
             }
+            total_weight += c.weight;
         }
-        total_weight += c.weight;
-    }
-    if total_weight <= 0.0 {
-        err(
-            "data.mixture",
-            format!("total weight {total_weight}"),
-            "at least one entry must have weight > 0".into(),
-        );
+        if !d.mixture.is_empty() && total_weight <= 0.0 {
+            err(
+                "data.mixture",
+                format!("total weight {total_weight}"),
+                "at least one entry must have weight > 0".into(),
+            );
+        }
     }
 
-    if let Some(f) = &spec.forecast {
+    if let (Some(f), Some(_)) = (&s.forecast, &s.data) {
         if !crate::metrics::is_known_metric(&f.metric, domains.iter().copied()) {
             err(
                 "forecast.metric",
@@ -553,13 +607,6 @@ fn semantic_errors(spec: &ExperimentSpec) -> Vec<FieldError> {
                     "must be a metric this run reports, e.g. {}",
                     crate::metrics::forecastable_examples(domains.iter().copied()).join(", ")
                 ),
-            );
-        }
-        if !f.value.is_finite() {
-            err(
-                "forecast.value",
-                f.value.to_string(),
-                "must be a finite number".into(),
             );
         }
     }

@@ -13,7 +13,8 @@ use crate::exit;
 
 #[derive(Debug, Subcommand)]
 pub enum SpecCommand {
-    /// Validate a spec (TOML). Prints its hash and cost (exit 0) or every error (exit 1).
+    /// Validate a spec or ladder file (TOML). Prints the hash and cost (exit 0) or every error
+    /// (exit 1).
     Check {
         /// The spec file, e.g. examples/tiny.toml.
         file: PathBuf,
@@ -39,7 +40,8 @@ pub fn run(cmd: SpecCommand, _global: &GlobalOpts) -> anyhow::Result<ExitCode> {
 }
 
 fn check(file: &PathBuf, as_json: bool) -> anyhow::Result<ExitCode> {
-    let meta = std::fs::metadata(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let meta =
+        std::fs::metadata(file).with_context(|| format!("cannot read {}", file.display()))?;
     if meta.len() > glassbox_schemas::validate::MAX_SPEC_BYTES as u64 {
         let err = SpecError::TooLarge {
             bytes: meta.len() as usize,
@@ -49,13 +51,19 @@ fn check(file: &PathBuf, as_json: bool) -> anyhow::Result<ExitCode> {
     }
     let text =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    if glassbox_schemas::ladder::is_ladder(&text) {
+        return check_ladder(file, &text, as_json);
+    }
     match glassbox_schemas::parse_toml(&text) {
         Ok(spec) => {
             let hash = glassbox_schemas::spec_hash(&spec)
                 .context("the validated spec has no canonical form")?;
             let cost = glassbox_schemas::estimate(&spec);
             if as_json {
-                println!("{}", serde_json::to_string_pretty(&ok_json(&spec, hash, &cost))?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&ok_json(&spec, hash, &cost))?
+                );
             } else {
                 print_ok(file, &spec, hash, &cost);
             }
@@ -63,6 +71,50 @@ fn check(file: &PathBuf, as_json: bool) -> anyhow::Result<ExitCode> {
         }
         Err(err) => Ok(report_error(file, &err, as_json)),
     }
+}
+
+fn check_ladder(file: &std::path::Path, text: &str, as_json: bool) -> anyhow::Result<ExitCode> {
+    let ladder = match glassbox_schemas::ladder::parse_ladder_toml(text) {
+        Ok(l) => l,
+        Err(err) => return Ok(report_error(file, &err, as_json)),
+    };
+    let mut rungs = Vec::new();
+    for spec in &ladder.rungs {
+        let hash = glassbox_schemas::spec_hash(spec)
+            .context("the validated spec has no canonical form")?;
+        rungs.push((spec, hash, glassbox_schemas::estimate(spec)));
+    }
+    let total: f64 = rungs.iter().map(|(_, _, c)| c.total_flops).sum();
+    if as_json {
+        let out = json!({
+            "valid": true,
+            "ladder": true,
+            "metric": ladder.config.metric,
+            "tolerance": ladder.config.tolerance,
+            "total_flops": total,
+            "rungs": rungs.iter().map(|(s, h, c)| ok_json(s, *h, c)).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "{}: valid ladder, {} rungs (the last is the target), forecast metric {} +- {}",
+            file.display(),
+            rungs.len(),
+            ladder.config.metric,
+            ladder.config.tolerance
+        );
+        for (spec, hash, cost) in &rungs {
+            println!(
+                "  {:<24} {}  {:>9} params  {} FLOPs",
+                spec.experiment.slug,
+                hash,
+                human(cost.params_total as f64),
+                sci(cost.total_flops)
+            );
+        }
+        println!("  total compute {}", sci(total));
+    }
+    Ok(exit::code(exit::OK))
 }
 
 fn ok_json(spec: &ExperimentSpec, hash: SpecHash, cost: &CostEstimate) -> serde_json::Value {
@@ -135,8 +187,15 @@ fn report_error(file: &std::path::Path, err: &SpecError, as_json: bool) -> ExitC
         );
     } else {
         match err {
-            SpecError::Syntax { line, column, message } => {
-                eprintln!("{}:{line}:{column}: TOML syntax error: {message}", file.display())
+            SpecError::Syntax {
+                line,
+                column,
+                message,
+            } => {
+                eprintln!(
+                    "{}:{line}:{column}: TOML syntax error: {message}",
+                    file.display()
+                )
             }
             SpecError::Invalid(list) => {
                 eprintln!("{}: {} error(s):", file.display(), list.len());
