@@ -1,1 +1,16 @@
-//! glassbox-runner
+//! glassbox-runner: trains the MoE transformers that experiments ask for.
+//!
+//! - [`backend::Backend`] — the op-level boundary (forward + backward kernel per op);
+//!   [`backend::cpu::CpuBackend`] is the deterministic reference implementation.
+//! - [`model`] — the model of DESIGN.md written once against the backend trait.
+//!
+//! The runner takes a spec and data and reports through an observer. It knows nothing of
+//! GitHub, HTTP or the ledger.
+
+pub mod backend;
+pub mod error;
+pub mod model;
+pub mod rng;
+pub mod scalar;
+
+pub use error::RunnerError;

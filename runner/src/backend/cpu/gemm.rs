@@ -1,0 +1,131 @@
+//! Deterministic strided GEMM for the CPU backend, on top of the `gemm` crate.
+//!
+//! `C[m, n] (+)= A[m, k] B[k, n]` with arbitrary element strides for A and B and a row-major C.
+//! The output is cut into fixed tiles of [`TILE_M`] x [`TILE_N`] (a function of the shape
+//! only, never of the thread count); each tile is one single-threaded `gemm` call
+//! (`Parallelism::None`), and tiles run in parallel on the current rayon pool. A tile's
+//! arithmetic (its k-blocking, its microkernel) depends only on the tile's shape, and no two
+//! tiles share an output element, so the result is bitwise the same for 1 or 64 threads.
+//!
+//! This is not a general BLAS: no alpha/beta beyond "overwrite or accumulate", row-major C only.
+
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+use crate::scalar::Real;
+
+/// Output rows per tile.
+pub const TILE_M: usize = 64;
+/// Output columns per tile.
+pub const TILE_N: usize = 256;
+
+/// A strided read-only matrix operand: element `(i, j)` is at `data[i * rs + j * cs]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Mat<'a, F> {
+    /// Backing storage.
+    pub data: &'a [F],
+    /// Row stride in elements.
+    pub rs: usize,
+    /// Column stride in elements.
+    pub cs: usize,
+}
+
+impl<'a, F> Mat<'a, F> {
+    /// Row-major `[rows, cols]` stored contiguously (`cols` is the row stride).
+    pub fn rows(data: &'a [F], cols: usize) -> Self {
+        Self {
+            data,
+            rs: cols,
+            cs: 1,
+        }
+    }
+    /// The transpose of a row-major `[rows, cols]` matrix, seen as `[cols, rows]`.
+    pub fn transposed(data: &'a [F], cols: usize) -> Self {
+        Self {
+            data,
+            rs: 1,
+            cs: cols,
+        }
+    }
+    fn max_index(&self, rows: usize, cols: usize) -> usize {
+        (rows - 1) * self.rs + (cols - 1) * self.cs
+    }
+}
+
+/// A raw output pointer shared by tiles that write disjoint elements.
+#[derive(Clone, Copy)]
+struct OutPtr<F>(*mut F);
+// SAFETY: tiles write disjoint index sets of one live `&mut [F]` (see `gemm_into`), so sending
+// the pointer to worker threads cannot create overlapping writes.
+unsafe impl<F: Send> Send for OutPtr<F> {}
+unsafe impl<F: Send> Sync for OutPtr<F> {}
+
+/// `c[i*ldc + j] (+)= sum_p a(i, p) b(p, j)` for `i < m`, `j < n`, tiled and parallel.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_into<F: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    c: &mut [F],
+    ldc: usize,
+    a: Mat<'_, F>,
+    b: Mat<'_, F>,
+    accumulate: bool,
+    parallel: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!((m - 1) * ldc + n <= c.len(), "gemm: C too small");
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                c[i * ldc..i * ldc + n].fill(F::ZERO);
+            }
+        }
+        return;
+    }
+    assert!(a.max_index(m, k) < a.data.len(), "gemm: A too small");
+    assert!(b.max_index(k, n) < b.data.len(), "gemm: B too small");
+    let tiles_m = m.div_ceil(TILE_M);
+    let tiles_n = n.div_ceil(TILE_N);
+    let out = OutPtr(c.as_mut_ptr());
+    let tile = move |t: usize| {
+        let (ti, tj) = (t / tiles_n, t % tiles_n);
+        let (i0, j0) = (ti * TILE_M, tj * TILE_N);
+        let (mm, nn) = (TILE_M.min(m - i0), TILE_N.min(n - j0));
+        let out = out;
+        // SAFETY: all indices were bounds-checked above for the whole product; this tile
+        // reads A rows i0..i0+mm, B columns j0..j0+nn and writes only C[i0.., j0..] of its own
+        // tile, disjoint from every other tile's.
+        unsafe {
+            gemm::gemm(
+                mm,
+                nn,
+                k,
+                out.0.add(i0 * ldc + j0),
+                1,
+                ldc as isize,
+                accumulate,
+                a.data.as_ptr().add(i0 * a.rs),
+                a.cs as isize,
+                a.rs as isize,
+                b.data.as_ptr().add(j0 * b.cs),
+                b.cs as isize,
+                b.rs as isize,
+                F::ONE,
+                F::ONE,
+                false,
+                false,
+                false,
+                Parallelism::None,
+            );
+        }
+    };
+    let tiles = tiles_m * tiles_n;
+    if parallel && tiles > 1 {
+        (0..tiles).into_par_iter().for_each(tile);
+    } else {
+        (0..tiles).for_each(tile);
+    }
+}

@@ -1,0 +1,466 @@
+//! The backend boundary: the op-level trait every compute backend implements, and the types
+//! that cross it. The model ([`crate::model`]) and the trainer ([`crate::train`]) are written
+//! once against [`Backend`]; a backend only supplies kernels and memory.
+//!
+//! Design (candle's `BackendStorage`/`BackendDevice`, llm.c's one-forward-one-backward-per-op):
+//! - every op is a forward kernel and a backward kernel with the same shape legend;
+//! - buffers are opaque ([`Backend::Buf`] for floats, [`Backend::Ids`] for `u32` indices) and
+//!   live wherever the backend keeps them; only small per-step values cross to the host
+//!   (scalar losses, per-expert counts, router scores for the balancing update);
+//! - the CPU kernels in [`cpu`] are the reference twins: a new backend is checked op by op
+//!   against them within stated tolerances;
+//! - each backend reports the BLAKE3 of every kernel source it ran ([`KernelSource`]), which
+//!   goes into the run record so a ledger entry proves which kernels a run used.
+//!
+//! Shape legend used in every doc comment here: `B` batch, `T` sequence length, `C` d_model,
+//! `H` heads, `D = C / H` head size, `N = B*T` tokens, `V` vocab, `E` experts, `K` top-k,
+//! `F` d_expert, `S` kept expert assignments (slots) after routing.
+//!
+//! Not here: what the model is (that is [`crate::model`]), optimisation policy, data, I/O.
+//! Backend choice for the CLI is [`BackendKind`]; the CUDA backend (issue 5) is not built yet
+//! and [`select`] says so instead of failing later.
+
+pub mod cpu;
+
+use std::fmt;
+
+use crate::error::RunnerError;
+use crate::scalar::Real;
+
+/// Which backend a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// The CPU reference backend (deterministic for any thread count).
+    Cpu,
+    /// The CUDA backend (issue 5).
+    Cuda,
+}
+
+impl BackendKind {
+    /// Name as written in run records and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Cuda => "cuda",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the user asked for on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendRequest {
+    /// CUDA when built and present, else CPU.
+    Auto,
+    /// The CPU backend.
+    Cpu,
+    /// The CUDA backend, or an error saying why it is not available.
+    Cuda,
+}
+
+/// Resolve a request to a backend that can run here. `auto` falls back to CPU; an explicit
+/// `cuda` request fails with [`RunnerError::BackendUnavailable`] until issue 5 lands.
+pub fn select(request: BackendRequest) -> Result<BackendKind, RunnerError> {
+    match request {
+        BackendRequest::Auto | BackendRequest::Cpu => Ok(BackendKind::Cpu),
+        BackendRequest::Cuda => Err(RunnerError::BackendUnavailable {
+            backend: "cuda",
+            reason: "this binary was not built with the CUDA backend (issue 5); \
+                     use --backend cpu or --backend auto"
+                .into(),
+        }),
+    }
+}
+
+/// The BLAKE3 of one kernel source file a backend ran, for the run record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KernelSource {
+    /// Source name, e.g. `cpu/attention.rs` or `kernels/attention.cu`.
+    pub name: String,
+    /// `blake3:<hex>` of the source bytes.
+    pub blake3: String,
+}
+
+/// How router logits become scores (mirrors the spec's `ScoreFn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScoreKind {
+    /// `s = softmax(logits)` over experts.
+    Softmax,
+    /// `s = sigmoid(logits)` per expert.
+    Sigmoid,
+}
+
+/// Rows per weight group for a (grouped) linear layer: group `g` multiplies the next
+/// `rows[g]` input rows by weight matrix `first + g` of a `[G, out_dim, in_dim]` tensor.
+/// A dense layer is one group over all `N` rows with `first = 0`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Groups {
+    /// Rows in each group, in order; they tile the input rows.
+    pub rows: Vec<usize>,
+    /// Index of the first weight matrix used.
+    pub first: usize,
+    /// Input features (`in_dim`).
+    pub in_dim: usize,
+    /// Output features (`out_dim`).
+    pub out_dim: usize,
+}
+
+impl Groups {
+    /// One dense `[out_dim, in_dim]` weight over `n` rows.
+    pub fn dense(n: usize, in_dim: usize, out_dim: usize) -> Self {
+        Self {
+            rows: vec![n],
+            first: 0,
+            in_dim,
+            out_dim,
+        }
+    }
+
+    /// Total rows.
+    pub fn total_rows(&self) -> usize {
+        self.rows.iter().sum()
+    }
+}
+
+/// Attention dimensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttnDims {
+    /// Batch `B`.
+    pub b: usize,
+    /// Sequence length `T`.
+    pub t: usize,
+    /// Heads `H`.
+    pub h: usize,
+    /// Head size `D`.
+    pub d: usize,
+}
+
+/// The result of routing one layer's tokens (top-k on biased scores, stable sort by expert,
+/// optional capacity). Index buffers live on the backend; counts come back to the host because
+/// the grouped matmuls need them as shapes.
+#[derive(Debug)]
+pub struct Routing<B: Backend + ?Sized> {
+    /// Choices per token `K`.
+    pub top_k: usize,
+    /// `[N*K]` chosen expert of token `n`'s `j`-th choice (choices in descending biased score,
+    /// ties to the lower expert index).
+    pub token_expert: B::Ids,
+    /// `[N*K]` slot (row of the sorted buffer) of token `n`'s `j`-th choice, or
+    /// [`DROPPED`] when the capacity limit dropped it.
+    pub token_slot: B::Ids,
+    /// `[S]` assignment `n*K + j` held by each sorted slot: slots are grouped by expert
+    /// (expert 0 first), and within an expert by ascending assignment (a stable sort).
+    pub slot_assignment: B::Ids,
+    /// `[N*K]` combine weights: the unbiased scores of the chosen experts, renormalised to sum
+    /// to 1 over the K choices and multiplied by `combine_scale`. Dropped choices keep their
+    /// weight here but contribute nothing.
+    pub weights: B::Buf,
+    /// Kept slots per expert (the grouped matmuls' row counts); sums to `S`.
+    pub expert_rows: Vec<usize>,
+    /// Assignments per expert before the capacity limit (the load the balancer sees).
+    pub expert_load: Vec<u64>,
+    /// Assignments dropped by the capacity limit.
+    pub dropped: u64,
+}
+
+/// Marker in [`Routing::token_slot`] for a dropped assignment.
+pub const DROPPED: u32 = u32::MAX;
+
+/// Per-row loss sums from the fused cross-entropy kernel.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CrossEntropySums {
+    /// `sum_n -log softmax(logits_n)[target_n]` (nats).
+    pub cross_entropy: f64,
+    /// `sum_n logsumexp(logits_n)^2`.
+    pub z: f64,
+}
+
+/// AdamW hyperparameters for one update (already scheduled: `lr` is this step's rate).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamW {
+    /// Learning rate of this step.
+    pub lr: f64,
+    /// First-moment decay.
+    pub beta1: f64,
+    /// Second-moment decay.
+    pub beta2: f64,
+    /// Denominator epsilon.
+    pub eps: f64,
+    /// Decoupled weight decay (0 for norms and biases).
+    pub weight_decay: f64,
+    /// 1-based step number, for bias correction.
+    pub step: u64,
+    /// Multiplier applied to the gradient first (global-norm clipping).
+    pub grad_scale: f64,
+}
+
+/// One compute backend: memory plus a forward and a backward kernel per op.
+///
+/// Every reduction must be over fixed blocks in a fixed order (never "however many threads"),
+/// so results do not depend on parallelism; and no kernel may use float atomics.
+/// Accumulating kernels say so (`+=`); the rest overwrite their outputs.
+pub trait Backend: Send + Sync {
+    /// Element type of float buffers on this backend.
+    type F: Real;
+    /// A float buffer.
+    type Buf: Send + Sync;
+    /// A `u32` index buffer.
+    type Ids: Send + Sync;
+
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+    /// A one-line description for run records (device, threads).
+    fn describe(&self) -> String;
+    /// The BLAKE3 of every kernel source this backend runs.
+    fn kernel_sources(&self) -> Vec<KernelSource>;
+
+    // ---- memory ----
+    /// A zero-filled buffer of `n` elements.
+    fn zeros(&self, n: usize) -> Self::Buf;
+    /// Copy host values to a new buffer.
+    fn upload(&self, host: &[Self::F]) -> Self::Buf;
+    /// Copy host indices to a new buffer.
+    fn upload_ids(&self, host: &[u32]) -> Self::Ids;
+    /// Copy a buffer to the host.
+    fn download(&self, buf: &Self::Buf) -> Vec<Self::F>;
+    /// Copy an index buffer to the host.
+    fn download_ids(&self, ids: &Self::Ids) -> Vec<u32>;
+    /// A copy of a buffer, on the same device.
+    fn duplicate(&self, buf: &Self::Buf) -> Self::Buf;
+    /// Set every element to zero.
+    fn fill_zero(&self, buf: &mut Self::Buf);
+    /// Number of elements.
+    fn len(&self, buf: &Self::Buf) -> usize;
+
+    // ---- elementwise ----
+    /// `a += b`.
+    fn add_assign(&self, a: &mut Self::Buf, b: &Self::Buf);
+    /// `buf[n, e] += row[e]` for every row of an `[N, E]` buffer.
+    fn add_row_broadcast(&self, buf: &mut Self::Buf, row: &[Self::F]);
+
+    // ---- embedding ----
+    /// `out[n, :] = wte[tokens[n], :]`; out `[N, C]`, wte `[V, C]`.
+    fn embedding_fwd(&self, out: &mut Self::Buf, wte: &Self::Buf, tokens: &Self::Ids, c: usize);
+    /// `dwte[tokens[n], :] += dout[n, :]`, summed over `n` in ascending order.
+    fn embedding_bwd(&self, dwte: &mut Self::Buf, dout: &Self::Buf, tokens: &Self::Ids, c: usize);
+
+    // ---- RMSNorm ----
+    /// `out = x * rstd * w` with `rstd[n] = 1 / sqrt(mean(x[n]^2) + eps)`; x, out `[N, C]`,
+    /// w `[C]`, rstd `[N]` cached for backward.
+    fn rmsnorm_fwd(
+        &self,
+        out: &mut Self::Buf,
+        rstd: &mut Self::Buf,
+        x: &Self::Buf,
+        w: &Self::Buf,
+        c: usize,
+        eps: f64,
+    );
+    /// `dx += ...`, `dw += ...` for [`Backend::rmsnorm_fwd`].
+    #[allow(clippy::too_many_arguments)]
+    fn rmsnorm_bwd(
+        &self,
+        dx: &mut Self::Buf,
+        dw: &mut Self::Buf,
+        dout: &Self::Buf,
+        x: &Self::Buf,
+        w: &Self::Buf,
+        rstd: &Self::Buf,
+        c: usize,
+    );
+
+    // ---- (grouped) linear: the only matmuls of the model ----
+    /// `out[rows_g, :] = inp[rows_g, :] @ W[first+g]^T`; inp `[R, in]`, W `[G, out, in]`,
+    /// out `[R, out]`.
+    fn linear_fwd(&self, out: &mut Self::Buf, inp: &Self::Buf, w: &Self::Buf, groups: &Groups);
+    /// `dinp[rows_g, :] (+)= dout[rows_g, :] @ W[first+g]`; `accumulate` chooses `+=` or `=`.
+    fn linear_bwd_data(
+        &self,
+        dinp: &mut Self::Buf,
+        dout: &Self::Buf,
+        w: &Self::Buf,
+        groups: &Groups,
+        accumulate: bool,
+    );
+    /// `dW[first+g] += dout[rows_g, :]^T @ inp[rows_g, :]`.
+    fn linear_bwd_weight(
+        &self,
+        dw: &mut Self::Buf,
+        dout: &Self::Buf,
+        inp: &Self::Buf,
+        groups: &Groups,
+    );
+
+    // ---- attention ----
+    /// Split `qkv [B, T, 3C]` into `q, k, v [B, H, T, D]`, rotating q and k by RoPE with the
+    /// tables `cos, sin [T, D/2]` (pairs `(i, i + D/2)`).
+    #[allow(clippy::too_many_arguments)]
+    fn qkv_rope_fwd(
+        &self,
+        q: &mut Self::Buf,
+        k: &mut Self::Buf,
+        v: &mut Self::Buf,
+        qkv: &Self::Buf,
+        cos: &Self::Buf,
+        sin: &Self::Buf,
+        dims: AttnDims,
+    );
+    /// Inverse of [`Backend::qkv_rope_fwd`] for gradients: `dqkv = ...` (overwrites).
+    #[allow(clippy::too_many_arguments)]
+    fn qkv_rope_bwd(
+        &self,
+        dqkv: &mut Self::Buf,
+        dq: &Self::Buf,
+        dk: &Self::Buf,
+        dv: &Self::Buf,
+        cos: &Self::Buf,
+        sin: &Self::Buf,
+        dims: AttnDims,
+    );
+    /// Causal softmax attention per (b, h): `P = softmax(q k^T / sqrt(D) + mask)`,
+    /// `out = P v`; q, k, v, out `[B, H, T, D]`; probs `[B, H, T, T]` cached for backward.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_fwd(
+        &self,
+        out: &mut Self::Buf,
+        probs: &mut Self::Buf,
+        q: &Self::Buf,
+        k: &Self::Buf,
+        v: &Self::Buf,
+        dims: AttnDims,
+    );
+    /// Gradients of [`Backend::attention_fwd`] (overwrites dq, dk, dv).
+    #[allow(clippy::too_many_arguments)]
+    fn attention_bwd(
+        &self,
+        dq: &mut Self::Buf,
+        dk: &mut Self::Buf,
+        dv: &mut Self::Buf,
+        dout: &Self::Buf,
+        probs: &Self::Buf,
+        q: &Self::Buf,
+        k: &Self::Buf,
+        v: &Self::Buf,
+        dims: AttnDims,
+    );
+    /// `[B, H, T, D] -> [B, T, C]` (head h at columns `h*D..(h+1)*D`).
+    fn merge_heads_fwd(&self, out: &mut Self::Buf, y: &Self::Buf, dims: AttnDims);
+    /// `[B, T, C] -> [B, H, T, D]`, the backward of [`Backend::merge_heads_fwd`].
+    fn merge_heads_bwd(&self, dy: &mut Self::Buf, dout: &Self::Buf, dims: AttnDims);
+
+    // ---- SwiGLU ----
+    /// `out[r, i] = silu(h[r, i]) * h[r, F + i]`; h `[R, 2F]` (gate then up), out `[R, F]`.
+    fn swiglu_fwd(&self, out: &mut Self::Buf, h: &Self::Buf, f: usize);
+    /// `dh = ...` (overwrites) for [`Backend::swiglu_fwd`].
+    fn swiglu_bwd(&self, dh: &mut Self::Buf, dout: &Self::Buf, h: &Self::Buf, f: usize);
+
+    // ---- router ----
+    /// `scores = softmax(logits)` per row or `sigmoid(logits)` elementwise; `[N, E]`.
+    fn router_scores_fwd(
+        &self,
+        scores: &mut Self::Buf,
+        logits: &Self::Buf,
+        e: usize,
+        kind: ScoreKind,
+    );
+    /// `dlogits = ...` (overwrites) for [`Backend::router_scores_fwd`].
+    fn router_scores_bwd(
+        &self,
+        dlogits: &mut Self::Buf,
+        dscores: &Self::Buf,
+        scores: &Self::Buf,
+        e: usize,
+        kind: ScoreKind,
+    );
+    /// Router z-loss: returns `sum_n logsumexp(logits_n)^2` and adds
+    /// `coef_per_token * d/dlogits (lse^2)` into `dlogits` when it is given.
+    fn router_z_loss(
+        &self,
+        dlogits: Option<&mut Self::Buf>,
+        logits: &Self::Buf,
+        e: usize,
+        coef_per_token: f64,
+    ) -> f64;
+    /// Top-k of `scores + bias` per token, combine weights from the unbiased scores
+    /// (renormalised, times `combine_scale`), stable sort of assignments by expert, and an
+    /// optional per-expert `capacity` (assignments past it, in token order, are dropped).
+    fn route(
+        &self,
+        scores: &Self::Buf,
+        bias: &[f64],
+        top_k: usize,
+        combine_scale: f64,
+        capacity: Option<usize>,
+    ) -> Routing<Self>;
+    /// Backward of the combine weights: `dscores +=` the gradient through the
+    /// renormalisation, from `dweights [N*K]`.
+    fn route_weights_bwd(
+        &self,
+        dscores: &mut Self::Buf,
+        dweights: &Self::Buf,
+        scores: &Self::Buf,
+        routing: &Routing<Self>,
+        combine_scale: f64,
+    );
+
+    // ---- dispatch / combine ----
+    /// `xs[s, :] = x[slot_assignment[s] / K, :]`; x `[N, C]`, xs `[S, C]`.
+    fn dispatch_fwd(&self, xs: &mut Self::Buf, x: &Self::Buf, routing: &Routing<Self>, c: usize);
+    /// `dx[n, :] += sum_j dxs[token_slot[n, j], :]`, the K slots summed in order j = 0..K.
+    fn dispatch_bwd(&self, dx: &mut Self::Buf, dxs: &Self::Buf, routing: &Routing<Self>, c: usize);
+    /// `out[n, :] (+)= sum_j weights[n, j] * y[token_slot[n, j], :]` in order j = 0..K;
+    /// `accumulate` chooses `+=` (after shared experts) or `=`.
+    fn combine_fwd(
+        &self,
+        out: &mut Self::Buf,
+        y: &Self::Buf,
+        routing: &Routing<Self>,
+        c: usize,
+        accumulate: bool,
+    );
+    /// `dy[slot] = weights[n, j] * dout[n]` and `dweights[n, j] = dout[n] . y[slot]`
+    /// (both overwrite; dropped choices get 0).
+    fn combine_bwd(
+        &self,
+        dy: &mut Self::Buf,
+        dweights: &mut Self::Buf,
+        dout: &Self::Buf,
+        y: &Self::Buf,
+        routing: &Routing<Self>,
+        c: usize,
+    );
+
+    // ---- loss ----
+    /// Fused softmax cross-entropy (+ z-loss) over `logits [N, V]` with `targets [N]`.
+    /// Returns the sums; when `grad_scale` is given, overwrites `logits` with
+    /// `grad_scale * d(ce + z_coef * lse^2)/dlogits` (the llm.c in-place trick).
+    fn cross_entropy(
+        &self,
+        logits: &mut Self::Buf,
+        targets: &Self::Ids,
+        v: usize,
+        z_coef: f64,
+        grad_scale: Option<f64>,
+    ) -> CrossEntropySums;
+
+    // ---- optimiser ----
+    /// `sum(buf^2)` reduced over fixed blocks in a fixed order, in f64.
+    fn sum_squares(&self, buf: &Self::Buf) -> f64;
+    /// One AdamW update of `param` from `grad`, updating the moments `m`, `v`.
+    fn adamw(
+        &self,
+        param: &mut Self::Buf,
+        grad: &Self::Buf,
+        m: &mut Self::Buf,
+        v: &mut Self::Buf,
+        hp: &AdamW,
+    );
+
+    /// Run `f` inside this backend's execution context (the CPU backend's thread pool).
+    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R;
+}

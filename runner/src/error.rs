@@ -1,0 +1,90 @@
+//! The runner's error type. Errors say what went wrong, with which value, and how to fix it.
+//!
+//! Run *outcomes* (diverged, budget exceeded, cancelled) are not errors: they are
+//! [`crate::train::RunOutcome`]s carrying metrics. These are the failures that stop a run from
+//! starting or continuing at all (bad input, I/O, an unavailable backend).
+
+use std::path::PathBuf;
+
+/// Everything that can fail in the runner.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    /// The requested backend cannot run here.
+    #[error("backend `{backend}` is not available: {reason}")]
+    BackendUnavailable {
+        /// Backend name.
+        backend: &'static str,
+        /// Why, and what to use instead.
+        reason: String,
+    },
+    /// The backend could not start (threads, device).
+    #[error("backend error: {0}")]
+    Backend(String),
+    /// The spec asks for something this runner does not support.
+    #[error("unsupported spec: {field} = {value}: {fix}")]
+    Unsupported {
+        /// Field path, e.g. `model.vocab`.
+        field: &'static str,
+        /// The offending value.
+        value: String,
+        /// What would work.
+        fix: String,
+    },
+    /// A corpus named by the spec is not in the store.
+    #[error("corpus {hash} not found under {dir}: import it first (`glassbox data import`)")]
+    CorpusMissing {
+        /// The corpus hash.
+        hash: String,
+        /// Where it was looked for.
+        dir: PathBuf,
+    },
+    /// A corpus's bytes do not hash to its name.
+    #[error("corpus {hash} at {path} is corrupt: its bytes hash to {actual}")]
+    CorpusCorrupt {
+        /// Expected hash.
+        hash: String,
+        /// File read.
+        path: PathBuf,
+        /// Hash of what was read.
+        actual: String,
+    },
+    /// A corpus is too short to cut training or held-out windows from.
+    #[error(
+        "domain `{domain}`: corpus has {bytes} bytes; at least {needed} are needed for seq_len windows in both the training and held-out parts"
+    )]
+    CorpusTooSmall {
+        /// Domain name.
+        domain: String,
+        /// Corpus size.
+        bytes: usize,
+        /// Minimum size.
+        needed: usize,
+    },
+    /// A checkpoint cannot be read or does not fit the spec.
+    #[error("checkpoint {path}: {reason}")]
+    Checkpoint {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// File-system error.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RunnerError {
+    /// An I/O error with context.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        RunnerError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,837 @@
+//! The MoE transformer of DESIGN.md ("The model the runner trains"), written once against the
+//! [`Backend`] trait: parameter layout and init, the forward pass with its caches, the hand
+//! written backward pass, and the loss terms.
+//!
+//! Shape legend: `B` batch, `T` seq, `N = B T` tokens, `C` d_model, `H` heads, `D = C/H`,
+//! `V` vocab, `E` routed experts, `K` top-k, `F` d_expert, `S` kept slots, `Sh` shared experts.
+//!
+//! ```text
+//! x = wte[tokens]                                                     [N, C]
+//! per layer:  a = rmsnorm(x) ; qkv = a Wqkv^T ; q,k = rope(q,k)
+//!             x = x + merge(attn(q, k, v)) Wo^T
+//!             m = rmsnorm(x) ; s = score(m Wr^T) ; route top-k on s + bias
+//!             x = x + sum_j w_j SwiGLU_{e_j}(m) + sum_sh SwiGLU_sh(m)
+//! logits = rmsnorm(x) Wlm^T ; loss = CE + z * lse^2 + router terms
+//! ```
+//! Loss terms: `train/cross_entropy_loss` (mean CE), `z_loss * mean(lse^2)` on final logits,
+//! per layer `router_z_loss * mean(lse_router^2)` and, for `switch_aux_loss`,
+//! `coef * E * sum_i f_i P_i` (f: fraction of assignments, no gradient; P: mean score).
+//! Not here: the optimiser, balancing bias updates and data (see [`crate::train`]).
+
+use glassbox_schemas::spec::{Balancing, ExperimentSpec, ScoreFn, Tokenizer};
+
+use crate::backend::{AttnDims, Backend, Groups, Routing, ScoreKind};
+use crate::error::RunnerError;
+use crate::rng::{SplitMix64, derive};
+use crate::scalar::Real;
+
+/// Stream key for parameter init (see [`crate::rng::derive`]).
+const INIT_STREAM: u64 = 0x494e_4954; // "INIT"
+/// Standard deviation of weight init (GPT-2).
+const INIT_STD: f64 = 0.02;
+
+/// Model hyperparameters, resolved from a spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelDims {
+    /// Vocab `V`.
+    pub vocab: usize,
+    /// Width `C`.
+    pub d_model: usize,
+    /// Layers `L`.
+    pub n_layers: usize,
+    /// Heads `H`.
+    pub n_heads: usize,
+    /// Context `T`.
+    pub seq_len: usize,
+    /// Routed experts `E`.
+    pub n_experts: usize,
+    /// Top-k `K`.
+    pub top_k: usize,
+    /// Expert width `F`.
+    pub d_expert: usize,
+    /// Shared experts.
+    pub n_shared: usize,
+    /// RoPE base.
+    pub rope_theta: f64,
+    /// RMSNorm epsilon.
+    pub norm_eps: f64,
+    /// Router score function.
+    pub score: ScoreKind,
+    /// Combine weight multiplier.
+    pub combine_scale: f64,
+    /// Capacity factor (None: dropless).
+    pub capacity_factor: Option<f64>,
+    /// Router z-loss coefficient.
+    pub router_z_loss: f64,
+    /// Final-logit z-loss coefficient.
+    pub z_loss: f64,
+    /// Switch auxiliary loss coefficient, when that balancing method is chosen.
+    pub switch_coef: Option<f64>,
+}
+
+impl ModelDims {
+    /// Resolve and check a spec's model (schema validation already ran; these are the rules
+    /// this runner adds).
+    pub fn from_spec(spec: &ExperimentSpec) -> Result<Self, RunnerError> {
+        let m = &spec.model;
+        let Tokenizer::Bytes = spec.data.tokenizer;
+        if m.vocab != 256 {
+            return Err(RunnerError::Unsupported {
+                field: "model.vocab",
+                value: m.vocab.to_string(),
+                fix: "the bytes tokenizer needs vocab = 256".into(),
+            });
+        }
+        if m.d_model % m.n_heads != 0 || (m.d_model / m.n_heads) % 2 != 0 {
+            return Err(RunnerError::Unsupported {
+                field: "model.n_heads",
+                value: m.n_heads.to_string(),
+                fix: format!(
+                    "n_heads must divide d_model = {} into an even head size",
+                    m.d_model
+                ),
+            });
+        }
+        if m.moe.top_k > m.moe.n_experts {
+            return Err(RunnerError::Unsupported {
+                field: "model.moe.top_k",
+                value: m.moe.top_k.to_string(),
+                fix: format!("at most n_experts = {}", m.moe.n_experts),
+            });
+        }
+        Ok(Self {
+            vocab: m.vocab as usize,
+            d_model: m.d_model as usize,
+            n_layers: m.n_layers as usize,
+            n_heads: m.n_heads as usize,
+            seq_len: m.seq_len as usize,
+            n_experts: m.moe.n_experts as usize,
+            top_k: m.moe.top_k as usize,
+            d_expert: m.moe.d_expert as usize,
+            n_shared: m.moe.n_shared as usize,
+            rope_theta: m.rope_theta,
+            norm_eps: m.norm_eps,
+            score: match m.moe.score {
+                ScoreFn::Softmax => ScoreKind::Softmax,
+                ScoreFn::Sigmoid => ScoreKind::Sigmoid,
+            },
+            combine_scale: m.moe.combine_scale,
+            capacity_factor: m.moe.capacity_factor,
+            router_z_loss: m.moe.router_z_loss,
+            z_loss: spec.train.z_loss,
+            switch_coef: match m.moe.balancing {
+                Balancing::SwitchAuxLoss { coef } => Some(coef),
+                _ => None,
+            },
+        })
+    }
+
+    /// Expert capacity for `n` tokens: `ceil(cf * n K / E)`, or None when dropless.
+    pub fn capacity(&self, n: usize) -> Option<usize> {
+        self.capacity_factor.map(|cf| {
+            ((cf * (n * self.top_k) as f64 / self.n_experts as f64).ceil() as usize).max(1)
+        })
+    }
+}
+
+/// One parameter tensor's description.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamInfo {
+    /// Name, e.g. `layers.0.attn.wqkv` (checkpoint tensor names).
+    pub name: String,
+    /// Shape, row-major.
+    pub shape: Vec<usize>,
+    /// Whether weight decay applies (matrices yes; norm gains no).
+    pub decay: bool,
+    /// Init: `Some(std)` for normal(0, std), `None` for ones (norm gains).
+    pub init_std: Option<f64>,
+}
+
+impl ParamInfo {
+    /// Element count.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// Indices of one layer's tensors in [`Model::params`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LayerIx {
+    ln1: usize,
+    wqkv: usize,
+    wo: usize,
+    ln2: usize,
+    router: usize,
+    w13: usize,
+    w2: usize,
+    ws13: usize,
+    ws2: usize,
+}
+
+/// The model: dims, parameter layout, RoPE tables. Parameters themselves are passed in, so the
+/// same model serves training, evaluation and the gradient checks.
+#[derive(Debug)]
+pub struct Model {
+    /// Hyperparameters.
+    pub dims: ModelDims,
+    /// Parameter layout, in checkpoint order.
+    pub params: Vec<ParamInfo>,
+    layers: Vec<LayerIx>,
+    wte: usize,
+    lnf: usize,
+    lm_head: usize,
+    cos: Vec<f64>,
+    sin: Vec<f64>,
+}
+
+/// Per-layer router statistics of one forward pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerStats {
+    /// Assignments per expert (before capacity).
+    pub load: Vec<u64>,
+    /// Assignments dropped by capacity.
+    pub dropped: u64,
+    /// Mean over tokens of the entropy (nats) of the normalised router scores.
+    pub routing_entropy: f64,
+    /// `E sum_i f_i P_i` (the Switch load-balancing loss before its coefficient).
+    pub load_balancing: f64,
+    /// Mean over tokens of `logsumexp(router logits)^2`.
+    pub router_z: f64,
+    /// Per-expert upper `(1 - K/E)` quantile of `score + bias - threshold` (quantile method).
+    pub quantile_offset: Vec<f64>,
+}
+
+/// Losses and statistics of one forward pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PassStats {
+    /// Mean cross-entropy (nats/token).
+    pub cross_entropy: f64,
+    /// `z_loss * mean(lse^2)` on final logits.
+    pub z_loss: f64,
+    /// Sum over layers of `router_z_loss * mean(lse_router^2)`.
+    pub router_z_loss: f64,
+    /// Sum over layers of `coef * E sum f P` (0 unless switch_aux_loss).
+    pub aux_loss: f64,
+    /// Per layer.
+    pub layers: Vec<LayerStats>,
+}
+
+impl PassStats {
+    /// The optimised loss: CE + every auxiliary term.
+    pub fn total(&self) -> f64 {
+        self.cross_entropy + self.z_loss + self.router_z_loss + self.aux_loss
+    }
+}
+
+/// What backward needs from one layer's forward.
+struct LayerCache<B: Backend> {
+    x_in: B::Buf,
+    ln1: B::Buf,
+    rstd1: B::Buf,
+    q: B::Buf,
+    k: B::Buf,
+    v: B::Buf,
+    probs: B::Buf,
+    ym: B::Buf,
+    x_mid: B::Buf,
+    ln2: B::Buf,
+    rstd2: B::Buf,
+    router_logits: B::Buf,
+    scores: B::Buf,
+    routing: Routing<B>,
+    xs: B::Buf,
+    h: B::Buf,
+    a: B::Buf,
+    ye: B::Buf,
+    shared: Vec<(B::Buf, B::Buf)>,
+    /// `coef E f_i / N`: the switch loss's gradient on every row's scores (empty if unused).
+    aux_grad: Vec<f64>,
+}
+
+impl Model {
+    /// Lay out the parameters of `dims`.
+    pub fn new(dims: ModelDims) -> Self {
+        let (v, c, e, f, sh) = (
+            dims.vocab,
+            dims.d_model,
+            dims.n_experts,
+            dims.d_expert,
+            dims.n_shared,
+        );
+        let out_std = INIT_STD / (2.0 * dims.n_layers as f64).sqrt();
+        let mut params = Vec::new();
+        let mut push = |name: String, shape: Vec<usize>, decay: bool, init_std: Option<f64>| {
+            params.push(ParamInfo {
+                name,
+                shape,
+                decay,
+                init_std,
+            });
+            params.len() - 1
+        };
+        let wte = push("wte".into(), vec![v, c], true, Some(INIT_STD));
+        let mut layers = Vec::new();
+        for l in 0..dims.n_layers {
+            let p = |s: &str| format!("layers.{l}.{s}");
+            layers.push(LayerIx {
+                ln1: push(p("ln1"), vec![c], false, None),
+                wqkv: push(p("attn.wqkv"), vec![3 * c, c], true, Some(INIT_STD)),
+                wo: push(p("attn.wo"), vec![c, c], true, Some(out_std)),
+                ln2: push(p("ln2"), vec![c], false, None),
+                router: push(p("moe.router"), vec![e, c], true, Some(INIT_STD)),
+                w13: push(p("moe.w13"), vec![e, 2 * f, c], true, Some(INIT_STD)),
+                w2: push(p("moe.w2"), vec![e, c, f], true, Some(out_std)),
+                ws13: push(
+                    p("moe.shared_w13"),
+                    vec![sh, 2 * f, c],
+                    true,
+                    Some(INIT_STD),
+                ),
+                ws2: push(p("moe.shared_w2"), vec![sh, c, f], true, Some(out_std)),
+            });
+        }
+        let lnf = push("lnf".into(), vec![c], false, None);
+        let lm_head = push("lm_head".into(), vec![v, c], true, Some(INIT_STD));
+        // RoPE tables [T, D/2]: angle t * theta^(-2i/D).
+        let (t, d) = (dims.seq_len, dims.d_model / dims.n_heads);
+        let mut cos = Vec::with_capacity(t * d / 2);
+        let mut sin = Vec::with_capacity(t * d / 2);
+        for pos in 0..t {
+            for i in 0..d / 2 {
+                let freq = dims.rope_theta.powf(-2.0 * i as f64 / d as f64);
+                let ang = pos as f64 * freq;
+                cos.push(ang.cos());
+                sin.push(ang.sin());
+            }
+        }
+        Self {
+            dims,
+            params,
+            layers,
+            wte,
+            lnf,
+            lm_head,
+            cos,
+            sin,
+        }
+    }
+
+    /// Total parameter count.
+    pub fn num_params(&self) -> usize {
+        self.params.iter().map(ParamInfo::numel).sum()
+    }
+
+    /// Fresh parameters: tensor `i` drawn from its own stream `derive([seed, INIT, i])`.
+    pub fn init_params<B: Backend>(&self, be: &B, seed: u64) -> Vec<B::Buf> {
+        self.params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let host: Vec<B::F> = match p.init_std {
+                    None => vec![B::F::ONE; p.numel()],
+                    Some(std) => {
+                        let mut rng = SplitMix64::new(derive(&[seed, INIT_STREAM, i as u64]));
+                        (0..p.numel())
+                            .map(|_| B::F::from_f64(rng.normal() * std))
+                            .collect()
+                    }
+                };
+                be.upload(&host)
+            })
+            .collect()
+    }
+
+    /// Zero buffers shaped like the parameters (gradients, optimiser moments).
+    pub fn zeros_like_params<B: Backend>(&self, be: &B) -> Vec<B::Buf> {
+        self.params.iter().map(|p| be.zeros(p.numel())).collect()
+    }
+
+    fn attn_dims(&self, b: usize) -> AttnDims {
+        let d = &self.dims;
+        AttnDims {
+            b,
+            t: d.seq_len,
+            h: d.n_heads,
+            d: d.d_model / d.n_heads,
+        }
+    }
+
+    /// Forward only: losses and router statistics of a batch (evaluation).
+    pub fn evaluate<B: Backend>(
+        &self,
+        be: &B,
+        params: &[B::Buf],
+        bias: &[Vec<f64>],
+        tokens: &B::Ids,
+        targets: &B::Ids,
+        b: usize,
+    ) -> PassStats {
+        let (stats, _) = self.forward(be, params, bias, tokens, targets, b, false);
+        stats
+    }
+
+    /// Forward and backward: adds the gradient of [`PassStats::total`] into `grads`
+    /// (callers zero them first) and returns the forward's losses and statistics.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_backward<B: Backend>(
+        &self,
+        be: &B,
+        params: &[B::Buf],
+        grads: &mut [B::Buf],
+        bias: &[Vec<f64>],
+        tokens: &B::Ids,
+        targets: &B::Ids,
+        b: usize,
+    ) -> PassStats {
+        let (stats, cache) = self.forward(be, params, bias, tokens, targets, b, true);
+        if let Some(cache) = cache {
+            self.backward(be, params, grads, tokens, b, cache);
+        }
+        stats
+    }
+
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn forward<B: Backend>(
+        &self,
+        be: &B,
+        params: &[B::Buf],
+        bias: &[Vec<f64>],
+        tokens: &B::Ids,
+        targets: &B::Ids,
+        b: usize,
+        keep: bool,
+    ) -> (
+        PassStats,
+        Option<(Vec<LayerCache<B>>, B::Buf, B::Buf, B::Buf, B::Buf)>,
+    ) {
+        let d = &self.dims;
+        let (c, t, e, k, f, v) = (
+            d.d_model,
+            d.seq_len,
+            d.n_experts,
+            d.top_k,
+            d.d_expert,
+            d.vocab,
+        );
+        let n = b * t;
+        let ad = self.attn_dims(b);
+        let cos = be.upload(
+            &self
+                .cos
+                .iter()
+                .map(|&x| B::F::from_f64(x))
+                .collect::<Vec<_>>(),
+        );
+        let sin = be.upload(
+            &self
+                .sin
+                .iter()
+                .map(|&x| B::F::from_f64(x))
+                .collect::<Vec<_>>(),
+        );
+
+        let mut x = be.zeros(n * c);
+        be.embedding_fwd(&mut x, &params[self.wte], tokens, c);
+        let mut caches = Vec::with_capacity(d.n_layers);
+        let mut layer_stats = Vec::with_capacity(d.n_layers);
+        let (mut router_z_total, mut aux_total) = (0.0, 0.0);
+        for (li, ix) in self.layers.iter().enumerate() {
+            // --- attention block ---
+            let mut ln1 = be.zeros(n * c);
+            let mut rstd1 = be.zeros(n);
+            be.rmsnorm_fwd(&mut ln1, &mut rstd1, &x, &params[ix.ln1], c, d.norm_eps);
+            let mut qkv = be.zeros(n * 3 * c);
+            be.linear_fwd(
+                &mut qkv,
+                &ln1,
+                &params[ix.wqkv],
+                &Groups::dense(n, c, 3 * c),
+            );
+            let (mut q, mut kk, mut vv) = (be.zeros(n * c), be.zeros(n * c), be.zeros(n * c));
+            be.qkv_rope_fwd(&mut q, &mut kk, &mut vv, &qkv, &cos, &sin, ad);
+            drop(qkv);
+            let mut y = be.zeros(n * c);
+            let mut probs = be.zeros(b * ad.h * t * t);
+            be.attention_fwd(&mut y, &mut probs, &q, &kk, &vv, ad);
+            let mut ym = be.zeros(n * c);
+            be.merge_heads_fwd(&mut ym, &y, ad);
+            drop(y);
+            let mut ao = be.zeros(n * c);
+            be.linear_fwd(&mut ao, &ym, &params[ix.wo], &Groups::dense(n, c, c));
+            let x_in = x;
+            let mut x_mid = be.duplicate(&x_in);
+            be.add_assign(&mut x_mid, &ao);
+            drop(ao);
+
+            // --- MoE block ---
+            let mut ln2 = be.zeros(n * c);
+            let mut rstd2 = be.zeros(n);
+            be.rmsnorm_fwd(&mut ln2, &mut rstd2, &x_mid, &params[ix.ln2], c, d.norm_eps);
+            let mut router_logits = be.zeros(n * e);
+            be.linear_fwd(
+                &mut router_logits,
+                &ln2,
+                &params[ix.router],
+                &Groups::dense(n, c, e),
+            );
+            let mut scores = be.zeros(n * e);
+            be.router_scores_fwd(&mut scores, &router_logits, e, d.score);
+            let routing = be.route(&scores, &bias[li], k, d.combine_scale, d.capacity(n));
+            let s_rows: usize = routing.expert_rows.iter().sum();
+            let mut xs = be.zeros(s_rows * c);
+            be.dispatch_fwd(&mut xs, &ln2, &routing, c);
+            let eg13 = Groups {
+                rows: routing.expert_rows.clone(),
+                first: 0,
+                in_dim: c,
+                out_dim: 2 * f,
+            };
+            let eg2 = Groups {
+                rows: routing.expert_rows.clone(),
+                first: 0,
+                in_dim: f,
+                out_dim: c,
+            };
+            let mut h = be.zeros(s_rows * 2 * f);
+            be.linear_fwd(&mut h, &xs, &params[ix.w13], &eg13);
+            let mut a = be.zeros(s_rows * f);
+            be.swiglu_fwd(&mut a, &h, f);
+            let mut ye = be.zeros(s_rows * c);
+            be.linear_fwd(&mut ye, &a, &params[ix.w2], &eg2);
+            let mut moe_out = be.zeros(n * c);
+            let mut shared = Vec::with_capacity(d.n_shared);
+            for si in 0..d.n_shared {
+                let g13 = Groups {
+                    rows: vec![n],
+                    first: si,
+                    in_dim: c,
+                    out_dim: 2 * f,
+                };
+                let g2 = Groups {
+                    rows: vec![n],
+                    first: si,
+                    in_dim: f,
+                    out_dim: c,
+                };
+                let mut hs = be.zeros(n * 2 * f);
+                be.linear_fwd(&mut hs, &ln2, &params[ix.ws13], &g13);
+                let mut as_ = be.zeros(n * f);
+                be.swiglu_fwd(&mut as_, &hs, f);
+                let mut ys = be.zeros(n * c);
+                be.linear_fwd(&mut ys, &as_, &params[ix.ws2], &g2);
+                be.add_assign(&mut moe_out, &ys);
+                shared.push((hs, as_));
+            }
+            be.combine_fwd(&mut moe_out, &ye, &routing, c, true);
+            let mut x_out = be.duplicate(&x_mid);
+            be.add_assign(&mut x_out, &moe_out);
+            drop(moe_out);
+            x = x_out;
+
+            // --- router statistics and auxiliary losses (host side, O(N E)) ---
+            let rz = be.router_z_loss(None, &router_logits, e, 0.0) / n as f64;
+            router_z_total += d.router_z_loss * rz;
+            let host_scores = be.download(&scores);
+            let (ls, aux_grad) = self.layer_stats(&host_scores, &bias[li], &routing, rz);
+            if let Some(coef) = d.switch_coef {
+                aux_total += coef * ls.load_balancing;
+            }
+            layer_stats.push(ls);
+            if keep {
+                caches.push(LayerCache {
+                    x_in,
+                    ln1,
+                    rstd1,
+                    q,
+                    k: kk,
+                    v: vv,
+                    probs,
+                    ym,
+                    x_mid,
+                    ln2,
+                    rstd2,
+                    router_logits,
+                    scores,
+                    routing,
+                    xs,
+                    h,
+                    a,
+                    ye,
+                    shared,
+                    aux_grad,
+                });
+            }
+        }
+        let mut lnf = be.zeros(n * c);
+        let mut rstdf = be.zeros(n);
+        be.rmsnorm_fwd(&mut lnf, &mut rstdf, &x, &params[self.lnf], c, d.norm_eps);
+        let mut logits = be.zeros(n * v);
+        be.linear_fwd(
+            &mut logits,
+            &lnf,
+            &params[self.lm_head],
+            &Groups::dense(n, c, v),
+        );
+        let grad_scale = keep.then_some(1.0 / n as f64);
+        let sums = be.cross_entropy(&mut logits, targets, v, d.z_loss, grad_scale);
+        let stats = PassStats {
+            cross_entropy: sums.cross_entropy / n as f64,
+            z_loss: d.z_loss * sums.z / n as f64,
+            router_z_loss: router_z_total,
+            aux_loss: aux_total,
+            layers: layer_stats,
+        };
+        let cache = keep.then_some((caches, x, lnf, rstdf, logits));
+        (stats, cache)
+    }
+
+    /// Router statistics of one layer, and the switch loss's per-expert score gradient.
+    fn layer_stats<F: Real, B: Backend>(
+        &self,
+        scores: &[F],
+        bias: &[f64],
+        routing: &Routing<B>,
+        router_z: f64,
+    ) -> (LayerStats, Vec<f64>) {
+        let d = &self.dims;
+        let (e, k) = (d.n_experts, d.top_k);
+        let n = scores.len() / e;
+        // P_i: mean score; entropy of the normalised scores; threshold = K-th biased score.
+        let mut p_mean = vec![0.0f64; e];
+        let mut entropy = 0.0;
+        let mut offsets: Vec<Vec<f64>> = vec![Vec::with_capacity(n); e];
+        let mut biased = vec![0.0f64; e];
+        for row in scores.chunks(e) {
+            let z: f64 = row.iter().map(|s| s.to_f64()).sum::<f64>().max(1e-30);
+            for i in 0..e {
+                let s = row[i].to_f64();
+                p_mean[i] += s;
+                let p = s / z;
+                if p > 0.0 {
+                    entropy -= p * p.ln();
+                }
+                biased[i] = s + bias[i];
+            }
+            let mut sorted = biased.clone();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            let threshold = sorted[k - 1];
+            for i in 0..e {
+                offsets[i].push(biased[i] - threshold);
+            }
+        }
+        for p in &mut p_mean {
+            *p /= n as f64;
+        }
+        let total: u64 = routing.expert_load.iter().sum();
+        let frac: Vec<f64> = routing
+            .expert_load
+            .iter()
+            .map(|&l| l as f64 / total.max(1) as f64)
+            .collect();
+        let load_balancing = e as f64 * frac.iter().zip(&p_mean).map(|(f, p)| f * p).sum::<f64>();
+        // Quantile method: the value with round(N K / E) tokens above it, i.e. the midpoint of
+        // the two sorted values around that rank, so a balanced expert has offset ~0.
+        let want = ((n * k) as f64 / e as f64).round() as usize;
+        let quantile_offset = offsets
+            .into_iter()
+            .map(|mut col| {
+                col.sort_by(|a, b| a.total_cmp(b));
+                let hi = n.saturating_sub(want).min(n - 1);
+                if hi == 0 {
+                    col[0]
+                } else {
+                    0.5 * (col[hi - 1] + col[hi])
+                }
+            })
+            .collect();
+        let aux_grad = match d.switch_coef {
+            Some(coef) => frac
+                .iter()
+                .map(|fi| coef * e as f64 * fi / n as f64)
+                .collect(),
+            None => Vec::new(),
+        };
+        (
+            LayerStats {
+                load: routing.expert_load.clone(),
+                dropped: routing.dropped,
+                routing_entropy: entropy / n as f64,
+                load_balancing,
+                router_z,
+                quantile_offset,
+            },
+            aux_grad,
+        )
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn backward<B: Backend>(
+        &self,
+        be: &B,
+        params: &[B::Buf],
+        grads: &mut [B::Buf],
+        tokens: &B::Ids,
+        b: usize,
+        cache: (Vec<LayerCache<B>>, B::Buf, B::Buf, B::Buf, B::Buf),
+    ) {
+        let d = &self.dims;
+        let (c, t, e, f, v) = (d.d_model, d.seq_len, d.n_experts, d.d_expert, d.vocab);
+        let n = b * t;
+        let ad = self.attn_dims(b);
+        let (mut caches, x_final, lnf, rstdf, dlogits) = cache;
+        let cos = be.upload(
+            &self
+                .cos
+                .iter()
+                .map(|&x| B::F::from_f64(x))
+                .collect::<Vec<_>>(),
+        );
+        let sin = be.upload(
+            &self
+                .sin
+                .iter()
+                .map(|&x| B::F::from_f64(x))
+                .collect::<Vec<_>>(),
+        );
+
+        // Final norm and lm_head: logits = lnf Wlm^T.
+        let dense_v = Groups::dense(n, c, v);
+        let mut dlnf = be.zeros(n * c);
+        be.linear_bwd_data(&mut dlnf, &dlogits, &params[self.lm_head], &dense_v, false);
+        be.linear_bwd_weight(&mut grads[self.lm_head], &dlogits, &lnf, &dense_v);
+        drop(dlogits);
+        let mut dx = be.zeros(n * c);
+        be.rmsnorm_bwd(
+            &mut dx,
+            &mut grads[self.lnf],
+            &dlnf,
+            &x_final,
+            &params[self.lnf],
+            &rstdf,
+            c,
+        );
+
+        for (li, ix) in self.layers.iter().enumerate().rev() {
+            let Some(lc) = caches.pop() else { break };
+            debug_assert_eq!(caches.len(), li);
+            let routing = &lc.routing;
+            let s_rows: usize = routing.expert_rows.iter().sum();
+            // --- MoE block: x_out = x_mid + moe(ln2) ---
+            let mut dye = be.zeros(s_rows * c);
+            let mut dweights = be.zeros(n * d.top_k);
+            be.combine_bwd(&mut dye, &mut dweights, &dx, &lc.ye, routing, c);
+            let eg13 = Groups {
+                rows: routing.expert_rows.clone(),
+                first: 0,
+                in_dim: c,
+                out_dim: 2 * f,
+            };
+            let eg2 = Groups {
+                rows: routing.expert_rows.clone(),
+                first: 0,
+                in_dim: f,
+                out_dim: c,
+            };
+            let mut da = be.zeros(s_rows * f);
+            be.linear_bwd_data(&mut da, &dye, &params[ix.w2], &eg2, false);
+            be.linear_bwd_weight(&mut grads[ix.w2], &dye, &lc.a, &eg2);
+            drop(dye);
+            let mut dh = be.zeros(s_rows * 2 * f);
+            be.swiglu_bwd(&mut dh, &da, &lc.h, f);
+            drop(da);
+            let mut dxs = be.zeros(s_rows * c);
+            be.linear_bwd_data(&mut dxs, &dh, &params[ix.w13], &eg13, false);
+            be.linear_bwd_weight(&mut grads[ix.w13], &dh, &lc.xs, &eg13);
+            drop(dh);
+            let mut dln2 = be.zeros(n * c);
+            be.dispatch_bwd(&mut dln2, &dxs, routing, c);
+            drop(dxs);
+            for (si, (hs, as_)) in lc.shared.iter().enumerate() {
+                let g13 = Groups {
+                    rows: vec![n],
+                    first: si,
+                    in_dim: c,
+                    out_dim: 2 * f,
+                };
+                let g2 = Groups {
+                    rows: vec![n],
+                    first: si,
+                    in_dim: f,
+                    out_dim: c,
+                };
+                let mut das = be.zeros(n * f);
+                be.linear_bwd_data(&mut das, &dx, &params[ix.ws2], &g2, false);
+                be.linear_bwd_weight(&mut grads[ix.ws2], &dx, as_, &g2);
+                let mut dhs = be.zeros(n * 2 * f);
+                be.swiglu_bwd(&mut dhs, &das, hs, f);
+                be.linear_bwd_data(&mut dln2, &dhs, &params[ix.ws13], &g13, true);
+                be.linear_bwd_weight(&mut grads[ix.ws13], &dhs, &lc.ln2, &g13);
+            }
+            // Router: scores -> combine weights (and the switch loss), logits -> z-loss.
+            let mut dscores = be.zeros(n * e);
+            if !lc.aux_grad.is_empty() {
+                let row: Vec<B::F> = lc.aux_grad.iter().map(|&g| B::F::from_f64(g)).collect();
+                be.add_row_broadcast(&mut dscores, &row);
+            }
+            be.route_weights_bwd(
+                &mut dscores,
+                &dweights,
+                &lc.scores,
+                routing,
+                d.combine_scale,
+            );
+            let mut drl = be.zeros(n * e);
+            be.router_scores_bwd(&mut drl, &dscores, &lc.scores, e, d.score);
+            if d.router_z_loss > 0.0 {
+                be.router_z_loss(
+                    Some(&mut drl),
+                    &lc.router_logits,
+                    e,
+                    d.router_z_loss / n as f64,
+                );
+            }
+            let dense_e = Groups::dense(n, c, e);
+            be.linear_bwd_data(&mut dln2, &drl, &params[ix.router], &dense_e, true);
+            be.linear_bwd_weight(&mut grads[ix.router], &drl, &lc.ln2, &dense_e);
+            // dx (= d x_out) flows to x_mid unchanged, plus the norm's branch.
+            be.rmsnorm_bwd(
+                &mut dx,
+                &mut grads[ix.ln2],
+                &dln2,
+                &lc.x_mid,
+                &params[ix.ln2],
+                &lc.rstd2,
+                c,
+            );
+            // --- attention block: x_mid = x_in + merge(attn) Wo^T ---
+            let dense_c = Groups::dense(n, c, c);
+            let mut dym = be.zeros(n * c);
+            be.linear_bwd_data(&mut dym, &dx, &params[ix.wo], &dense_c, false);
+            be.linear_bwd_weight(&mut grads[ix.wo], &dx, &lc.ym, &dense_c);
+            let mut dy = be.zeros(n * c);
+            be.merge_heads_bwd(&mut dy, &dym, ad);
+            drop(dym);
+            let (mut dq, mut dk, mut dv) = (be.zeros(n * c), be.zeros(n * c), be.zeros(n * c));
+            be.attention_bwd(
+                &mut dq, &mut dk, &mut dv, &dy, &lc.probs, &lc.q, &lc.k, &lc.v, ad,
+            );
+            drop(dy);
+            let mut dqkv = be.zeros(n * 3 * c);
+            be.qkv_rope_bwd(&mut dqkv, &dq, &dk, &dv, &cos, &sin, ad);
+            let dense_qkv = Groups::dense(n, c, 3 * c);
+            let mut dln1 = be.zeros(n * c);
+            be.linear_bwd_data(&mut dln1, &dqkv, &params[ix.wqkv], &dense_qkv, false);
+            be.linear_bwd_weight(&mut grads[ix.wqkv], &dqkv, &lc.ln1, &dense_qkv);
+            be.rmsnorm_bwd(
+                &mut dx,
+                &mut grads[ix.ln1],
+                &dln1,
+                &lc.x_in,
+                &params[ix.ln1],
+                &lc.rstd1,
+                c,
+            );
+        }
+        be.embedding_bwd(&mut grads[self.wte], &dx, tokens, c);
+    }
+}
