@@ -1,0 +1,226 @@
+//! [`Bot`]: the bot's logic, turning one parsed webhook event or one lab event into lab actions
+//! and comments. Dispatch is in [`crate::handlers`], one file per command.
+//!
+//! The pieces every handler shares live here: reading the proposal out of an issue (form ->
+//! spec -> hash -> cost -> budget), posting or editing the bot's own comments, and the
+//! experiment id of an issue. The bot holds no state of its own beyond [`Store`]; the lab holds
+//! the proposals. This module does not verify signatures or queue deliveries.
+
+use std::sync::Arc;
+
+use glassbox_schemas::record::IssueRef;
+use glassbox_schemas::{CostEstimate, ExperimentId, ExperimentSpec, SpecError, SpecHash};
+
+use crate::config::BotConfig;
+use crate::error::BotError;
+use crate::event::{IssueData, WebhookEvent};
+use crate::form::{FormProblem, ProposalForm, parse_issue_form};
+use crate::github::{GitHub, GitHubError};
+use crate::ids::{CommentId, IssueKey};
+use crate::lab::{LabEvent, LabPort, Proposal};
+use crate::labels::EXPERIMENT_LABEL;
+use crate::store::Store;
+
+/// The bot: config, GitHub client, the lab, and its store. Cheap to clone.
+#[derive(Debug)]
+pub struct Bot<L> {
+    pub(crate) config: Arc<BotConfig>,
+    pub(crate) github: GitHub,
+    pub(crate) lab: L,
+    pub(crate) store: Store,
+}
+
+impl<L: Clone> Clone for Bot<L> {
+    fn clone(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+            github: self.github.clone(),
+            lab: self.lab.clone(),
+            store: self.store.clone(),
+        }
+    }
+}
+
+/// What reading an issue's proposal found.
+#[derive(Debug, Clone)]
+pub enum ProposalCheck {
+    /// Valid and within budget.
+    Valid {
+        /// The proposal, ready for the lab.
+        proposal: Box<Proposal>,
+        /// Its cost.
+        cost: CostEstimate,
+    },
+    /// The form or the spec has mistakes.
+    Invalid {
+        /// Problems with the form.
+        problems: Vec<FormProblem>,
+        /// The spec's errors, if the spec was there to parse.
+        spec_error: Option<SpecError>,
+    },
+    /// Valid, but over the lab's budget.
+    OverBudget {
+        /// Its hash.
+        hash: SpecHash,
+        /// Each limit broken, with the numbers.
+        reasons: Vec<String>,
+    },
+}
+
+/// The experiment id of an issue: `<owner>/<repo>#<number>`.
+pub fn experiment_id(issue: &IssueKey) -> ExperimentId {
+    ExperimentId(issue.to_string())
+}
+
+/// Whether the bot handles this issue at all (an experiment issue, not a pull request).
+pub fn is_experiment_issue(issue: &IssueData) -> bool {
+    !issue.is_pull_request && issue.labels.iter().any(|l| l == EXPERIMENT_LABEL)
+}
+
+impl<L: LabPort> Bot<L> {
+    /// Assembles a bot.
+    pub fn new(config: BotConfig, github: GitHub, lab: L, store: Store) -> Self {
+        Self {
+            config: Arc::new(config),
+            github,
+            lab,
+            store,
+        }
+    }
+
+    /// The lab port (for tests and the embedding lab).
+    pub fn lab(&self) -> &L {
+        &self.lab
+    }
+
+    /// The bot's store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Handles one webhook event.
+    pub async fn handle_event(&self, event: WebhookEvent) -> Result<(), BotError> {
+        crate::handlers::dispatch(self, event).await
+    }
+
+    /// Handles one lab event (run started, progress, finished).
+    pub async fn handle_lab_event(&self, event: LabEvent) -> Result<(), BotError> {
+        crate::handlers::run_events::handle(self, event).await
+    }
+
+    /// Reads, validates, hashes, costs and budget-checks the proposal in an issue.
+    pub fn check_proposal(&self, issue: &IssueData) -> ProposalCheck {
+        let form: ProposalForm = parse_issue_form(&issue.body);
+        let problems = form.problems();
+        let parsed: Option<Result<ExperimentSpec, SpecError>> =
+            form.spec_toml.as_deref().map(glassbox_schemas::parse_toml);
+        let (spec, spec_error) = match parsed {
+            Some(Ok(spec)) => (Some(spec), None),
+            Some(Err(e)) => (None, Some(e)),
+            None => (None, None),
+        };
+        let (Some(spec), true) = (spec, problems.is_empty()) else {
+            return ProposalCheck::Invalid {
+                problems,
+                spec_error,
+            };
+        };
+        let hash = match glassbox_schemas::spec_hash(&spec) {
+            Ok(h) => h,
+            Err(e) => {
+                return ProposalCheck::Invalid {
+                    problems,
+                    spec_error: Some(SpecError::Invalid(vec![glassbox_schemas::FieldError {
+                        path: "(spec)".into(),
+                        value: None,
+                        rule: e.to_string(),
+                    }])),
+                };
+            }
+        };
+        let cost = glassbox_schemas::estimate(&spec);
+        let reasons = self.budget_reasons(&cost);
+        if !reasons.is_empty() {
+            return ProposalCheck::OverBudget { hash, reasons };
+        }
+        let proposal = Proposal {
+            experiment: experiment_id(&issue.key),
+            issue: IssueRef {
+                repo: issue.key.repo.to_string(),
+                number: issue.key.number.0,
+                url: issue.html_url.clone(),
+            },
+            author: issue.author.clone(),
+            title: issue.title.clone(),
+            spec,
+            spec_hash: hash,
+            hypothesis: form.hypothesis.clone().unwrap_or_default(),
+            forecast: form.parsed_forecast(),
+            issue_body: issue.body.clone(),
+        };
+        ProposalCheck::Valid {
+            proposal: Box::new(proposal),
+            cost,
+        }
+    }
+
+    /// The lab's per-proposal limits this cost breaks, each with the numbers.
+    fn budget_reasons(&self, cost: &CostEstimate) -> Vec<String> {
+        let b = &self.config.budget;
+        let mut out = Vec::new();
+        if let Some(max) = b.max_flops
+            && cost.total_flops > max
+        {
+            out.push(format!(
+                "it needs {} FLOPs; the lab's per-proposal limit is {} FLOPs",
+                crate::render::flops(cost.total_flops),
+                crate::render::flops(max)
+            ));
+        }
+        let secs = cost.seconds_at(self.config.flops_per_second);
+        if let Some(max) = b.max_wall_seconds
+            && secs > max
+        {
+            out.push(format!(
+                "it would take about {} s ({}) at {} FLOP/s; the lab's per-proposal limit is {} s",
+                secs.round(),
+                crate::render::duration(secs),
+                crate::render::flops(self.config.flops_per_second),
+                max
+            ));
+        }
+        out
+    }
+
+    /// Posts a new comment on the issue.
+    pub(crate) async fn reply(&self, issue: &IssueKey, body: &str) -> Result<CommentId, BotError> {
+        Ok(self
+            .github
+            .create_comment(&issue.repo, issue.number, body)
+            .await?)
+    }
+
+    /// Edits the bot's comment of `kind` on the issue, or posts it if there is none (or it was
+    /// deleted).
+    pub(crate) async fn upsert_comment(
+        &self,
+        issue: &IssueKey,
+        kind: &str,
+        body: &str,
+    ) -> Result<CommentId, BotError> {
+        if let Some(id) = self.store.bot_comment(issue, kind).await? {
+            match self.github.update_comment(&issue.repo, id, body).await {
+                Ok(()) => return Ok(id),
+                Err(GitHubError::Status { status, .. })
+                    if status == http::StatusCode::NOT_FOUND =>
+                {
+                    tracing::info!(%issue, kind, "bot comment was deleted; posting a new one");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let id = self.reply(issue, body).await?;
+        self.store.set_bot_comment(issue, kind, id).await?;
+        Ok(id)
+    }
+}

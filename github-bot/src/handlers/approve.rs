@@ -1,0 +1,75 @@
+//! `/approve`: approve the spec hash in the issue as it is now, within the author's quota, and
+//! queue the job. The approval names the hash, so a later edit cannot ride on it.
+
+use crate::bot::{Bot, ProposalCheck};
+use crate::error::BotError;
+use crate::handlers::{CommandContext, proposal, reply_lab_refusal};
+use crate::lab::{Approval, LabPort};
+use crate::labels::APPROVED;
+
+pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, ctx: &CommandContext) -> Result<(), BotError> {
+    let key = &ctx.issue.key;
+    let hash = match bot.check_proposal(&ctx.issue) {
+        ProposalCheck::Valid { proposal, .. } => proposal.spec_hash,
+        ProposalCheck::Invalid { .. } => {
+            bot.reply(
+                key,
+                &format!(
+                    "@{}, `/approve` was not run: the proposal is not valid; see the validation comment.",
+                    ctx.actor
+                ),
+            )
+            .await?;
+            return Ok(());
+        }
+        ProposalCheck::OverBudget { reasons, .. } => {
+            bot.reply(
+                key,
+                &format!(
+                    "@{}, `/approve` was not run: the proposal is over the lab's budget: {}.",
+                    ctx.actor,
+                    reasons.join("; ")
+                ),
+            )
+            .await?;
+            return Ok(());
+        }
+    };
+    if let Some(max) = bot.config.budget.max_queued_per_author {
+        let queued = bot.lab.queued_count(&ctx.issue.author).await?;
+        if queued >= max {
+            bot.reply(
+                key,
+                &format!(
+                    "@{}, `/approve` was not run: @{} already has {queued} approved proposal(s) waiting; the limit is {max} per author. Approve this one when one of them has run.",
+                    ctx.actor, ctx.issue.author
+                ),
+            )
+            .await?;
+            return Ok(());
+        }
+    }
+    let approval = Approval {
+        experiment: ctx.experiment.clone(),
+        spec_hash: hash,
+        approver: ctx.actor.clone(),
+    };
+    match bot.lab.approve(approval).await {
+        Ok(position) => {
+            bot.github
+                .add_labels(&key.repo, key.number, &[APPROVED])
+                .await?;
+            bot.reply(
+                key,
+                &format!(
+                    "✅ Approved by @{} for spec `{hash}`; queued at position {position}. Editing the spec voids this approval.",
+                    ctx.actor
+                ),
+            )
+            .await?;
+            // Refresh the validation comment so it shows the queue position.
+            proposal::handle(bot, &ctx.issue).await
+        }
+        Err(e) => reply_lab_refusal(bot, ctx, "approve", e).await,
+    }
+}

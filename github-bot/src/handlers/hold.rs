@@ -1,0 +1,26 @@
+//! `/hold` and `/unhold`: keep an approved proposal from being scheduled, and release it.
+
+use crate::bot::Bot;
+use crate::error::BotError;
+use crate::handlers::{CommandContext, reply_lab_refusal};
+use crate::lab::LabPort;
+
+pub(crate) async fn handle<L: LabPort>(
+    bot: &Bot<L>,
+    ctx: &CommandContext,
+    held: bool,
+) -> Result<(), BotError> {
+    let name = if held { "hold" } else { "unhold" };
+    match bot.lab.set_hold(&ctx.experiment, &ctx.actor, held).await {
+        Ok(()) => {
+            let text = if held {
+                format!("⏸️ Held by @{}; `/unhold` releases it.", ctx.actor)
+            } else {
+                format!("▶️ Released by @{}; back in the queue.", ctx.actor)
+            };
+            bot.reply(&ctx.issue.key, &text).await?;
+            Ok(())
+        }
+        Err(e) => reply_lab_refusal(bot, ctx, name, e).await,
+    }
+}

@@ -1,0 +1,54 @@
+//! `issues.opened` / `edited` / `reopened` / `labeled experiment`: validate the proposal, record
+//! it with the lab when valid, and write the one validation comment (edited in place).
+//!
+//! When the lab reports that the new spec hash voided an approval, the bot says so in a
+//! separate comment (so it notifies) and removes the `approved` label.
+
+use crate::bot::{Bot, ProposalCheck};
+use crate::error::BotError;
+use crate::event::IssueData;
+use crate::lab::LabPort;
+use crate::labels::APPROVED;
+use crate::render;
+
+/// The `bot_comments` kind of the validation comment.
+pub const VALIDATION_COMMENT: &str = "validation";
+
+pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, issue: &IssueData) -> Result<(), BotError> {
+    let body = match bot.check_proposal(issue) {
+        ProposalCheck::Invalid {
+            problems,
+            spec_error,
+        } => render::invalid_proposal(&problems, spec_error.as_ref()),
+        ProposalCheck::OverBudget { hash, reasons } => render::over_budget(&hash, &reasons),
+        ProposalCheck::Valid { proposal, cost } => {
+            let hash = proposal.spec_hash;
+            let experiment = proposal.experiment.clone();
+            let recorded = bot.lab.record_proposal(*proposal).await?;
+            let status = bot.lab.status(&experiment).await?;
+            if let Some(v) = &recorded.voided_approval {
+                bot.reply(
+                    &issue.key,
+                    &format!(
+                        "⚠️ The spec was edited: its hash is now `{hash}`. The approval by @{} of `{}` is void; a maintainer must `/approve` the new spec.",
+                        v.approver, v.spec_hash
+                    ),
+                )
+                .await?;
+                bot.github
+                    .remove_label(&issue.key.repo, issue.key.number, APPROVED)
+                    .await?;
+            }
+            render::valid_proposal(
+                &hash,
+                &cost,
+                bot.config.flops_per_second,
+                status.as_ref(),
+                recorded.voided_approval.as_ref(),
+            )
+        }
+    };
+    bot.upsert_comment(&issue.key, VALIDATION_COMMENT, &body)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,38 @@
+//! `/reject <reason>`: record a rejection with its reason. A reason is required, because the
+//! rejection is published in the ledger.
+
+use crate::bot::Bot;
+use crate::error::BotError;
+use crate::handlers::{CommandContext, reply_lab_refusal};
+use crate::lab::LabPort;
+use crate::labels::APPROVED;
+
+pub(crate) async fn handle<L: LabPort>(
+    bot: &Bot<L>,
+    ctx: &CommandContext,
+    reason: &str,
+) -> Result<(), BotError> {
+    let key = &ctx.issue.key;
+    if reason.trim().is_empty() {
+        bot.reply(
+            key,
+            &format!(
+                "@{}, `/reject` needs a reason, which is published with the rejection: `/reject <reason>`.",
+                ctx.actor
+            ),
+        )
+        .await?;
+        return Ok(());
+    }
+    match bot.lab.reject(&ctx.experiment, &ctx.actor, reason).await {
+        Ok(()) => {
+            bot.github
+                .remove_label(&key.repo, key.number, APPROVED)
+                .await?;
+            bot.reply(key, &format!("Rejected by @{}: {reason}", ctx.actor))
+                .await?;
+            Ok(())
+        }
+        Err(e) => reply_lab_refusal(bot, ctx, "reject", e).await,
+    }
+}

@@ -1,0 +1,23 @@
+//! `/reproduce`: queue a re-run from the ledger, to be compared with the recorded result.
+
+use crate::bot::Bot;
+use crate::error::BotError;
+use crate::handlers::{CommandContext, reply_lab_refusal};
+use crate::lab::LabPort;
+
+pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, ctx: &CommandContext) -> Result<(), BotError> {
+    match bot.lab.reproduce(&ctx.experiment, &ctx.actor).await {
+        Ok(position) => {
+            bot.reply(
+                &ctx.issue.key,
+                &format!(
+                    "🔬 Reproduction requested by @{}; queued at position {position}. The result is compared with the recorded one.",
+                    ctx.actor
+                ),
+            )
+            .await?;
+            Ok(())
+        }
+        Err(e) => reply_lab_refusal(bot, ctx, "reproduce", e).await,
+    }
+}

@@ -1,0 +1,23 @@
+//! `/rerun`: queue the approved spec again (a new run of the same hash).
+
+use crate::bot::Bot;
+use crate::error::BotError;
+use crate::handlers::{CommandContext, reply_lab_refusal};
+use crate::lab::LabPort;
+
+pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, ctx: &CommandContext) -> Result<(), BotError> {
+    match bot.lab.rerun(&ctx.experiment, &ctx.actor).await {
+        Ok(position) => {
+            bot.reply(
+                &ctx.issue.key,
+                &format!(
+                    "🔁 Re-run requested by @{}; queued at position {position}.",
+                    ctx.actor
+                ),
+            )
+            .await?;
+            Ok(())
+        }
+        Err(e) => reply_lab_refusal(bot, ctx, "rerun", e).await,
+    }
+}

@@ -1,0 +1,14 @@
+//! `/status`: the proposal's state, hash, approval and queue position. Open to everyone.
+
+use crate::bot::Bot;
+use crate::error::BotError;
+use crate::handlers::CommandContext;
+use crate::lab::LabPort;
+use crate::render;
+
+pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, ctx: &CommandContext) -> Result<(), BotError> {
+    let status = bot.lab.status(&ctx.experiment).await?;
+    bot.reply(&ctx.issue.key, &render::status(status.as_ref()))
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,530 @@
+//! The port between the bot and the lab: [`LabPort`], the actions the bot asks of the lab, and
+//! [`LabEvent`], what the lab tells the bot so it can comment. `glassbox-lab` implements the
+//! port; [`InMemoryLab`] implements it for tests and for the load test.
+//!
+//! The bot knows nothing of training, queues or the ledger beyond this trait: it never builds a
+//! ledger entry itself, it hands the lab a [`Proposal`] and the lab records it. Approval is
+//! bound to a spec hash: the lab refuses an approval whose hash is not the proposal's current
+//! one ([`LabError::StaleHash`]), and recording a proposal with a new hash voids an approval of
+//! the old one ([`ProposalRecorded::voided_approval`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use glassbox_schemas::record::IssueRef;
+use glassbox_schemas::{ExperimentId, ExperimentSpec, RunId, RunStatus, SpecHash};
+
+use crate::form::FormForecast;
+use crate::ids::{IssueKey, Login};
+
+/// A valid proposal, as the bot hands it to the lab.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proposal {
+    /// `<owner>/<repo>#<number>`.
+    pub experiment: ExperimentId,
+    /// The issue it came from.
+    pub issue: IssueRef,
+    /// Who filed the issue.
+    pub author: Login,
+    /// The issue title.
+    pub title: String,
+    /// The validated spec, defaults filled.
+    pub spec: ExperimentSpec,
+    /// Its hash.
+    pub spec_hash: SpecHash,
+    /// The hypothesis field of the form.
+    pub hypothesis: String,
+    /// The form's pre-registered forecast, if given.
+    pub forecast: Option<FormForecast>,
+    /// The issue body as filed (the snapshot the lab stores as a blob).
+    pub issue_body: String,
+}
+
+/// What the lab did with a proposal.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProposalRecorded {
+    /// An approval of an earlier spec hash that this new hash voided.
+    pub voided_approval: Option<ApprovalInfo>,
+}
+
+/// An approval as the lab holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalInfo {
+    /// The hash that was approved.
+    pub spec_hash: SpecHash,
+    /// Who approved it.
+    pub approver: Login,
+}
+
+/// Where an experiment stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExperimentState {
+    /// Recorded, waiting for a maintainer.
+    Proposed,
+    /// Approved and waiting in the queue (1 = next).
+    Queued {
+        /// Position in the queue, 1-based.
+        position: u32,
+    },
+    /// Approved but held by a maintainer.
+    Held,
+    /// A run is in progress.
+    Running {
+        /// The run.
+        run: RunId,
+    },
+    /// The last run ended.
+    Finished {
+        /// How it ended.
+        status: RunStatus,
+    },
+    /// Rejected by a maintainer.
+    Rejected {
+        /// Why.
+        reason: String,
+    },
+    /// Cancelled before or during its run.
+    Cancelled,
+}
+
+/// An experiment's state and the hash it is about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExperimentStatus {
+    /// The current spec hash.
+    pub spec_hash: SpecHash,
+    /// The state.
+    pub state: ExperimentState,
+    /// The approval in force, if any.
+    pub approval: Option<ApprovalInfo>,
+}
+
+/// What a `/cancel` stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancelled {
+    /// A job still in the queue.
+    Queued,
+    /// A running job; the run ends as `cancelled` and its result is still recorded.
+    Running(RunId),
+}
+
+/// Why the lab refused an action. Messages are shown to people in comments.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LabError {
+    /// No proposal is recorded for this experiment.
+    #[error("no valid proposal is recorded for {0}")]
+    UnknownExperiment(ExperimentId),
+    /// The approval's hash is not the proposal's current one.
+    #[error("the spec changed: approved {seen}, but the current spec is {current}")]
+    StaleHash {
+        /// What the approver saw.
+        seen: SpecHash,
+        /// What the lab has.
+        current: SpecHash,
+    },
+    /// The action does not apply in the current state.
+    #[error("{0}")]
+    InvalidState(String),
+    /// The lab could not be reached or failed; the bot retries the event later.
+    #[error("lab unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// A new approval to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Approval {
+    /// The experiment.
+    pub experiment: ExperimentId,
+    /// The hash the approver saw (from the issue body at the time of the command).
+    pub spec_hash: SpecHash,
+    /// Who approved.
+    pub approver: Login,
+}
+
+/// The lab as the bot sees it. Every method is one lab action; implementations record the
+/// matching ledger entry (proposal, approval, rejection, ...) before returning.
+///
+/// Methods return `Send` futures so the bot's worker can run on a multi-threaded runtime;
+/// implementations may write them as `async fn`.
+pub trait LabPort: Send + Sync + 'static {
+    /// Records a valid proposal (a `proposal` entry). Re-recording the same hash is a no-op;
+    /// a new hash voids an approval of the old one and says so.
+    fn record_proposal(
+        &self,
+        proposal: Proposal,
+    ) -> impl Future<Output = Result<ProposalRecorded, LabError>> + Send;
+    /// Records an approval bound to `spec_hash` and queues the job; returns the queue position.
+    fn approve(&self, approval: Approval) -> impl Future<Output = Result<u32, LabError>> + Send;
+    /// Records a rejection with its reason.
+    fn reject(
+        &self,
+        experiment: &ExperimentId,
+        by: &Login,
+        reason: &str,
+    ) -> impl Future<Output = Result<(), LabError>> + Send;
+    /// Holds (`true`) or releases (`false`) an approved proposal.
+    fn set_hold(
+        &self,
+        experiment: &ExperimentId,
+        by: &Login,
+        held: bool,
+    ) -> impl Future<Output = Result<(), LabError>> + Send;
+    /// Cancels the queued or running job.
+    fn cancel(
+        &self,
+        experiment: &ExperimentId,
+        by: &Login,
+    ) -> impl Future<Output = Result<Cancelled, LabError>> + Send;
+    /// Queues the current approved spec again; returns the queue position.
+    fn rerun(
+        &self,
+        experiment: &ExperimentId,
+        by: &Login,
+    ) -> impl Future<Output = Result<u32, LabError>> + Send;
+    /// Queues a reproduction of the last run from the ledger; returns the queue position.
+    fn reproduce(
+        &self,
+        experiment: &ExperimentId,
+        by: &Login,
+    ) -> impl Future<Output = Result<u32, LabError>> + Send;
+    /// The experiment's state, or `None` when nothing is recorded.
+    fn status(
+        &self,
+        experiment: &ExperimentId,
+    ) -> impl Future<Output = Result<Option<ExperimentStatus>, LabError>> + Send;
+    /// How many of `author`'s proposals are approved and waiting (queued or held).
+    fn queued_count(&self, author: &Login) -> impl Future<Output = Result<u32, LabError>> + Send;
+}
+
+/// What the lab tells the bot, for result comments and labels.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LabEvent {
+    /// A worker started a run.
+    RunStarted {
+        /// The issue to comment on.
+        issue: IssueKey,
+        /// The run.
+        run: RunId,
+        /// The spec hash it trains.
+        spec_hash: SpecHash,
+    },
+    /// A run made progress (the bot edits its run comment in place).
+    Progress {
+        /// The issue.
+        issue: IssueKey,
+        /// The run.
+        run: RunId,
+        /// Steps done.
+        step: u64,
+        /// Steps planned.
+        total_steps: u64,
+    },
+    /// A run ended, whatever the ending.
+    Finished {
+        /// The issue.
+        issue: IssueKey,
+        /// The result.
+        result: RunOutcome,
+    },
+}
+
+/// The end of a run, as the result comment reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    /// The run.
+    pub run: RunId,
+    /// How it ended.
+    pub status: RunStatus,
+    /// Final metrics by name.
+    pub final_metrics: BTreeMap<String, f64>,
+    /// Forecast vs outcome, when one was registered.
+    pub forecast: Option<glassbox_schemas::record::ForecastOutcome>,
+    /// Why it ended, when not succeeded.
+    pub reason: Option<String>,
+    /// Index of the `result` entry in the ledger.
+    pub ledger_index: u64,
+    /// URL of its inclusion proof.
+    pub proof_url: String,
+}
+
+/// An in-memory lab for tests: one record per experiment, a FIFO queue, and a log of every
+/// action so tests can assert what was (and was not) recorded.
+#[derive(Debug, Clone, Default)]
+pub struct InMemoryLab {
+    inner: Arc<Mutex<LabModel>>,
+}
+
+/// The in-memory lab's contents (see [`InMemoryLab::snapshot`]).
+#[derive(Debug, Clone, Default)]
+pub struct LabModel {
+    /// Experiments by id.
+    pub experiments: HashMap<ExperimentId, LabExperiment>,
+    /// Queue of approved jobs, first = next.
+    pub queue: Vec<ExperimentId>,
+    /// Every recorded action, in order, e.g. `proposal owner/repo#1 blake3:...`.
+    pub journal: Vec<String>,
+}
+
+/// One experiment in the in-memory lab.
+#[derive(Debug, Clone)]
+pub struct LabExperiment {
+    /// The latest proposal.
+    pub proposal: Proposal,
+    /// Its state.
+    pub state: ExperimentState,
+    /// The approval in force.
+    pub approval: Option<ApprovalInfo>,
+}
+
+impl InMemoryLab {
+    /// An empty lab.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A copy of the lab's contents.
+    pub fn snapshot(&self) -> LabModel {
+        self.lock().clone()
+    }
+
+    /// Marks an experiment as running (what a worker leasing its job would do).
+    pub fn start_run(&self, experiment: &ExperimentId, run: RunId) {
+        let mut m = self.lock();
+        m.queue.retain(|e| e != experiment);
+        if let Some(e) = m.experiments.get_mut(experiment) {
+            e.state = ExperimentState::Running { run: run.clone() };
+        }
+        m.journal.push(format!("run_started {experiment} {run}"));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LabModel> {
+        // A poisoned lock only means a test thread panicked; the data is still usable.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn position(m: &LabModel, experiment: &ExperimentId) -> u32 {
+        m.queue
+            .iter()
+            .position(|e| e == experiment)
+            .map(|p| p as u32 + 1)
+            .unwrap_or(0)
+    }
+
+    fn enqueue(m: &mut LabModel, experiment: &ExperimentId) -> u32 {
+        if !m.queue.contains(experiment) {
+            m.queue.push(experiment.clone());
+        }
+        let position = Self::position(m, experiment);
+        if let Some(e) = m.experiments.get_mut(experiment) {
+            e.state = ExperimentState::Queued { position };
+        }
+        position
+    }
+}
+
+impl LabPort for InMemoryLab {
+    async fn record_proposal(&self, proposal: Proposal) -> Result<ProposalRecorded, LabError> {
+        let mut m = self.lock();
+        let id = proposal.experiment.clone();
+        let mut recorded = ProposalRecorded::default();
+        match m.experiments.get_mut(&id) {
+            Some(e) if e.proposal.spec_hash == proposal.spec_hash => {
+                e.proposal = proposal;
+                return Ok(recorded);
+            }
+            Some(e) => {
+                recorded.voided_approval = e.approval.take();
+                e.proposal = proposal.clone();
+                e.state = ExperimentState::Proposed;
+            }
+            None => {
+                m.experiments.insert(
+                    id.clone(),
+                    LabExperiment {
+                        proposal: proposal.clone(),
+                        state: ExperimentState::Proposed,
+                        approval: None,
+                    },
+                );
+            }
+        }
+        if recorded.voided_approval.is_some() {
+            m.queue.retain(|e| e != &id);
+            m.journal.push(format!("approval_voided {id}"));
+        }
+        m.journal
+            .push(format!("proposal {id} {}", proposal.spec_hash));
+        Ok(recorded)
+    }
+
+    async fn approve(&self, approval: Approval) -> Result<u32, LabError> {
+        let mut m = self.lock();
+        let id = approval.experiment.clone();
+        let e = m
+            .experiments
+            .get_mut(&id)
+            .ok_or_else(|| LabError::UnknownExperiment(id.clone()))?;
+        if e.proposal.spec_hash != approval.spec_hash {
+            return Err(LabError::StaleHash {
+                seen: approval.spec_hash,
+                current: e.proposal.spec_hash,
+            });
+        }
+        match &e.state {
+            ExperimentState::Proposed => {}
+            ExperimentState::Queued { .. } | ExperimentState::Held => {
+                return Err(LabError::InvalidState("already approved".into()));
+            }
+            ExperimentState::Running { run } => {
+                return Err(LabError::InvalidState(format!("already running as {run}")));
+            }
+            other => {
+                return Err(LabError::InvalidState(format!(
+                    "cannot approve in state {other:?}; use /rerun"
+                )));
+            }
+        }
+        e.approval = Some(ApprovalInfo {
+            spec_hash: approval.spec_hash,
+            approver: approval.approver.clone(),
+        });
+        m.journal.push(format!(
+            "approval {id} {} by {}",
+            approval.spec_hash, approval.approver
+        ));
+        Ok(Self::enqueue(&mut m, &id))
+    }
+
+    async fn reject(
+        &self,
+        experiment: &ExperimentId,
+        by: &Login,
+        reason: &str,
+    ) -> Result<(), LabError> {
+        let mut m = self.lock();
+        let e = m
+            .experiments
+            .get_mut(experiment)
+            .ok_or_else(|| LabError::UnknownExperiment(experiment.clone()))?;
+        e.state = ExperimentState::Rejected {
+            reason: reason.to_string(),
+        };
+        e.approval = None;
+        m.queue.retain(|x| x != experiment);
+        m.journal
+            .push(format!("rejection {experiment} by {by}: {reason}"));
+        Ok(())
+    }
+
+    async fn set_hold(
+        &self,
+        experiment: &ExperimentId,
+        by: &Login,
+        held: bool,
+    ) -> Result<(), LabError> {
+        let mut m = self.lock();
+        let e = m
+            .experiments
+            .get_mut(experiment)
+            .ok_or_else(|| LabError::UnknownExperiment(experiment.clone()))?;
+        match (&e.state, held) {
+            (ExperimentState::Queued { .. }, true) => e.state = ExperimentState::Held,
+            (ExperimentState::Held, false) => {
+                Self::enqueue(&mut m, experiment);
+            }
+            (state, _) => {
+                return Err(LabError::InvalidState(format!(
+                    "cannot {} in state {state:?}",
+                    if held { "hold" } else { "unhold" }
+                )));
+            }
+        }
+        m.journal.push(format!(
+            "{} {experiment} by {by}",
+            if held { "hold" } else { "unhold" }
+        ));
+        Ok(())
+    }
+
+    async fn cancel(&self, experiment: &ExperimentId, by: &Login) -> Result<Cancelled, LabError> {
+        let mut m = self.lock();
+        let e = m
+            .experiments
+            .get_mut(experiment)
+            .ok_or_else(|| LabError::UnknownExperiment(experiment.clone()))?;
+        let what = match &e.state {
+            ExperimentState::Queued { .. } | ExperimentState::Held => Cancelled::Queued,
+            ExperimentState::Running { run } => Cancelled::Running(run.clone()),
+            state => {
+                return Err(LabError::InvalidState(format!(
+                    "nothing to cancel in state {state:?}"
+                )));
+            }
+        };
+        e.state = ExperimentState::Cancelled;
+        m.queue.retain(|x| x != experiment);
+        m.journal.push(format!("cancel {experiment} by {by}"));
+        Ok(what)
+    }
+
+    async fn rerun(&self, experiment: &ExperimentId, by: &Login) -> Result<u32, LabError> {
+        let mut m = self.lock();
+        let e = m
+            .experiments
+            .get(experiment)
+            .ok_or_else(|| LabError::UnknownExperiment(experiment.clone()))?;
+        if e.approval.is_none() {
+            return Err(LabError::InvalidState(
+                "the current spec is not approved; use /approve first".into(),
+            ));
+        }
+        m.journal.push(format!("rerun {experiment} by {by}"));
+        Ok(Self::enqueue(&mut m, experiment))
+    }
+
+    async fn reproduce(&self, experiment: &ExperimentId, by: &Login) -> Result<u32, LabError> {
+        let mut m = self.lock();
+        let e = m
+            .experiments
+            .get(experiment)
+            .ok_or_else(|| LabError::UnknownExperiment(experiment.clone()))?;
+        if !matches!(e.state, ExperimentState::Finished { .. }) {
+            return Err(LabError::InvalidState(
+                "there is no finished run to reproduce yet".into(),
+            ));
+        }
+        m.journal.push(format!("reproduce {experiment} by {by}"));
+        Ok(Self::enqueue(&mut m, experiment))
+    }
+
+    async fn status(
+        &self,
+        experiment: &ExperimentId,
+    ) -> Result<Option<ExperimentStatus>, LabError> {
+        let m = self.lock();
+        Ok(m.experiments.get(experiment).map(|e| ExperimentStatus {
+            spec_hash: e.proposal.spec_hash,
+            state: match &e.state {
+                ExperimentState::Queued { .. } => ExperimentState::Queued {
+                    position: Self::position(&m, experiment),
+                },
+                s => s.clone(),
+            },
+            approval: e.approval.clone(),
+        }))
+    }
+
+    async fn queued_count(&self, author: &Login) -> Result<u32, LabError> {
+        let m = self.lock();
+        Ok(m.experiments
+            .values()
+            .filter(|e| {
+                e.proposal.author == *author
+                    && matches!(
+                        e.state,
+                        ExperimentState::Queued { .. } | ExperimentState::Held
+                    )
+            })
+            .count() as u32)
+    }
+}

@@ -1,0 +1,161 @@
+//! Webhook intake: the axum [`Router`] for `POST /github/webhook`, and the group-commit writer
+//! that makes each accepted delivery durable before it is acknowledged.
+//!
+//! Per request, in order: the body is capped (`max_body_bytes`, else 413, unread); the
+//! `X-Hub-Signature-256` HMAC is verified against every configured secret (else 401, nothing
+//! stored); `ping` is answered 200 at once; any other event is written to the `deliveries`
+//! table keyed by `X-GitHub-Delivery` (a repeat id is answered 200 `duplicate` and not queued
+//! again), then answered 202. Processing happens later, in [`crate::worker`], which is woken
+//! through a [`Notify`]; events the bot does not handle are stored without payload (for
+//! de-duplication only) and acknowledged.
+//!
+//! The writer task batches concurrent deliveries into one SQLite transaction (one fsync), so
+//! durability costs one disk flush per batch rather than per request. This module does not
+//! parse payloads beyond the event name and does not call GitHub.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::event::HANDLED_EVENTS;
+use crate::ids::DeliveryId;
+use crate::signature::{self, SIGNATURE_HEADER};
+use crate::store::{NewDelivery, Store};
+
+/// The path the router serves.
+pub const WEBHOOK_PATH: &str = "/github/webhook";
+
+/// Most deliveries committed in one transaction.
+const MAX_BATCH: usize = 512;
+
+type WriteRequest = (NewDelivery, oneshot::Sender<Result<bool, String>>);
+
+/// A handle to the writer task; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Intake {
+    tx: mpsc::Sender<WriteRequest>,
+}
+
+/// Starts the writer task on the current tokio runtime. `wake` is notified after every
+/// committed batch that added a delivery to process.
+pub fn start_intake(store: Store, wake: Arc<Notify>) -> (Intake, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::channel::<WriteRequest>(4096);
+    let task = tokio::spawn(async move {
+        let mut batch: Vec<WriteRequest> = Vec::with_capacity(MAX_BATCH);
+        while let Some(first) = rx.recv().await {
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(_) => break,
+                }
+            }
+            let deliveries: Vec<NewDelivery> = batch.iter().map(|(d, _)| d.clone()).collect();
+            match store.insert_deliveries(&deliveries).await {
+                Ok(fresh) => {
+                    let wake_worker = fresh
+                        .iter()
+                        .zip(&deliveries)
+                        .any(|(new, d)| *new && d.payload.is_some());
+                    for ((_, reply), new) in batch.drain(..).zip(fresh) {
+                        let _ = reply.send(Ok(new));
+                    }
+                    if wake_worker {
+                        wake.notify_one();
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "could not store webhook deliveries");
+                    for (_, reply) in batch.drain(..) {
+                        let _ = reply.send(Err(e.to_string()));
+                    }
+                }
+            }
+        }
+    });
+    (Intake { tx }, task)
+}
+
+/// What the webhook route needs.
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// Secrets; any one verifies.
+    pub secrets: Vec<String>,
+    /// Body cap in bytes.
+    pub max_body_bytes: usize,
+}
+
+#[derive(Debug)]
+struct RouteState {
+    settings: WebhookSettings,
+    intake: Intake,
+}
+
+/// The router serving [`WEBHOOK_PATH`]; the web server merges it into its own.
+pub fn webhook_router(settings: WebhookSettings, intake: Intake) -> Router {
+    let limit = settings.max_body_bytes;
+    Router::new()
+        .route(WEBHOOK_PATH, post(receive))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(Arc::new(RouteState { settings, intake }))
+}
+
+fn reply(status: StatusCode, text: &'static str) -> Response {
+    (status, text).into_response()
+}
+
+async fn receive(
+    State(state): State<Arc<RouteState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let sig = headers.get(SIGNATURE_HEADER).map(|v| v.as_bytes());
+    if let Err(e) = signature::verify(&state.settings.secrets, sig, &body) {
+        tracing::warn!(error = %e, "webhook refused");
+        return reply(StatusCode::UNAUTHORIZED, "signature verification failed\n");
+    }
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .filter(|s| !s.is_empty() && s.len() <= 200)
+            .map(str::to_string)
+    };
+    let Some(event) = text("x-github-event") else {
+        return reply(StatusCode::BAD_REQUEST, "missing X-GitHub-Event header\n");
+    };
+    if event == "ping" {
+        return reply(StatusCode::OK, "pong\n");
+    }
+    let Some(delivery) = text("x-github-delivery") else {
+        return reply(
+            StatusCode::BAD_REQUEST,
+            "missing X-GitHub-Delivery header\n",
+        );
+    };
+    let handled = HANDLED_EVENTS.contains(&event.as_str());
+    let new = NewDelivery {
+        id: DeliveryId(delivery),
+        event,
+        payload: handled.then(|| body.to_vec()),
+    };
+    let (tx, rx) = oneshot::channel();
+    if state.intake.tx.send((new, tx)).await.is_err() {
+        return reply(StatusCode::SERVICE_UNAVAILABLE, "intake is shutting down\n");
+    }
+    match rx.await {
+        Ok(Ok(true)) if handled => reply(StatusCode::ACCEPTED, "queued\n"),
+        Ok(Ok(true)) => reply(StatusCode::ACCEPTED, "ignored: event not handled\n"),
+        Ok(Ok(false)) => reply(StatusCode::OK, "duplicate delivery; already accepted\n"),
+        Ok(Err(_)) | Err(_) => reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "could not store the delivery; redeliver later\n",
+        ),
+    }
+}
