@@ -1,0 +1,787 @@
+//! The durable job queue: approved experiments waiting for, or held by, a worker.
+//!
+//! One table (`jobs`), one code path for both engines through sqlx's `Any` driver: SQLite in
+//! `<lab>/queue.db` for one machine, PostgreSQL for many. The only difference is how a worker
+//! claims a row: PostgreSQL adds `FOR UPDATE SKIP LOCKED` so concurrent workers never wait on
+//! each other's row; SQLite has a single writer, so the claiming `UPDATE` is atomic already.
+//!
+//! Leases: a worker that claims a job owns it until `lease_expires_at`; it renews the lease with
+//! [`Queue::heartbeat`]. A worker that dies stops renewing; once the lease expires the next
+//! [`Queue::lease`] hands the job to another worker (which resumes from the job's last
+//! checkpoint) until `max_attempts` is spent, after which the job ends `failed` with the reason.
+//! Every write that a worker makes names its worker id and succeeds only while it still holds
+//! the lease, so a worker that lost its job can never record a second result for it.
+//!
+//! Times are Unix milliseconds taken from a [`Clock`], so tests can move time without sleeping.
+//! This module knows nothing of training, the ledger or GitHub: it stores ids and hashes.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use glassbox_schemas::{ExperimentId, RunStatus, SpecHash};
+use serde::{Deserialize, Serialize};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+
+static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// A job's id in the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub i64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl FromStr for JobId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.trim_start_matches('#')
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(JobId)
+            .ok_or_else(|| format!("{s:?} is not a job id; expected a positive integer such as 42"))
+    }
+}
+
+/// A worker's identity, unique per process (e.g. `host:pid:random`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct WorkerId(pub String);
+
+impl fmt::Display for WorkerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Waiting for a worker.
+    Queued,
+    /// Held by a maintainer; not handed out until released.
+    Held,
+    /// Claimed by a worker that has not started training yet.
+    Leased,
+    /// Training.
+    Running,
+    /// Finished every step.
+    Succeeded,
+    /// Crashed, or ran out of attempts.
+    Failed,
+    /// Loss or gradients became NaN/inf.
+    Diverged,
+    /// Hit its budget.
+    BudgetExceeded,
+    /// Cancelled by a maintainer.
+    Cancelled,
+}
+
+impl JobState {
+    /// Every state.
+    pub const ALL: [JobState; 9] = [
+        JobState::Queued,
+        JobState::Held,
+        JobState::Leased,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Diverged,
+        JobState::BudgetExceeded,
+        JobState::Cancelled,
+    ];
+
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Held => "held",
+            JobState::Leased => "leased",
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Diverged => "diverged",
+            JobState::BudgetExceeded => "budget_exceeded",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the job is over (one of the run outcomes).
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded
+                | JobState::Failed
+                | JobState::Diverged
+                | JobState::BudgetExceeded
+                | JobState::Cancelled
+        )
+    }
+}
+
+impl From<RunStatus> for JobState {
+    fn from(s: RunStatus) -> Self {
+        match s {
+            RunStatus::Succeeded => JobState::Succeeded,
+            RunStatus::Diverged => JobState::Diverged,
+            RunStatus::BudgetExceeded => JobState::BudgetExceeded,
+            RunStatus::Failed => JobState::Failed,
+            RunStatus::Cancelled => JobState::Cancelled,
+        }
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown job state {s:?}; expected one of {}",
+                    JobState::ALL.map(|k| k.as_str()).join(", ")
+                )
+            })
+    }
+}
+
+/// What to enqueue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    /// The experiment the job trains.
+    pub experiment: ExperimentId,
+    /// The approved spec's hash: the worker refuses a spec with any other hash.
+    pub spec_hash: SpecHash,
+    /// Who proposed it (for per-author quotas).
+    pub author: String,
+    /// Ledger index of the `proposal` entry.
+    pub proposal_entry: Option<u64>,
+    /// Ledger index of the `approval` entry.
+    pub approval_entry: Option<u64>,
+    /// Higher runs first; ties run oldest first.
+    pub priority: i64,
+    /// Attempts (leases) before the job fails for good.
+    pub max_attempts: u32,
+}
+
+/// A job as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Job {
+    /// Its id.
+    pub id: JobId,
+    /// The experiment.
+    pub experiment: ExperimentId,
+    /// The approved spec's hash.
+    pub spec_hash: SpecHash,
+    /// The proposer.
+    pub author: String,
+    /// Ledger index of the proposal.
+    pub proposal_entry: Option<u64>,
+    /// Ledger index of the approval.
+    pub approval_entry: Option<u64>,
+    /// Priority.
+    pub priority: i64,
+    /// Where it is.
+    pub state: JobState,
+    /// Leases taken so far.
+    pub attempts: u32,
+    /// Leases allowed.
+    pub max_attempts: u32,
+    /// The worker holding it, if leased or running.
+    pub lease_owner: Option<WorkerId>,
+    /// When that lease runs out (Unix ms).
+    pub lease_expires_at: Option<i64>,
+    /// A maintainer asked to cancel it while it runs.
+    pub cancel_requested: bool,
+    /// Last checkpoint's step, for resuming.
+    pub checkpoint_step: Option<u64>,
+    /// Last checkpoint's blob hash (text form), for resuming.
+    pub checkpoint_blob: Option<String>,
+    /// The run id of the current or last attempt.
+    pub run_id: Option<String>,
+    /// Why it ended as it did (for anything but success).
+    pub reason: Option<String>,
+    /// Enqueued at (Unix ms).
+    pub created_at: i64,
+    /// Last change (Unix ms).
+    pub updated_at: i64,
+}
+
+/// Queue errors. Each says what was asked and why it cannot be done.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// The database URL is not one this queue speaks.
+    #[error(
+        "unsupported database URL {0:?}: expected sqlite://PATH or postgres://USER@HOST:PORT/DB"
+    )]
+    UnsupportedUrl(String),
+    /// The database failed.
+    #[error("queue database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Applying migrations failed.
+    #[error("queue migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// No such job.
+    #[error("no job {0} in the queue")]
+    NotFound(JobId),
+    /// The worker no longer holds the job (its lease expired and another worker took it, or
+    /// it was cancelled); whatever it was about to record must be dropped.
+    #[error("worker {worker} no longer holds the lease on job {job}")]
+    LeaseLost {
+        /// The job.
+        job: JobId,
+        /// The worker that lost it.
+        worker: WorkerId,
+    },
+    /// The job is in a state that does not allow the operation.
+    #[error("job {job} is {state}; {action} needs it to be {needs}")]
+    WrongState {
+        /// The job.
+        job: JobId,
+        /// Its state.
+        state: JobState,
+        /// What was attempted.
+        action: &'static str,
+        /// The state(s) that would allow it.
+        needs: &'static str,
+    },
+    /// A stored row does not decode.
+    #[error("corrupt queue row for job {job}: {detail}")]
+    Corrupt {
+        /// The job.
+        job: i64,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+/// Where times come from: the system clock, or a hand-moved one in tests.
+#[derive(Debug, Clone)]
+pub enum Clock {
+    /// Wall-clock time.
+    System,
+    /// A clock that only moves when told to.
+    Manual(Arc<AtomicI64>),
+}
+
+impl Clock {
+    /// Now, in Unix milliseconds.
+    pub fn now_ms(&self) -> i64 {
+        match self {
+            Clock::System => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0),
+            Clock::Manual(t) => t.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Moves a manual clock forward (no effect on the system clock).
+    pub fn advance(&self, by: Duration) {
+        if let Clock::Manual(t) = self {
+            t.fetch_add(by.as_millis() as i64, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Which engine the queue runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// Embedded, one machine.
+    Sqlite,
+    /// Shared by many machines.
+    Postgres,
+}
+
+/// What a cancel request did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The job had not started; it is now `cancelled`.
+    Cancelled,
+    /// The job is running; its worker stops it at the next step.
+    Requested,
+    /// The job had already ended in this state.
+    AlreadyOver(JobState),
+}
+
+/// What a heartbeat learned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// A maintainer asked to cancel the job.
+    pub cancel_requested: bool,
+}
+
+const COLUMNS: &str = "id, experiment, spec_hash, author, proposal_entry, approval_entry, priority, \
+    state, attempts, max_attempts, lease_owner, lease_expires_at, cancel_requested, \
+    checkpoint_step, checkpoint_blob, run_id, reason, created_at, updated_at";
+
+/// The job queue.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    pool: AnyPool,
+    engine: Engine,
+    clock: Clock,
+}
+
+impl Queue {
+    /// Opens (creating if needed) the queue at `url` — `sqlite://PATH` or `postgres://...` —
+    /// and applies the embedded migrations.
+    pub async fn connect(url: &str) -> Result<Self, QueueError> {
+        Self::connect_with_clock(url, Clock::System).await
+    }
+
+    /// As [`Queue::connect`], with a given clock.
+    pub async fn connect_with_clock(url: &str, clock: Clock) -> Result<Self, QueueError> {
+        sqlx::any::install_default_drivers();
+        let engine = if url.starts_with("sqlite:") {
+            Engine::Sqlite
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Engine::Postgres
+        } else {
+            return Err(QueueError::UnsupportedUrl(url.to_string()));
+        };
+        let url = match engine {
+            // Create the file if missing.
+            Engine::Sqlite if !url.contains("mode=") => {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                format!("{url}{sep}mode=rwc")
+            }
+            _ => url.to_string(),
+        };
+        let mut options = AnyPoolOptions::new()
+            .max_connections(match engine {
+                Engine::Sqlite => 4,
+                Engine::Postgres => 8,
+            })
+            .acquire_timeout(Duration::from_secs(30));
+        if engine == Engine::Sqlite {
+            options = options.after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    // WAL lets readers run beside the writer. synchronous=NORMAL makes a commit
+                    // durable against a crash of the process (what the tests kill), not against
+                    // power loss; the ledger, fsynced on every append, is the durable record from
+                    // which an approved job can always be re-derived.
+                    sqlx::query("PRAGMA journal_mode = WAL")
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query("PRAGMA synchronous = NORMAL")
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query("PRAGMA busy_timeout = 10000")
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = options.connect(&url).await?;
+        match engine {
+            Engine::Sqlite => SQLITE_MIGRATOR.run(&pool).await?,
+            Engine::Postgres => POSTGRES_MIGRATOR.run(&pool).await?,
+        }
+        Ok(Self {
+            pool,
+            engine,
+            clock,
+        })
+    }
+
+    /// The engine in use.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// The clock in use.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Adds a job; returns its id.
+    pub async fn enqueue(&self, job: &NewJob) -> Result<JobId, QueueError> {
+        let now = self.clock.now_ms();
+        let row = sqlx::query(
+            "INSERT INTO jobs (experiment, spec_hash, author, proposal_entry, approval_entry, \
+             priority, state, max_attempts, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $8) RETURNING id",
+        )
+        .bind(job.experiment.0.clone())
+        .bind(job.spec_hash.to_string())
+        .bind(job.author.clone())
+        .bind(job.proposal_entry.map(|v| v as i64))
+        .bind(job.approval_entry.map(|v| v as i64))
+        .bind(job.priority)
+        .bind(i64::from(job.max_attempts.max(1)))
+        .bind(now)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(JobId(row.try_get::<i64, _>("id")?))
+    }
+
+    /// Claims the next job for `worker` for `lease_for`: the highest priority, then the oldest,
+    /// among queued jobs and jobs whose lease expired with attempts left. `None` when idle.
+    pub async fn lease(
+        &self,
+        worker: &WorkerId,
+        lease_for: Duration,
+    ) -> Result<Option<Job>, QueueError> {
+        let now = self.clock.now_ms();
+        self.sweep_expired(now).await?;
+        let skip_locked = match self.engine {
+            Engine::Postgres => " FOR UPDATE SKIP LOCKED",
+            Engine::Sqlite => "",
+        };
+        let sql = format!(
+            "UPDATE jobs SET state = 'leased', lease_owner = $1, lease_expires_at = $2, \
+             attempts = attempts + 1, updated_at = $3 \
+             WHERE id = (SELECT id FROM jobs \
+                 WHERE (state = 'queued' OR (state IN ('leased', 'running') AND lease_expires_at < $3)) \
+                   AND attempts < max_attempts AND cancel_requested = 0 \
+                 ORDER BY priority DESC, id ASC LIMIT 1{skip_locked}) \
+             RETURNING {COLUMNS}"
+        );
+        let row = sqlx::query(&sql)
+            .bind(worker.0.clone())
+            .bind(now + lease_for.as_millis() as i64)
+            .bind(now)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| decode(&r)).transpose()
+    }
+
+    /// Ends jobs whose lease expired and that may not be retried: out of attempts -> `failed`,
+    /// cancel requested -> `cancelled`.
+    async fn sweep_expired(&self, now: i64) -> Result<(), QueueError> {
+        sqlx::query(
+            "UPDATE jobs SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, \
+             reason = 'cancelled; its worker stopped answering', updated_at = $1 \
+             WHERE state IN ('leased', 'running') AND lease_expires_at < $1 AND cancel_requested = 1",
+        )
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        sqlx::query(
+            "UPDATE jobs SET state = 'failed', lease_owner = NULL, lease_expires_at = NULL, \
+             reason = 'worker lost its lease on every allowed attempt', updated_at = $1 \
+             WHERE state IN ('leased', 'running') AND lease_expires_at < $1 AND attempts >= max_attempts",
+        )
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Renews the lease; tells the worker whether a cancel was requested.
+    pub async fn heartbeat(
+        &self,
+        job: JobId,
+        worker: &WorkerId,
+        lease_for: Duration,
+    ) -> Result<Heartbeat, QueueError> {
+        let now = self.clock.now_ms();
+        let row = sqlx::query(
+            "UPDATE jobs SET lease_expires_at = $1, updated_at = $2 \
+             WHERE id = $3 AND lease_owner = $4 AND state IN ('leased', 'running') \
+             RETURNING cancel_requested",
+        )
+        .bind(now + lease_for.as_millis() as i64)
+        .bind(now)
+        .bind(job.0)
+        .bind(worker.0.clone())
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            Some(r) => Ok(Heartbeat {
+                cancel_requested: r.try_get::<i64, _>("cancel_requested")? != 0,
+            }),
+            None => Err(QueueError::LeaseLost {
+                job,
+                worker: worker.clone(),
+            }),
+        }
+    }
+
+    /// Marks a leased job as running under `run_id`.
+    pub async fn mark_running(
+        &self,
+        job: JobId,
+        worker: &WorkerId,
+        run_id: &str,
+    ) -> Result<(), QueueError> {
+        let now = self.clock.now_ms();
+        let done = sqlx::query(
+            "UPDATE jobs SET state = 'running', run_id = $1, updated_at = $2 \
+             WHERE id = $3 AND lease_owner = $4 AND state IN ('leased', 'running')",
+        )
+        .bind(run_id.to_string())
+        .bind(now)
+        .bind(job.0)
+        .bind(worker.0.clone())
+        .execute(&self.pool)
+        .await?;
+        self.require_lease(done.rows_affected(), job, worker)
+    }
+
+    /// Records the latest checkpoint, so a worker that takes over can resume from it.
+    pub async fn record_checkpoint(
+        &self,
+        job: JobId,
+        worker: &WorkerId,
+        step: u64,
+        blob: &str,
+    ) -> Result<(), QueueError> {
+        let now = self.clock.now_ms();
+        let done = sqlx::query(
+            "UPDATE jobs SET checkpoint_step = $1, checkpoint_blob = $2, updated_at = $3 \
+             WHERE id = $4 AND lease_owner = $5 AND state = 'running'",
+        )
+        .bind(step as i64)
+        .bind(blob.to_string())
+        .bind(now)
+        .bind(job.0)
+        .bind(worker.0.clone())
+        .execute(&self.pool)
+        .await?;
+        self.require_lease(done.rows_affected(), job, worker)
+    }
+
+    /// Ends a job with a run outcome. Fails with [`QueueError::LeaseLost`] when the worker no
+    /// longer holds it, so a result is never recorded twice.
+    pub async fn finish(
+        &self,
+        job: JobId,
+        worker: &WorkerId,
+        status: RunStatus,
+        reason: Option<&str>,
+    ) -> Result<(), QueueError> {
+        let now = self.clock.now_ms();
+        let done = sqlx::query(
+            "UPDATE jobs SET state = $1, reason = $2, lease_owner = NULL, lease_expires_at = NULL, \
+             updated_at = $3 WHERE id = $4 AND lease_owner = $5 AND state IN ('leased', 'running')",
+        )
+        .bind(JobState::from(status).as_str())
+        .bind(reason.map(str::to_string))
+        .bind(now)
+        .bind(job.0)
+        .bind(worker.0.clone())
+        .execute(&self.pool)
+        .await?;
+        self.require_lease(done.rows_affected(), job, worker)
+    }
+
+    /// Cancels a job: at once if it has not started, at its next step if it runs.
+    pub async fn cancel(&self, job: JobId, reason: &str) -> Result<CancelOutcome, QueueError> {
+        let now = self.clock.now_ms();
+        let done = sqlx::query(
+            "UPDATE jobs SET state = 'cancelled', reason = $1, updated_at = $2 \
+             WHERE id = $3 AND state IN ('queued', 'held')",
+        )
+        .bind(reason.to_string())
+        .bind(now)
+        .bind(job.0)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 1 {
+            return Ok(CancelOutcome::Cancelled);
+        }
+        let done = sqlx::query(
+            "UPDATE jobs SET cancel_requested = 1, reason = $1, updated_at = $2 \
+             WHERE id = $3 AND state IN ('leased', 'running')",
+        )
+        .bind(reason.to_string())
+        .bind(now)
+        .bind(job.0)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 1 {
+            return Ok(CancelOutcome::Requested);
+        }
+        let current = self.get(job).await?;
+        Ok(CancelOutcome::AlreadyOver(current.state))
+    }
+
+    /// Holds a queued job (a maintainer's `/hold`).
+    pub async fn hold(&self, job: JobId) -> Result<(), QueueError> {
+        self.transition(job, JobState::Queued, JobState::Held, "hold", "queued")
+            .await
+    }
+
+    /// Releases a held job back to the queue (`/unhold`).
+    pub async fn unhold(&self, job: JobId) -> Result<(), QueueError> {
+        self.transition(job, JobState::Held, JobState::Queued, "unhold", "held")
+            .await
+    }
+
+    async fn transition(
+        &self,
+        job: JobId,
+        from: JobState,
+        to: JobState,
+        action: &'static str,
+        needs: &'static str,
+    ) -> Result<(), QueueError> {
+        let done =
+            sqlx::query("UPDATE jobs SET state = $1, updated_at = $2 WHERE id = $3 AND state = $4")
+                .bind(to.as_str())
+                .bind(self.clock.now_ms())
+                .bind(job.0)
+                .bind(from.as_str())
+                .execute(&self.pool)
+                .await?;
+        if done.rows_affected() == 1 {
+            return Ok(());
+        }
+        let current = self.get(job).await?;
+        Err(QueueError::WrongState {
+            job,
+            state: current.state,
+            action,
+            needs,
+        })
+    }
+
+    /// One job.
+    pub async fn get(&self, job: JobId) -> Result<Job, QueueError> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE id = $1"))
+            .bind(job.0)
+            .fetch_optional(&self.pool)
+            .await?;
+        match row {
+            Some(r) => decode(&r),
+            None => Err(QueueError::NotFound(job)),
+        }
+    }
+
+    /// Jobs, newest first, optionally only those in `state`; at most `limit`.
+    pub async fn list(&self, state: Option<JobState>, limit: u32) -> Result<Vec<Job>, QueueError> {
+        let rows = match state {
+            Some(s) => {
+                sqlx::query(&format!(
+                    "SELECT {COLUMNS} FROM jobs WHERE state = $1 ORDER BY id DESC LIMIT $2"
+                ))
+                .bind(s.as_str())
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?
+            }
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {COLUMNS} FROM jobs ORDER BY id DESC LIMIT $1"
+                ))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?
+            }
+        };
+        rows.iter().map(decode).collect()
+    }
+
+    /// How many queued jobs run before this one (0 = next); `None` if it is not queued.
+    pub async fn position(&self, job: JobId) -> Result<Option<u64>, QueueError> {
+        let j = self.get(job).await?;
+        if j.state != JobState::Queued {
+            return Ok(None);
+        }
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n FROM jobs WHERE state = 'queued' \
+             AND (priority > $1 OR (priority = $1 AND id < $2))",
+        )
+        .bind(j.priority)
+        .bind(j.id.0)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Some(row.try_get::<i64, _>("n")? as u64))
+    }
+
+    /// Jobs of `author` not yet over (for per-author quotas).
+    pub async fn open_jobs_of(&self, author: &str) -> Result<u64, QueueError> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n FROM jobs WHERE author = $1 \
+             AND state IN ('queued', 'held', 'leased', 'running')",
+        )
+        .bind(author.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get::<i64, _>("n")? as u64)
+    }
+
+    /// Number of jobs in each state (for `/metrics` and `glassbox jobs`).
+    pub async fn counts(&self) -> Result<Vec<(JobState, u64)>, QueueError> {
+        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
+            .fetch_all(&self.pool)
+            .await?;
+        let mut out = Vec::new();
+        for r in rows {
+            let state: String = r.try_get("state")?;
+            let n: i64 = r.try_get("n")?;
+            let state = state
+                .parse()
+                .map_err(|detail| QueueError::Corrupt { job: 0, detail })?;
+            out.push((state, n as u64));
+        }
+        Ok(out)
+    }
+
+    fn require_lease(&self, rows: u64, job: JobId, worker: &WorkerId) -> Result<(), QueueError> {
+        if rows == 1 {
+            Ok(())
+        } else {
+            Err(QueueError::LeaseLost {
+                job,
+                worker: worker.clone(),
+            })
+        }
+    }
+}
+
+fn decode(r: &AnyRow) -> Result<Job, QueueError> {
+    let id: i64 = r.try_get("id")?;
+    let corrupt = |detail: String| QueueError::Corrupt { job: id, detail };
+    let state: String = r.try_get("state")?;
+    let spec_hash: String = r.try_get("spec_hash")?;
+    let opt_u64 = |name: &str| -> Result<Option<u64>, QueueError> {
+        Ok(r.try_get::<Option<i64>, _>(name)?.map(|v| v as u64))
+    };
+    Ok(Job {
+        id: JobId(id),
+        experiment: ExperimentId(r.try_get("experiment")?),
+        spec_hash: spec_hash.parse().map_err(|e| corrupt(format!("{e}")))?,
+        author: r.try_get("author")?,
+        proposal_entry: opt_u64("proposal_entry")?,
+        approval_entry: opt_u64("approval_entry")?,
+        priority: r.try_get("priority")?,
+        state: state.parse().map_err(corrupt)?,
+        attempts: r.try_get::<i64, _>("attempts")? as u32,
+        max_attempts: r.try_get::<i64, _>("max_attempts")? as u32,
+        lease_owner: r.try_get::<Option<String>, _>("lease_owner")?.map(WorkerId),
+        lease_expires_at: r.try_get("lease_expires_at")?,
+        cancel_requested: r.try_get::<i64, _>("cancel_requested")? != 0,
+        checkpoint_step: opt_u64("checkpoint_step")?,
+        checkpoint_blob: r.try_get("checkpoint_blob")?,
+        run_id: r.try_get("run_id")?,
+        reason: r.try_get("reason")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+    })
+}

@@ -1,0 +1,334 @@
+//! The job queue, the same scenarios on SQLite and on PostgreSQL.
+//!
+//! PostgreSQL is a real server: `GLASSBOX_TEST_POSTGRES_URL`, or the local default
+//! `postgres://postgres@127.0.0.1:5432/test`. These tests fail (never skip) when it is not
+//! reachable. Each test gets its own PostgreSQL schema so tests run in parallel. Time is a
+//! manual clock: lease expiry is tested by moving it, not by sleeping.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use glassbox_lab::queue::{CancelOutcome, Clock, JobState, NewJob, Queue, QueueError, WorkerId};
+use glassbox_schemas::{Blake3Hash, ExperimentId, RunStatus, SpecHash};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+fn postgres_url() -> String {
+    std::env::var("GLASSBOX_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+}
+
+/// A fresh queue on `engine` with a manual clock, isolated from every other test.
+async fn fresh(engine: &str, name: &str) -> (Queue, Clock, Option<tempfile::TempDir>) {
+    let clock = Clock::Manual(Arc::new(AtomicI64::new(1_700_000_000_000)));
+    match engine {
+        "sqlite" => {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}", dir.path().join("queue.db").display());
+            let q = Queue::connect_with_clock(&url, clock.clone())
+                .await
+                .unwrap();
+            (q, clock, Some(dir))
+        }
+        _ => {
+            let base = postgres_url();
+            let schema = format!("lab_{name}_{}", std::process::id());
+            sqlx::any::install_default_drivers();
+            let admin = sqlx::AnyPool::connect(&base)
+                .await
+                .unwrap_or_else(|e| panic!("PostgreSQL at {base} is required: {e}"));
+            sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .execute(&admin)
+                .await
+                .unwrap();
+            sqlx::query(&format!("CREATE SCHEMA {schema}"))
+                .execute(&admin)
+                .await
+                .unwrap();
+            admin.close().await;
+            let sep = if base.contains('?') { '&' } else { '?' };
+            let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+            let q = Queue::connect_with_clock(&url, clock.clone())
+                .await
+                .unwrap();
+            (q, clock, None)
+        }
+    }
+}
+
+fn job(n: u32, author: &str, priority: i64) -> NewJob {
+    NewJob {
+        experiment: ExperimentId(format!("acme/lab#{n}")),
+        spec_hash: SpecHash(Blake3Hash::of(&n.to_le_bytes())),
+        author: author.to_string(),
+        proposal_entry: Some(u64::from(n) * 2),
+        approval_entry: Some(u64::from(n) * 2 + 1),
+        priority,
+        max_attempts: 3,
+    }
+}
+
+fn worker(name: &str) -> WorkerId {
+    WorkerId(name.to_string())
+}
+
+macro_rules! on_both_engines {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name("sqlite", stringify!($name)).await })*
+        }
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name("postgres", stringify!($name)).await })*
+        }
+    };
+}
+
+on_both_engines!(
+    runs_by_priority_then_age,
+    job_round_trips_every_field,
+    many_workers_run_each_job_exactly_once,
+    expired_lease_moves_to_another_worker,
+    attempts_run_out_and_the_job_fails,
+    cancel_before_and_during_a_run,
+    hold_unhold_position_and_quota,
+);
+
+async fn runs_by_priority_then_age(engine: &str, name: &str) {
+    let (q, _clock, _dir) = fresh(engine, name).await;
+    let low = q.enqueue(&job(1, "ann", 0)).await.unwrap();
+    let high = q.enqueue(&job(2, "bob", 5)).await.unwrap();
+    let low2 = q.enqueue(&job(3, "cid", 0)).await.unwrap();
+    let w = worker("w1");
+    let order: Vec<_> = [
+        q.lease(&w, LEASE).await.unwrap().unwrap().id,
+        q.lease(&w, LEASE).await.unwrap().unwrap().id,
+        q.lease(&w, LEASE).await.unwrap().unwrap().id,
+    ]
+    .into();
+    assert_eq!(order, vec![high, low, low2]);
+    assert!(q.lease(&w, LEASE).await.unwrap().is_none());
+}
+
+async fn job_round_trips_every_field(engine: &str, name: &str) {
+    let (q, clock, _dir) = fresh(engine, name).await;
+    let new = job(7, "ann", 2);
+    let id = q.enqueue(&new).await.unwrap();
+    let leased = q.lease(&worker("w1"), LEASE).await.unwrap().unwrap();
+    assert_eq!(leased.id, id);
+    assert_eq!(leased.experiment, new.experiment);
+    assert_eq!(leased.spec_hash, new.spec_hash);
+    assert_eq!(leased.author, "ann");
+    assert_eq!(
+        (leased.proposal_entry, leased.approval_entry),
+        (Some(14), Some(15))
+    );
+    assert_eq!(leased.state, JobState::Leased);
+    assert_eq!(leased.attempts, 1);
+    assert_eq!(leased.lease_owner, Some(worker("w1")));
+    assert_eq!(
+        leased.lease_expires_at,
+        Some(clock.now_ms() + LEASE.as_millis() as i64)
+    );
+    q.mark_running(id, &worker("w1"), "run-000001")
+        .await
+        .unwrap();
+    q.record_checkpoint(id, &worker("w1"), 40, "blake3:ab")
+        .await
+        .unwrap();
+    q.finish(
+        id,
+        &worker("w1"),
+        RunStatus::Diverged,
+        Some("loss became NaN at step 41"),
+    )
+    .await
+    .unwrap();
+    let done = q.get(id).await.unwrap();
+    assert_eq!(done.state, JobState::Diverged);
+    assert_eq!(done.checkpoint_step, Some(40));
+    assert_eq!(done.run_id.as_deref(), Some("run-000001"));
+    assert_eq!(done.reason.as_deref(), Some("loss became NaN at step 41"));
+    assert_eq!(done.lease_owner, None);
+}
+
+/// 50 jobs, 4 workers leasing concurrently: each job is leased once and finished once.
+async fn many_workers_run_each_job_exactly_once(engine: &str, name: &str) {
+    let (q, _clock, _dir) = fresh(engine, name).await;
+    for n in 0..50 {
+        q.enqueue(&job(n, "ann", 0)).await.unwrap();
+    }
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        let q = q.clone();
+        tasks.push(tokio::spawn(async move {
+            let me = worker(&format!("w{w}"));
+            let mut mine = Vec::new();
+            while let Some(j) = q.lease(&me, LEASE).await.unwrap() {
+                q.mark_running(j.id, &me, &format!("run-{}", j.id))
+                    .await
+                    .unwrap();
+                q.finish(j.id, &me, RunStatus::Succeeded, None)
+                    .await
+                    .unwrap();
+                mine.push(j.id);
+            }
+            mine
+        }));
+    }
+    let mut seen = BTreeMap::new();
+    for t in tasks {
+        for id in t.await.unwrap() {
+            *seen.entry(id).or_insert(0) += 1;
+        }
+    }
+    assert_eq!(seen.len(), 50, "every job ran");
+    assert!(seen.values().all(|&n| n == 1), "no job ran twice: {seen:?}");
+    let counts = q.counts().await.unwrap();
+    assert_eq!(counts, vec![(JobState::Succeeded, 50)]);
+}
+
+async fn expired_lease_moves_to_another_worker(engine: &str, name: &str) {
+    let (q, clock, _dir) = fresh(engine, name).await;
+    let id = q.enqueue(&job(1, "ann", 0)).await.unwrap();
+    let (a, b) = (worker("a"), worker("b"));
+    q.lease(&a, LEASE).await.unwrap().unwrap();
+    q.mark_running(id, &a, "run-1").await.unwrap();
+    q.record_checkpoint(id, &a, 20, "blake3:cc").await.unwrap();
+    // While a's lease holds, nobody else gets the job.
+    assert!(q.lease(&b, LEASE).await.unwrap().is_none());
+    clock.advance(LEASE + Duration::from_millis(1));
+    let taken = q
+        .lease(&b, LEASE)
+        .await
+        .unwrap()
+        .expect("expired lease is re-leased");
+    assert_eq!(taken.id, id);
+    assert_eq!(taken.attempts, 2);
+    assert_eq!(
+        taken.checkpoint_step,
+        Some(20),
+        "b resumes from a's checkpoint"
+    );
+    // a comes back: every write it tries is refused, so no second result exists.
+    assert!(matches!(
+        q.heartbeat(id, &a, LEASE).await,
+        Err(QueueError::LeaseLost { .. })
+    ));
+    assert!(matches!(
+        q.finish(id, &a, RunStatus::Succeeded, None).await,
+        Err(QueueError::LeaseLost { .. })
+    ));
+    q.finish(id, &b, RunStatus::Succeeded, None).await.unwrap();
+    assert_eq!(q.get(id).await.unwrap().state, JobState::Succeeded);
+}
+
+async fn attempts_run_out_and_the_job_fails(engine: &str, name: &str) {
+    let (q, clock, _dir) = fresh(engine, name).await;
+    let id = q.enqueue(&job(1, "ann", 0)).await.unwrap();
+    for attempt in 1..=3 {
+        let j = q.lease(&worker("w"), LEASE).await.unwrap().unwrap();
+        assert_eq!(j.attempts, attempt);
+        clock.advance(LEASE * 2);
+    }
+    assert!(q.lease(&worker("w"), LEASE).await.unwrap().is_none());
+    let j = q.get(id).await.unwrap();
+    assert_eq!(j.state, JobState::Failed);
+    assert_eq!(
+        j.reason.as_deref(),
+        Some("worker lost its lease on every allowed attempt")
+    );
+}
+
+async fn cancel_before_and_during_a_run(engine: &str, name: &str) {
+    let (q, clock, _dir) = fresh(engine, name).await;
+    let queued = q.enqueue(&job(1, "ann", 0)).await.unwrap();
+    assert_eq!(
+        q.cancel(queued, "by @maint").await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    assert!(
+        q.lease(&worker("w"), LEASE).await.unwrap().is_none(),
+        "cancelled jobs never run"
+    );
+
+    let running = q.enqueue(&job(2, "ann", 0)).await.unwrap();
+    q.lease(&worker("w"), LEASE).await.unwrap().unwrap();
+    q.mark_running(running, &worker("w"), "run-2")
+        .await
+        .unwrap();
+    assert!(
+        !q.heartbeat(running, &worker("w"), LEASE)
+            .await
+            .unwrap()
+            .cancel_requested
+    );
+    assert_eq!(
+        q.cancel(running, "by @maint").await.unwrap(),
+        CancelOutcome::Requested
+    );
+    assert!(
+        q.heartbeat(running, &worker("w"), LEASE)
+            .await
+            .unwrap()
+            .cancel_requested
+    );
+    q.finish(
+        running,
+        &worker("w"),
+        RunStatus::Cancelled,
+        Some("by @maint"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        q.cancel(running, "again").await.unwrap(),
+        CancelOutcome::AlreadyOver(JobState::Cancelled)
+    );
+
+    // A cancel requested of a worker that then dies ends the job cancelled, not re-run.
+    let orphan = q.enqueue(&job(3, "ann", 0)).await.unwrap();
+    q.lease(&worker("w"), LEASE).await.unwrap().unwrap();
+    q.cancel(orphan, "by @maint").await.unwrap();
+    clock.advance(LEASE * 2);
+    assert!(q.lease(&worker("v"), LEASE).await.unwrap().is_none());
+    assert_eq!(q.get(orphan).await.unwrap().state, JobState::Cancelled);
+}
+
+async fn hold_unhold_position_and_quota(engine: &str, name: &str) {
+    let (q, _clock, _dir) = fresh(engine, name).await;
+    let a = q.enqueue(&job(1, "ann", 0)).await.unwrap();
+    let b = q.enqueue(&job(2, "ann", 0)).await.unwrap();
+    let c = q.enqueue(&job(3, "bob", 0)).await.unwrap();
+    assert_eq!(q.position(c).await.unwrap(), Some(2));
+    q.hold(a).await.unwrap();
+    assert_eq!(q.position(c).await.unwrap(), Some(1));
+    assert_eq!(q.position(a).await.unwrap(), None);
+    let err = q.hold(a).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("job {a} is held; hold needs it to be queued")
+    );
+    assert_eq!(q.open_jobs_of("ann").await.unwrap(), 2);
+    let first = q.lease(&worker("w"), LEASE).await.unwrap().unwrap();
+    assert_eq!(first.id, b, "held jobs are skipped");
+    q.unhold(a).await.unwrap();
+    assert_eq!(q.position(a).await.unwrap(), Some(0));
+    assert!(matches!(
+        q.get(glassbox_lab::JobId(999)).await,
+        Err(QueueError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn unsupported_url_names_what_is_accepted() {
+    let err = Queue::connect("mysql://localhost/x").await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("expected sqlite://PATH or postgres://"),
+        "{err}"
+    );
+}
