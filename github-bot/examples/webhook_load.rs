@@ -1,6 +1,8 @@
 //! Load test of the webhook intake: signed deliveries over loopback HTTP/1.1 into the real
 //! router and durable SQLite queue, then drained by the real worker. Not a unit test: run it
-//! with `cargo run --release -p glassbox-github-bot --example webhook_load [-- N CONNECTIONS]`.
+//! with `cargo run --release -p glassbox-github-bot --example webhook_load [-- N CONNECTIONS]`;
+//! `GLASSBOX_BOT_DURABILITY=process` opens the queue with `Durability::ProcessCrash` instead of
+//! the default `PowerLoss` (fsync per commit).
 //!
 //! It reports acknowledgement latency (p50/p99/max, measured at the client from sending the
 //! request to reading the whole response) and accepted deliveries per second, and checks that
@@ -18,6 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use glassbox_github_bot::config::{BotConfig, GitHubAuth};
 use glassbox_github_bot::signature::sign;
+use glassbox_github_bot::store::Durability;
 use glassbox_github_bot::worker::Processed;
 use glassbox_github_bot::{
     Bot, GitHub, InMemoryLab, Login, Store, WebhookSettings, Worker, start_intake, webhook_router,
@@ -50,7 +53,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let dir = tempfile::tempdir()?;
     let db = format!("sqlite://{}", dir.path().join("load.db").display());
-    let store = Store::open(&db).await?;
+    let durability = match std::env::var("GLASSBOX_BOT_DURABILITY").as_deref() {
+        Ok("process") => Durability::ProcessCrash,
+        _ => Durability::PowerLoss,
+    };
+    let store = Store::open_with(&db, durability).await?;
     let wake = Arc::new(Notify::new());
     let (intake, _writer) = start_intake(store.clone(), wake.clone());
     let router = webhook_router(
@@ -65,7 +72,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::spawn(async move { axum::serve(listener, router).await });
 
     println!(
-        "webhook_load: {total} signed deliveries ({} bytes each) over {connections} keep-alive connections to {addr}, every {DUPLICATE_EVERY}th also re-sent",
+        "webhook_load: {total} signed deliveries ({} bytes each) over {connections} keep-alive connections to {addr}, every {DUPLICATE_EVERY}th also re-sent, durability {durability:?}",
         body.len()
     );
     let started = Instant::now();

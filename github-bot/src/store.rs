@@ -9,8 +9,11 @@
 //! - `bot_comments`: `(repo, issue, kind) -> comment id`, so the validation comment (kind
 //!   `validation`) and a run's comment (kind `run:<run id>`) are edited in place.
 //!
-//! The file is opened in WAL mode with `synchronous = FULL`: a committed delivery survives a
-//! process crash and a power cut. Queries are free functions over the pool, as in bors's
+//! The file is opened in WAL mode. [`Durability::PowerLoss`] (the default, `synchronous =
+//! FULL`) fsyncs every commit, so a committed delivery survives a process crash and a power cut;
+//! [`Durability::ProcessCrash`] (`synchronous = NORMAL`) leaves the WAL in the OS page cache at
+//! commit, which survives a crash of the process (the case the 2xx promise is about) but not
+//! of the machine, and costs no fsync per batch. Queries are free functions over the pool, as in bors's
 //! `database/operations.rs`. One worker per database is assumed (no leases).
 
 use std::str::FromStr;
@@ -88,6 +91,17 @@ pub struct DeliveryCounts {
     pub failed: u64,
 }
 
+/// What a committed delivery survives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// A power cut: every commit is fsynced (`synchronous = FULL`).
+    #[default]
+    PowerLoss,
+    /// A crash of the process: the WAL is written at commit and fsynced at checkpoints
+    /// (`synchronous = NORMAL`).
+    ProcessCrash,
+}
+
 /// The bot's database.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -102,12 +116,22 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `url`, e.g. `sqlite://lab/github-bot.db`.
+    /// Opens (creating if needed) the database at `url`, e.g. `sqlite://lab/github-bot.db`,
+    /// with [`Durability::PowerLoss`].
     pub async fn open(url: &str) -> Result<Self, StoreError> {
+        Self::open_with(url, Durability::PowerLoss).await
+    }
+
+    /// Opens the database with the given durability.
+    pub async fn open_with(url: &str, durability: Durability) -> Result<Self, StoreError> {
+        let synchronous = match durability {
+            Durability::PowerLoss => SqliteSynchronous::Full,
+            Durability::ProcessCrash => SqliteSynchronous::Normal,
+        };
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
+            .synchronous(synchronous)
             .busy_timeout(Duration::from_secs(5));
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
