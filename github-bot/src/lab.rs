@@ -153,6 +153,13 @@ pub trait LabPort: Send + Sync + 'static {
         &self,
         proposal: Proposal,
     ) -> impl Future<Output = Result<ProposalRecorded, LabError>> + Send;
+    /// The issue no longer holds a valid proposal (edited into an invalid or over-budget spec):
+    /// voids an approval still waiting (queued or held) and takes its job out of the queue.
+    /// Returns the voided approval, if any; a no-op for an unknown experiment.
+    fn withdraw_proposal(
+        &self,
+        experiment: &ExperimentId,
+    ) -> impl Future<Output = Result<Option<ApprovalInfo>, LabError>> + Send;
     /// Records an approval bound to `spec_hash` and queues the job; returns the queue position.
     fn approve(&self, approval: Approval) -> impl Future<Output = Result<u32, LabError>> + Send;
     /// Records a rejection with its reason.
@@ -355,6 +362,27 @@ impl LabPort for InMemoryLab {
         m.journal
             .push(format!("proposal {id} {}", proposal.spec_hash));
         Ok(recorded)
+    }
+
+    async fn withdraw_proposal(
+        &self,
+        experiment: &ExperimentId,
+    ) -> Result<Option<ApprovalInfo>, LabError> {
+        let mut m = self.lock();
+        let Some(e) = m.experiments.get_mut(experiment) else {
+            return Ok(None);
+        };
+        if !matches!(
+            e.state,
+            ExperimentState::Queued { .. } | ExperimentState::Held
+        ) {
+            return Ok(None);
+        }
+        let voided = e.approval.take();
+        e.state = ExperimentState::Proposed;
+        m.queue.retain(|x| x != experiment);
+        m.journal.push(format!("approval_voided {experiment}"));
+        Ok(voided)
     }
 
     async fn approve(&self, approval: Approval) -> Result<u32, LabError> {

@@ -2,9 +2,10 @@
 //! it with the lab when valid, and write the one validation comment (edited in place).
 //!
 //! When the lab reports that the new spec hash voided an approval, the bot says so in a
-//! separate comment (so it notifies) and removes the `approved` label.
+//! separate comment (so it notifies) and removes the `approved` label. An edit that makes the
+//! proposal invalid or over budget withdraws it, which voids a waiting approval the same way.
 
-use crate::bot::{Bot, ProposalCheck};
+use crate::bot::{Bot, ProposalCheck, experiment_id};
 use crate::error::BotError;
 use crate::event::IssueData;
 use crate::lab::LabPort;
@@ -15,7 +16,26 @@ use crate::render;
 pub const VALIDATION_COMMENT: &str = "validation";
 
 pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, issue: &IssueData) -> Result<(), BotError> {
-    let body = match bot.check_proposal(issue) {
+    let check = bot.check_proposal(issue);
+    if !matches!(check, ProposalCheck::Valid { .. })
+        && let Some(v) = bot
+            .lab
+            .withdraw_proposal(&experiment_id(&issue.key))
+            .await?
+    {
+        bot.reply(
+            &issue.key,
+            &format!(
+                "⚠️ The spec was edited and is no longer a valid proposal. The approval by @{} of `{}` is void; a maintainer must `/approve` again once it is fixed.",
+                v.approver, v.spec_hash
+            ),
+        )
+        .await?;
+        bot.github
+            .remove_label(&issue.key.repo, issue.key.number, APPROVED)
+            .await?;
+    }
+    let body = match check {
         ProposalCheck::Invalid {
             problems,
             spec_error,

@@ -265,6 +265,35 @@ async fn editing_after_approval_voids_it_and_says_so() {
 }
 
 #[tokio::test]
+async fn editing_an_approved_spec_into_an_invalid_one_voids_the_approval() {
+    let mut h = Harness::new().await;
+    let body = form_body(str::to_string);
+    h.deliver("issues", &issue_event("opened", 23, "carol", &body))
+        .await;
+    h.deliver(
+        "issue_comment",
+        &comment_created(23, "carol", &body, "bob", "/approve", 30),
+    )
+    .await;
+    assert_eq!(h.lab.snapshot().queue, vec![exp(23)]);
+    let broken = form_body(|s| s.replace("top_k = 2", "top_k = 9"));
+    h.deliver("issues", &issue_event("edited", 23, "carol", &broken))
+        .await;
+    let lab = h.lab.snapshot();
+    assert!(lab.queue.is_empty());
+    assert!(lab.experiments[&exp(23)].approval.is_none());
+    let comments = h.comment_bodies(23);
+    assert!(
+        comments
+            .iter()
+            .any(|c| c.contains("no longer a valid proposal") && c.contains("@bob")),
+        "{comments:?}"
+    );
+    assert!(comments[0].contains("needs changes"));
+    assert!(!h.gh.labels_on(23).contains("approved"));
+}
+
+#[tokio::test]
 async fn a_duplicate_delivery_is_processed_once() {
     let h = Harness::new().await;
     let p = issue_event("opened", 9, "carol", &form_body(str::to_string));
