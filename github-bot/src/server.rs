@@ -10,7 +10,8 @@
 //! de-duplication only) and acknowledged.
 //!
 //! The writer task batches concurrent deliveries into one SQLite transaction (one fsync), so
-//! durability costs one disk flush per batch rather than per request. This module does not
+//! durability costs one disk flush per batch rather than per request, and checkpoints the WAL
+//! in the background so no acknowledgement waits for one. This module does not
 //! parse payloads beyond the event name and does not call GitHub.
 
 use std::sync::Arc;
@@ -34,6 +35,9 @@ pub const WEBHOOK_PATH: &str = "/github/webhook";
 /// Most deliveries committed in one transaction.
 const MAX_BATCH: usize = 512;
 
+/// Deliveries committed between two background WAL checkpoints.
+const CHECKPOINT_EVERY: usize = 256;
+
 type WriteRequest = (NewDelivery, oneshot::Sender<Result<bool, String>>);
 
 /// A handle to the writer task; cheap to clone.
@@ -48,6 +52,8 @@ pub fn start_intake(store: Store, wake: Arc<Notify>) -> (Intake, tokio::task::Jo
     let (tx, mut rx) = mpsc::channel::<WriteRequest>(4096);
     let task = tokio::spawn(async move {
         let mut batch: Vec<WriteRequest> = Vec::with_capacity(MAX_BATCH);
+        let mut since_checkpoint = 0usize;
+        let checkpointing = Arc::new(std::sync::atomic::AtomicBool::new(false));
         while let Some(first) = rx.recv().await {
             batch.push(first);
             while batch.len() < MAX_BATCH {
@@ -68,6 +74,21 @@ pub fn start_intake(store: Store, wake: Arc<Notify>) -> (Intake, tokio::task::Jo
                     }
                     if wake_worker {
                         wake.notify_one();
+                    }
+                    // Checkpoint on another connection while the next batch commits, so no
+                    // acknowledgement waits for the WAL to be copied back.
+                    since_checkpoint += deliveries.len();
+                    if since_checkpoint >= CHECKPOINT_EVERY
+                        && !checkpointing.swap(true, std::sync::atomic::Ordering::AcqRel)
+                    {
+                        since_checkpoint = 0;
+                        let (store, flag) = (store.clone(), checkpointing.clone());
+                        tokio::spawn(async move {
+                            if let Err(e) = store.checkpoint().await {
+                                tracing::warn!(error = %e, "WAL checkpoint failed");
+                            }
+                            flag.store(false, std::sync::atomic::Ordering::Release);
+                        });
                     }
                 }
                 Err(e) => {

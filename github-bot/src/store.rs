@@ -132,6 +132,9 @@ impl Store {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(synchronous)
+            // The intake checkpoints the WAL in the background (`checkpoint`), off the commit
+            // path; SQLite's own checkpoint (which runs inside a commit) is only a backstop.
+            .pragma("wal_autocheckpoint", "16384")
             .busy_timeout(Duration::from_secs(5));
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
@@ -168,6 +171,15 @@ impl Store {
         }
         tx.commit().await?;
         Ok(out)
+    }
+
+    /// Copies the WAL back into the database file without blocking writers
+    /// (`PRAGMA wal_checkpoint(PASSIVE)`).
+    pub async fn checkpoint(&self) -> Result<(), StoreError> {
+        sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     /// The oldest pending delivery that is due, if any.
