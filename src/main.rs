@@ -46,12 +46,25 @@ enum Command {
     /// Validate experiment specs and print their hash and cost; print the JSON Schema.
     #[command(subcommand)]
     Spec(cli::spec::SpecCommand),
+    /// Create a lab: blob store, log, index database, signing key.
+    Init(cli::ledger::InitArgs),
+    /// The ledger: put/get blobs, list and show entries, checkpoint, verifier key, proofs.
+    #[command(subcommand)]
+    Ledger(cli::ledger::LedgerCommand),
+    /// Audit a ledger (lab directory or URL): exit 1 naming the first bad item.
+    Verify(cli::verify::VerifyArgs),
+    /// Mirror the ledger into a git repository.
+    Publish(cli::publish::PublishArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Spec(cmd) => cli::spec::run(cmd, &cli.global),
+        Command::Init(args) => cli::ledger::run_init(args, &cli.global),
+        Command::Ledger(cmd) => cli::ledger::run(cmd, &cli.global),
+        Command::Verify(args) => cli::verify::run(args, &cli.global),
+        Command::Publish(args) => cli::publish::run(args, &cli.global),
     };
     match result {
         Ok(code) => code,

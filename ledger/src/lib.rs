@@ -1,1 +1,41 @@
-//! glassbox-ledger
+//! glassbox-ledger: the lab's public, tamper-evident record.
+//!
+//! - [`blob`] — content-addressed BLAKE3 blob store ([`BlobStore`], [`LocalBlobStore`]);
+//! - [`merkle`] — RFC 6962 SHA-256 Merkle math, inclusion/consistency proofs and verifiers;
+//! - [`tiles`] — the C2SP tlog-tiles layout and [`tiles::TreeBuilder`], the tree's right edge;
+//! - [`checkpoint`] — C2SP signed-note checkpoints with Ed25519 keys;
+//! - [`log`] — [`LogWriter`] (durable group-committed appends, one writer per lab by OS lock)
+//!   and [`LogReader`] (entries and proofs from a directory or HTTP [`source`]);
+//! - [`audit`] — the full check behind `glassbox verify`; [`seen`] — the auditor's memory;
+//! - [`index`] — the derived sqlx index (SQLite or PostgreSQL);
+//! - [`publish`] — git mirroring; [`lab`] — the lab directory layout.
+//!
+//! The key design choice: the log is the only source of truth, stored in the standard C2SP
+//! layout so that third-party tlog clients and witnesses can check it; everything else (the
+//! index, git mirrors) is derived from it and checked against it. Entries are the canonical
+//! JSON records of `glassbox-schemas`; this crate stores and proves them but does not decide
+//! who writes which record when (that is `glassbox-lab`).
+
+pub mod audit;
+pub mod blob;
+pub mod checkpoint;
+pub mod error;
+pub mod index;
+pub mod lab;
+pub mod log;
+pub mod merkle;
+pub mod publish;
+#[cfg(feature = "aws")]
+pub mod s3;
+pub mod seen;
+pub mod source;
+pub mod tiles;
+
+pub use audit::{AuditFailure, AuditOptions, AuditReport, audit};
+pub use blob::{BlobStore, LocalBlobStore, PutOutcome};
+pub use checkpoint::{Checkpoint, SignedCheckpoint, SigningKey, VerifierKey};
+pub use error::Error;
+pub use lab::Lab;
+pub use log::{LockMode, LogReader, LogWriter};
+pub use merkle::{LeafIndex, MerkleHash, TreeSize};
+pub use source::{DirSource, HttpSource, LogSource};

@@ -1,4 +1,7 @@
 //! One module per subcommand group. Each exposes a clap type and a `run` function that returns
 //! the process exit code; operational errors bubble up as `anyhow::Error` and exit 3.
 
+pub mod ledger;
+pub mod publish;
 pub mod spec;
+pub mod verify;

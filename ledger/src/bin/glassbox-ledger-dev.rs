@@ -1,0 +1,220 @@
+//! `glassbox-ledger-dev`: the ledger's developer tool — the writer process the crash tests
+//! kill, and the benchmarks behind BENCHMARKS.md. Not part of the user-facing CLI.
+//!
+//! ```text
+//! glassbox-ledger-dev append-stream LAB FIRST_SEQ THREADS   append until killed; print "ack INDEX SEQ"
+//! glassbox-ledger-dev bench-appends [ENTRIES] [THREADS]     durable 1 KiB appends, group commit
+//! glassbox-ledger-dev bench-verify [ENTRIES]                build a log, then time a full audit
+//! glassbox-ledger-dev bench-ingest FILE                     blob ingest vs `b3sum` on FILE
+//! ```
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use glassbox_ledger::audit::AuditOptions;
+use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, audit};
+use glassbox_schemas::{Blake3Hash, EntryKind, LedgerEntry};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("append-stream") => append_stream(&args[1..]),
+        Some("bench-appends") => bench_appends(&args[1..]),
+        Some("bench-verify") => bench_verify(&args[1..]),
+        Some("bench-ingest") => bench_ingest(&args[1..]),
+        _ => Err("usage: glassbox-ledger-dev append-stream LAB FIRST_SEQ THREADS | bench-appends [ENTRIES] [THREADS] | bench-verify [ENTRIES] | bench-ingest FILE".into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+type Res = Result<(), Box<dyn std::error::Error>>;
+
+fn arg_u64(args: &[String], i: usize, default: u64) -> Result<u64, Box<dyn std::error::Error>> {
+    match args.get(i) {
+        None => Ok(default),
+        Some(s) => s
+            .parse()
+            .map_err(|_| format!("argument {} must be a number, got {s:?}", i + 1).into()),
+    }
+}
+
+/// An artifact entry whose name carries `seq`, padded so its canonical form is `size` bytes.
+fn sized_entry(seq: u64, size: usize, blob: Option<Blake3Hash>) -> Vec<u8> {
+    let mut refs = BTreeMap::new();
+    if let Some(b) = blob {
+        refs.insert("artifact".to_string(), b);
+    }
+    let make = |pad: usize| {
+        let body = serde_json::json!({"name": format!("item-{seq}"), "bytes": seq, "pad": "x".repeat(pad)});
+        let e = LedgerEntry::new(EntryKind::Artifact, None, refs.clone(), &body).expect("entry");
+        e.to_canonical_bytes().expect("canonical")
+    };
+    let base = make(0).len();
+    make(size.saturating_sub(base))
+}
+
+fn append_stream(args: &[String]) -> Res {
+    let lab = Lab::open(std::path::Path::new(args.first().ok_or("LAB missing")?))?;
+    let first = arg_u64(args, 1, 0)?;
+    let threads = arg_u64(args, 2, 4)?;
+    let w = Arc::new(lab.writer(LockMode::Wait)?);
+    let next = Arc::new(AtomicU64::new(first));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (w, next) = (Arc::clone(&w), Arc::clone(&next));
+            std::thread::spawn(move || -> Result<(), String> {
+                loop {
+                    let seq = next.fetch_add(1, Ordering::SeqCst);
+                    let idx = w
+                        .append(sized_entry(seq, 200 + (seq % 5) as usize * 100, None))
+                        .map_err(|e| e.to_string())?;
+                    let mut out = std::io::stdout().lock();
+                    writeln!(out, "ack {} {seq}", idx.0).map_err(|e| e.to_string())?;
+                    out.flush().map_err(|e| e.to_string())?;
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().map_err(|_| "appender panicked")??;
+    }
+    Ok(())
+}
+
+fn bench_appends(args: &[String]) -> Res {
+    let entries = arg_u64(args, 0, 50_000)?;
+    let threads = arg_u64(args, 1, 256)?;
+    let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()))?;
+    let (lab, _) = Lab::init(dir.path(), "bench.example/log")?;
+    let w = Arc::new(lab.writer(LockMode::FailFast)?);
+    let payloads: Arc<Vec<Vec<u8>>> =
+        Arc::new((0..entries).map(|i| sized_entry(i, 1024, None)).collect());
+    let next = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (w, next, payloads) = (Arc::clone(&w), Arc::clone(&next), Arc::clone(&payloads));
+            std::thread::spawn(move || -> Result<(), String> {
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= payloads.len() as u64 {
+                        return Ok(());
+                    }
+                    w.append(payloads[i as usize].clone())
+                        .map_err(|e| e.to_string())?;
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().map_err(|_| "appender panicked")??;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let size = w.checkpoint().checkpoint.size.0;
+    println!(
+        "bench-appends: {size} durable appends of {} B entries, {threads} concurrent appenders: {secs:.2} s, {:.0} entries/s",
+        payloads[0].len(),
+        size as f64 / secs
+    );
+    Ok(())
+}
+
+fn bench_verify(args: &[String]) -> Res {
+    let entries = arg_u64(args, 0, 1_000_000)?;
+    let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()))?;
+    let (lab, _) = Lab::init(dir.path(), "bench.example/log")?;
+    // Ten small blobs, each referenced by every 1000th entry: the audit re-hashes each once.
+    let blobs: Vec<Blake3Hash> = (0..10u8)
+        .map(|i| {
+            lab.blobs()
+                .put(&mut vec![i; 64 << 10].as_slice())
+                .map(|p| p.hash.0)
+        })
+        .collect::<Result<_, _>>()?;
+    let t0 = Instant::now();
+    {
+        let w = lab.writer(LockMode::FailFast)?;
+        let mut i = 0u64;
+        while i < entries {
+            let n = (entries - i).min(16_384);
+            let batch: Vec<Vec<u8>> = (i..i + n)
+                .map(|k| {
+                    sized_entry(
+                        k,
+                        300,
+                        (k % 1000 == 0).then(|| blobs[(k / 1000 % 10) as usize]),
+                    )
+                })
+                .collect();
+            w.append_batch(batch)?;
+            i += n;
+        }
+    }
+    let build = t0.elapsed().as_secs_f64();
+    let src = DirSource {
+        root: lab.root().to_path_buf(),
+    };
+    let t1 = Instant::now();
+    let report =
+        audit(&src, &lab.verifier_key()?, AuditOptions::default())?.map_err(|f| f.to_string())?;
+    let secs = t1.elapsed().as_secs_f64();
+    println!(
+        "bench-verify: built {entries} entries of ~300 B in {build:.1} s; full audit (signature, {} entries, every hash tile, root, {} blobs): {secs:.2} s",
+        report.entries, report.blobs
+    );
+    Ok(())
+}
+
+fn vm_hwm_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn bench_ingest(args: &[String]) -> Res {
+    let file = std::path::PathBuf::from(args.first().ok_or("FILE missing")?);
+    let len = std::fs::metadata(&file)?.len();
+    let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()))?;
+    let (lab, _) = Lab::init(dir.path(), "bench.example/log")?;
+    // Warm the page cache so both tools read the same cached file.
+    std::io::copy(&mut std::fs::File::open(&file)?, &mut std::io::sink())?;
+    let t = Instant::now();
+    let out = std::process::Command::new("b3sum")
+        .arg("--no-names")
+        .arg(&file)
+        .output()?;
+    let b3 = t.elapsed().as_secs_f64();
+    if !out.status.success() {
+        return Err("b3sum failed (install it with `cargo install b3sum`)".into());
+    }
+    let t = Instant::now();
+    let put = lab.blobs().put_file(&file)?;
+    let ours = t.elapsed().as_secs_f64();
+    let b3hex = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if b3hex != put.hash.0.to_hex() {
+        return Err(format!("hash mismatch: b3sum {b3hex}, ours {}", put.hash).into());
+    }
+    let mib = len as f64 / (1 << 20) as f64;
+    println!(
+        "bench-ingest: {mib:.0} MiB; b3sum (hash only) {b3:.2} s = {:.0} MiB/s; glassbox put (hash + durable write) {ours:.2} s = {:.0} MiB/s; ratio {:.2}x; peak RSS {} KiB",
+        mib / b3,
+        mib / ours,
+        b3 / ours,
+        vm_hwm_kib().unwrap_or(0)
+    );
+    Ok(())
+}

@@ -1,0 +1,434 @@
+//! The index database (sqlx): entries, experiments, runs and metric points, for fast queries
+//! and charts. SQLite at `<lab>/index.db` by default, PostgreSQL by URL; migrations embedded.
+//!
+//! The index is derived data: every row comes from a log entry, [`Index::sync`] catches up
+//! with the log, [`Index::reindex`] rebuilds from scratch, and [`Index::check`] compares it row
+//! by row with the log (by leaf hash). Nothing is written here that the log does not say; the
+//! index is never the source of truth. Metric points come from `result` entries' final
+//! metrics (step = steps completed).
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+
+use glassbox_schemas::record::{ProposalBody, ResultBody, RunStartedBody};
+use glassbox_schemas::{EntryKind, LedgerEntry};
+use sqlx::AnyPool;
+use sqlx::Row;
+use sqlx::any::AnyPoolOptions;
+use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
+
+use crate::error::Error;
+use crate::log::LogReader;
+use crate::merkle::leaf_hash;
+use crate::tiles::TILE_WIDTH;
+
+/// The embedded migrations, in order.
+const MIGRATIONS: &[(i64, &str, &str)] =
+    &[(1, "index", include_str!("../migrations/0001_index.sql"))];
+
+#[derive(Debug)]
+struct Embedded;
+
+impl<'s> MigrationSource<'s> for Embedded {
+    fn resolve(
+        self,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<Migration>, sqlx::error::BoxDynError>> + Send + 's>>
+    {
+        Box::pin(async {
+            Ok(MIGRATIONS
+                .iter()
+                .map(|(v, d, sql)| {
+                    Migration::new(
+                        *v,
+                        Cow::Borrowed(*d),
+                        MigrationType::Simple,
+                        Cow::Borrowed(*sql),
+                        false,
+                    )
+                })
+                .collect())
+        })
+    }
+}
+
+/// One row of the entries table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexedEntry {
+    /// Leaf index.
+    pub index: u64,
+    /// Entry kind.
+    pub kind: String,
+    /// Experiment, if any.
+    pub experiment: Option<String>,
+    /// Run, if any.
+    pub run: Option<String>,
+    /// RFC 3339 time.
+    pub time: String,
+    /// The canonical entry JSON.
+    pub entry: String,
+}
+
+/// A connection pool to the index database.
+#[derive(Debug, Clone)]
+pub struct Index {
+    pool: AnyPool,
+    url: String,
+}
+
+/// What the index says about itself compared with the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IndexMismatch {
+    /// The index has fewer entries than the log.
+    Behind {
+        /// Entries indexed.
+        indexed: u64,
+        /// Entries in the log.
+        log: u64,
+    },
+    /// The index has entries the log does not.
+    Ahead {
+        /// Entries indexed.
+        indexed: u64,
+        /// Entries in the log.
+        log: u64,
+    },
+    /// A row differs from the log.
+    Row {
+        /// Its index.
+        index: u64,
+        /// How.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for IndexMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IndexMismatch::Behind { indexed, log } => write!(
+                f,
+                "index has {indexed} entries, the log {log}; run `glassbox ledger reindex`"
+            ),
+            IndexMismatch::Ahead { indexed, log } => write!(
+                f,
+                "index has {indexed} entries but the log only {log}: the index does not belong to this log; run `glassbox ledger reindex`"
+            ),
+            IndexMismatch::Row { index, reason } => write!(
+                f,
+                "index row for entry {index} {reason}; run `glassbox ledger reindex`"
+            ),
+        }
+    }
+}
+
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
+        _ => url.to_string(),
+    }
+}
+
+impl Index {
+    /// Connects to `url` (`postgres://...`, `sqlite://PATH`, or a plain file path for SQLite,
+    /// created if absent) and runs the embedded migrations.
+    pub async fn connect(url: &str) -> Result<Index, Error> {
+        sqlx::any::install_default_drivers();
+        let is_pg = url.starts_with("postgres://") || url.starts_with("postgresql://");
+        let full = if is_pg || url.starts_with("sqlite:") {
+            url.to_string()
+        } else {
+            format!("sqlite://{url}?mode=rwc")
+        };
+        let shown = redact(url);
+        let err = |e: &dyn std::fmt::Display| Error::Index {
+            url: shown.clone(),
+            reason: e.to_string(),
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(if is_pg { 4 } else { 1 })
+            .connect(&full)
+            .await
+            .map_err(|e| err(&e))?;
+        let migrator = Migrator::new(Embedded).await.map_err(|e| err(&e))?;
+        migrator.run(&pool).await.map_err(|e| err(&e))?;
+        Ok(Index { pool, url: shown })
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> Error {
+        Error::Index {
+            url: self.url.clone(),
+            reason: e.to_string(),
+        }
+    }
+
+    /// Number of indexed entries (one past the highest index).
+    pub async fn indexed(&self) -> Result<u64, Error> {
+        let row = sqlx::query("SELECT COUNT(*) AS n FROM entries")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.err(e))?;
+        let n: i64 = row.try_get("n").map_err(|e| self.err(e))?;
+        Ok(n as u64)
+    }
+
+    /// Indexes entries the log has and the index lacks; returns how many were added.
+    pub async fn sync(&self, log: &LogReader<'_>) -> Result<u64, Error> {
+        let from = self.indexed().await?;
+        let size = log.size().0;
+        if from > size {
+            return Err(self.err(IndexMismatch::Ahead {
+                indexed: from,
+                log: size,
+            }));
+        }
+        let mut i = from;
+        while i < size {
+            let t = i / TILE_WIDTH;
+            let bundle = log.bundle(t)?;
+            let mut tx = self.pool.begin().await.map_err(|e| self.err(e))?;
+            for (k, bytes) in bundle.iter().enumerate() {
+                let idx = t * TILE_WIDTH + k as u64;
+                if idx < i {
+                    continue;
+                }
+                insert_entry(&mut tx, idx, bytes)
+                    .await
+                    .map_err(|e| self.err(e))?;
+            }
+            tx.commit().await.map_err(|e| self.err(e))?;
+            i = (t + 1) * TILE_WIDTH;
+        }
+        Ok(size - from)
+    }
+
+    /// Deletes every row and indexes the whole log again.
+    pub async fn reindex(&self, log: &LogReader<'_>) -> Result<u64, Error> {
+        let mut tx = self.pool.begin().await.map_err(|e| self.err(e))?;
+        for t in ["metric_points", "runs", "experiments", "entries"] {
+            sqlx::query(&format!("DELETE FROM {t}"))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.err(e))?;
+        }
+        tx.commit().await.map_err(|e| self.err(e))?;
+        self.sync(log).await
+    }
+
+    /// Compares the index with the log, row by row (leaf hash of the stored entry JSON).
+    pub async fn check(&self, log: &LogReader<'_>) -> Result<Result<(), IndexMismatch>, Error> {
+        let indexed = self.indexed().await?;
+        let size = log.size().0;
+        if indexed > size {
+            return Ok(Err(IndexMismatch::Ahead { indexed, log: size }));
+        }
+        for t in 0..size.div_ceil(TILE_WIDTH) {
+            let bundle = log.bundle(t)?;
+            let lo = t * TILE_WIDTH;
+            let rows = sqlx::query("SELECT idx, leaf_hash, entry FROM entries WHERE idx >= $1 AND idx < $2 ORDER BY idx")
+                .bind(lo as i64)
+                .bind((lo + TILE_WIDTH) as i64)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| self.err(e))?;
+            for (k, bytes) in bundle.iter().enumerate() {
+                let idx = lo + k as u64;
+                let Some(row) = rows.get(k) else {
+                    return Ok(Err(IndexMismatch::Behind { indexed, log: size }));
+                };
+                let got: i64 = row.try_get("idx").map_err(|e| self.err(e))?;
+                let lh: String = row.try_get("leaf_hash").map_err(|e| self.err(e))?;
+                let entry: String = row.try_get("entry").map_err(|e| self.err(e))?;
+                if got as u64 != idx {
+                    return Ok(Err(IndexMismatch::Row {
+                        index: idx,
+                        reason: "is missing".into(),
+                    }));
+                }
+                let want = leaf_hash(bytes).to_hex();
+                if lh != want || leaf_hash(entry.as_bytes()).to_hex() != want {
+                    return Ok(Err(IndexMismatch::Row {
+                        index: idx,
+                        reason: "differs from the log entry".into(),
+                    }));
+                }
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Entries, newest last, optionally of one kind.
+    pub async fn entries(&self, kind: Option<EntryKind>) -> Result<Vec<IndexedEntry>, Error> {
+        let q = match kind {
+            Some(_) => {
+                "SELECT idx, kind, experiment, run, time, entry FROM entries WHERE kind = $1 ORDER BY idx"
+            }
+            None => "SELECT idx, kind, experiment, run, time, entry FROM entries ORDER BY idx",
+        };
+        let mut query = sqlx::query(q);
+        if let Some(k) = kind {
+            query = query.bind(k.as_str().to_string());
+        }
+        let rows = query.fetch_all(&self.pool).await.map_err(|e| self.err(e))?;
+        rows.iter()
+            .map(|r| {
+                Ok(IndexedEntry {
+                    index: r.try_get::<i64, _>("idx")? as u64,
+                    kind: r.try_get("kind")?,
+                    experiment: r.try_get("experiment")?,
+                    run: r.try_get("run")?,
+                    time: r.try_get("time")?,
+                    entry: r.try_get("entry")?,
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Metric points of a run, ordered by name then step.
+    pub async fn metric_points(&self, run: &str) -> Result<Vec<(String, u64, f64)>, Error> {
+        let rows = sqlx::query(
+            "SELECT name, step, value FROM metric_points WHERE run = $1 ORDER BY name, step",
+        )
+        .bind(run.to_string())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.err(e))?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("name")?,
+                    r.try_get::<i64, _>("step")? as u64,
+                    r.try_get("value")?,
+                ))
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(|e| self.err(e))
+    }
+
+    /// A run's status and steps.
+    pub async fn run_status(&self, run: &str) -> Result<Option<(String, Option<u64>)>, Error> {
+        let row = sqlx::query("SELECT status, steps FROM runs WHERE id = $1")
+            .bind(run.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.err(e))?;
+        row.map(|r| {
+            Ok((
+                r.try_get("status")?,
+                r.try_get::<Option<i64>, _>("steps")?.map(|s| s as u64),
+            ))
+        })
+        .transpose()
+        .map_err(|e: sqlx::Error| self.err(e))
+    }
+
+    /// Closes the pool.
+    pub async fn close(self) {
+        self.pool.close().await;
+    }
+}
+
+async fn insert_entry(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    idx: u64,
+    bytes: &[u8],
+) -> Result<(), sqlx::Error> {
+    let text = String::from_utf8_lossy(bytes).to_string();
+    let entry = LedgerEntry::from_bytes(bytes).ok();
+    let kind = entry.as_ref().map(|e| e.kind.as_str()).unwrap_or("unknown");
+    let experiment = entry
+        .as_ref()
+        .and_then(|e| e.experiment.as_ref())
+        .map(|x| x.0.clone());
+    let run = entry
+        .as_ref()
+        .and_then(|e| e.body.get("run"))
+        .and_then(|r| r.as_str())
+        .map(str::to_string);
+    let time = entry
+        .as_ref()
+        .and_then(|e| {
+            e.time
+                .format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default();
+    let i = idx as i64;
+    sqlx::query("INSERT INTO entries (idx, leaf_hash, kind, experiment, run, time, entry) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+        .bind(i)
+        .bind(leaf_hash(bytes).to_hex())
+        .bind(kind.to_string())
+        .bind(experiment.clone())
+        .bind(run.clone())
+        .bind(time)
+        .bind(text)
+        .execute(&mut **tx)
+        .await?;
+    let Some(entry) = entry else { return Ok(()) };
+    if let Some(exp) = &experiment {
+        let (spec, title) = match entry.body_as::<ProposalBody>() {
+            Ok(p) if entry.kind == EntryKind::Proposal => {
+                (Some(p.spec_hash.to_string()), Some(p.title))
+            }
+            _ => (None, None),
+        };
+        sqlx::query(
+            "INSERT INTO experiments (id, first_entry, last_entry, spec_hash, title) VALUES ($1, $2, $2, $3, $4) \
+             ON CONFLICT (id) DO UPDATE SET last_entry = excluded.last_entry, \
+             spec_hash = COALESCE(excluded.spec_hash, experiments.spec_hash), title = COALESCE(excluded.title, experiments.title)",
+        )
+        .bind(exp.clone())
+        .bind(i)
+        .bind(spec)
+        .bind(title)
+        .execute(&mut **tx)
+        .await?;
+    }
+    match entry.kind {
+        EntryKind::RunStarted => {
+            if let Ok(b) = entry.body_as::<RunStartedBody>() {
+                sqlx::query(
+                    "INSERT INTO runs (id, experiment, spec_hash, started_entry, status) VALUES ($1, $2, $3, $4, 'running') \
+                     ON CONFLICT (id) DO UPDATE SET started_entry = excluded.started_entry",
+                )
+                .bind(b.run.0)
+                .bind(experiment)
+                .bind(b.spec_hash.to_string())
+                .bind(i)
+                .execute(&mut **tx)
+                .await?;
+            }
+        }
+        EntryKind::Result => {
+            if let Ok(b) = entry.body_as::<ResultBody>() {
+                sqlx::query(
+                    "INSERT INTO runs (id, experiment, spec_hash, result_entry, status, steps) VALUES ($1, $2, $3, $4, $5, $6) \
+                     ON CONFLICT (id) DO UPDATE SET result_entry = excluded.result_entry, status = excluded.status, steps = excluded.steps",
+                )
+                .bind(b.run.0.clone())
+                .bind(experiment)
+                .bind(b.spec_hash.to_string())
+                .bind(i)
+                .bind(b.status.as_str().to_string())
+                .bind(b.steps as i64)
+                .execute(&mut **tx)
+                .await?;
+                for (name, value) in &b.final_metrics {
+                    sqlx::query(
+                        "INSERT INTO metric_points (run, name, step, value, entry) VALUES ($1, $2, $3, $4, $5) \
+                         ON CONFLICT (run, name, step) DO UPDATE SET value = excluded.value, entry = excluded.entry",
+                    )
+                    .bind(b.run.0.clone())
+                    .bind(name.clone())
+                    .bind(b.steps as i64)
+                    .bind(*value)
+                    .bind(i)
+                    .execute(&mut **tx)
+                    .await?;
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}

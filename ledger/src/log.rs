@@ -1,0 +1,576 @@
+//! The transparency log on disk: [`LogWriter`] (durable, group-committed appends under an OS
+//! file lock) and [`LogReader`] (entries and proofs from any [`LogSource`]).
+//!
+//! Commit protocol: a batch writes its new tiles (full and partial hash tiles, entry bundles)
+//! each to a temp file, fsync, rename; fsyncs the directories; then signs and installs the new
+//! `checkpoint` the same way. The checkpoint is the commit point: a reader only follows paths
+//! the checkpoint implies, and a tile path's content is a function of the history, so files
+//! left by a crashed batch are never read and are simply overwritten by the next one. An append
+//! returns only after its checkpoint is durable. This module does not check blobs or the index.
+
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use glassbox_schemas::LedgerEntry;
+use glassbox_schemas::record::MAX_ENTRY_BYTES;
+
+use crate::blob::sync_dir;
+use crate::checkpoint::{Checkpoint, SignedCheckpoint, SigningKey, VerifierKey};
+use crate::error::Error;
+use crate::merkle::{
+    self, LeafIndex, MerkleHash, NodeSource, ProofError, TreeSize, leaf_hash, perfect_root,
+};
+use crate::source::LogSource;
+use crate::tiles::{
+    self, TILE_WIDTH, TileId, TileKind, TreeBuilder, hash_tile_bytes, parse_hash_tile,
+    push_bundle_entry, split_bundle,
+};
+
+/// Checks that `bytes` is a canonical ledger entry within the size limit.
+pub fn check_entry(bytes: &[u8]) -> Result<LedgerEntry, Error> {
+    if bytes.len() > MAX_ENTRY_BYTES {
+        return Err(Error::EntryTooLarge {
+            bytes: bytes.len(),
+            limit: MAX_ENTRY_BYTES,
+        });
+    }
+    let entry = LedgerEntry::from_bytes(bytes).map_err(|e| Error::BadEntry(e.to_string()))?;
+    let canonical = entry
+        .to_canonical_bytes()
+        .map_err(|e| Error::BadEntry(e.to_string()))?;
+    if canonical != bytes {
+        return Err(Error::BadEntry(
+            "the bytes are not in RFC 8785 canonical form; encode with LedgerEntry::to_canonical_bytes".into(),
+        ));
+    }
+    Ok(entry)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+struct Queue {
+    pending: Vec<Vec<u8>>,
+    next_index: u64,
+    durable: u64,
+    writing: bool,
+    failed: Option<String>,
+}
+
+struct DiskState {
+    log_dir: PathBuf,
+    tree: TreeBuilder,
+    /// Entries of the current partial bundle, encoded.
+    bundle: Vec<u8>,
+    bundle_len: usize,
+    checkpoint: SignedCheckpoint,
+}
+
+/// The single writer of a lab's log. Holds the lab's writer lock until dropped.
+pub struct LogWriter {
+    key: SigningKey,
+    queue: Mutex<Queue>,
+    cond: Condvar,
+    disk: Mutex<DiskState>,
+    _lock: File,
+}
+
+impl std::fmt::Debug for LogWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LogWriter({})", self.key.name())
+    }
+}
+
+/// How to react when another process holds the writer lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    /// Block until the other writer finishes.
+    Wait,
+    /// Fail at once with [`Error::Locked`].
+    FailFast,
+}
+
+impl LogWriter {
+    /// Takes the writer lock at `lock_path` and resumes the log in `log_dir` from its checkpoint.
+    pub fn open(
+        log_dir: &Path,
+        lock_path: &Path,
+        key: SigningKey,
+        mode: LockMode,
+    ) -> Result<Self, Error> {
+        let lock_file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(lock_path)
+            .map_err(Error::io("cannot open lock file", lock_path))?;
+        let op = match mode {
+            LockMode::Wait => rustix::fs::FlockOperation::LockExclusive,
+            LockMode::FailFast => rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        };
+        match rustix::fs::flock(&lock_file, op) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(Error::Locked {
+                    path: lock_path.to_path_buf(),
+                });
+            }
+            Err(e) => return Err(Error::io("cannot lock", lock_path)(e.into())),
+        }
+        remove_temp_files(log_dir)?;
+        let disk = DiskState::resume(log_dir, &key.verifier_key())?;
+        let size = disk.tree.size();
+        Ok(Self {
+            key,
+            queue: Mutex::new(Queue {
+                pending: Vec::new(),
+                next_index: size,
+                durable: size,
+                writing: false,
+                failed: None,
+            }),
+            cond: Condvar::new(),
+            disk: Mutex::new(disk),
+            _lock: lock_file,
+        })
+    }
+
+    /// Creates the empty log (first checkpoint, size 0) in `log_dir`.
+    pub fn create(log_dir: &Path, key: &SigningKey) -> Result<SignedCheckpoint, Error> {
+        fs::create_dir_all(log_dir.join("tile")).map_err(Error::io("cannot create", log_dir))?;
+        let signed = key.sign(Checkpoint {
+            origin: key.name().to_string(),
+            size: TreeSize(0),
+            root: merkle::empty_root(),
+        });
+        write_durable(log_dir, &log_dir.join("checkpoint"), &signed.to_bytes())?;
+        sync_dir(log_dir)?;
+        Ok(signed)
+    }
+
+    /// The latest durable checkpoint.
+    pub fn checkpoint(&self) -> SignedCheckpoint {
+        lock(&self.disk).checkpoint.clone()
+    }
+
+    /// Appends a ledger entry; returns its index once it is durable.
+    pub fn append_entry(&self, entry: &LedgerEntry) -> Result<LeafIndex, Error> {
+        let bytes = entry.to_canonical_bytes().map_err(|e| match e {
+            glassbox_schemas::record::EntryError::TooLarge { bytes } => Error::EntryTooLarge {
+                bytes,
+                limit: MAX_ENTRY_BYTES,
+            },
+            other => Error::BadEntry(other.to_string()),
+        })?;
+        self.append(bytes)
+    }
+
+    /// Appends canonical entry bytes; returns the index once durable. Concurrent callers are
+    /// batched: whoever finds no write in progress writes everything queued so far.
+    pub fn append(&self, bytes: Vec<u8>) -> Result<LeafIndex, Error> {
+        self.append_batch(vec![bytes])
+    }
+
+    /// Appends several entries in order; returns the first one's index once all are durable.
+    /// All entries are checked before any is queued, so a bad one appends nothing.
+    pub fn append_batch(&self, entries: Vec<Vec<u8>>) -> Result<LeafIndex, Error> {
+        for e in &entries {
+            check_entry(e)?;
+        }
+        let count = entries.len() as u64;
+        let mut q = lock(&self.queue);
+        if let Some(f) = &q.failed {
+            return Err(Error::WriterFailed(f.clone()));
+        }
+        let first = q.next_index;
+        if count == 0 {
+            return Ok(LeafIndex(first));
+        }
+        let idx = first + count - 1;
+        q.next_index += count;
+        q.pending.extend(entries);
+        loop {
+            if q.durable > idx {
+                return Ok(LeafIndex(first));
+            }
+            if let Some(f) = &q.failed {
+                return Err(Error::WriterFailed(f.clone()));
+            }
+            if q.writing {
+                q = self.cond.wait(q).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            q.writing = true;
+            let batch = std::mem::take(&mut q.pending);
+            drop(q);
+            let result = lock(&self.disk).write_batch(&self.key, batch);
+            q = lock(&self.queue);
+            q.writing = false;
+            match result {
+                Ok(size) => q.durable = size,
+                Err(e) => q.failed = Some(e.to_string()),
+            }
+            self.cond.notify_all();
+        }
+    }
+}
+
+fn remove_temp_files(log_dir: &Path) -> Result<(), Error> {
+    let Ok(rd) = fs::read_dir(log_dir) else {
+        return Ok(());
+    };
+    for e in rd.flatten() {
+        if e.file_name().to_string_lossy().starts_with(".tmp-") {
+            fs::remove_file(e.path())
+                .map_err(Error::io("cannot remove stale temp file", e.path()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `dest` via a temp file in `log_dir`: write, fsync, rename. The caller
+/// fsyncs the destination directory.
+fn write_durable(log_dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .tempfile_in(log_dir)
+        .map_err(Error::io("cannot create a temp file in", log_dir))?;
+    tmp.write_all(bytes)
+        .map_err(Error::io("cannot write", tmp.path()))?;
+    tmp.as_file()
+        .sync_data()
+        .map_err(Error::io("cannot fsync", tmp.path()))?;
+    tmp.persist(dest)
+        .map_err(|e| Error::io("cannot rename into", dest)(e.error))?;
+    Ok(())
+}
+
+fn corrupt(path: &Path, reason: impl Into<String>) -> Error {
+    Error::Corrupt {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+impl DiskState {
+    fn resume(log_dir: &Path, vkey: &VerifierKey) -> Result<Self, Error> {
+        let cp_path = log_dir.join("checkpoint");
+        let note = fs::read(&cp_path).map_err(Error::io("cannot read", &cp_path))?;
+        let checkpoint = vkey.verify(&note)?;
+        let size = checkpoint.checkpoint.size.0;
+        let mut rows = Vec::new();
+        let mut level = 0u8;
+        while (size >> (8 * u32::from(level))) > 0 {
+            let count = size >> (8 * u32::from(level));
+            let width = count % TILE_WIDTH;
+            if width == 0 {
+                rows.push(Vec::new());
+            } else {
+                let id = TileId {
+                    kind: TileKind::Hashes(level),
+                    index: count / TILE_WIDTH,
+                    width: width as u16,
+                };
+                let path = log_dir.join(id.path());
+                let bytes = fs::read(&path).map_err(Error::io("cannot read", &path))?;
+                let row = parse_hash_tile(&bytes, id.width).ok_or_else(|| {
+                    corrupt(
+                        &path,
+                        format!("{} bytes, expected {}", bytes.len(), width * 32),
+                    )
+                })?;
+                rows.push(row);
+            }
+            level += 1;
+        }
+        let tree = TreeBuilder::resume(size, rows)
+            .ok_or_else(|| corrupt(&cp_path, "partial tiles do not fit the size"))?;
+        if tree.root() != checkpoint.checkpoint.root {
+            return Err(corrupt(
+                &cp_path,
+                "the partial hash tiles do not lead to the checkpoint's root",
+            ));
+        }
+        let bundle_len = (size % TILE_WIDTH) as usize;
+        let mut bundle = Vec::new();
+        if bundle_len > 0 {
+            let id = TileId {
+                kind: TileKind::Entries,
+                index: size / TILE_WIDTH,
+                width: bundle_len as u16,
+            };
+            let path = log_dir.join(id.path());
+            bundle = fs::read(&path).map_err(Error::io("cannot read", &path))?;
+            let entries =
+                split_bundle(&bundle, bundle_len).map_err(|e| corrupt(&path, e.to_string()))?;
+            let leaves: Vec<MerkleHash> = entries.iter().map(|e| leaf_hash(e)).collect();
+            if tree.rows().first().map(|r| r.as_slice()) != Some(leaves.as_slice()) {
+                return Err(corrupt(
+                    &path,
+                    "entries do not match the leaf hashes in tile level 0",
+                ));
+            }
+        }
+        Ok(Self {
+            log_dir: log_dir.to_path_buf(),
+            tree,
+            bundle,
+            bundle_len,
+            checkpoint,
+        })
+    }
+
+    /// Writes a batch durably and installs the new checkpoint; returns the new size.
+    fn write_batch(&mut self, key: &SigningKey, batch: Vec<Vec<u8>>) -> Result<u64, Error> {
+        if batch.is_empty() {
+            return Ok(self.tree.size());
+        }
+        let before: BTreeSet<TileId> = self.tree.partial_tiles().iter().map(|(t, _)| *t).collect();
+        let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+        for entry in &batch {
+            let index = self.tree.size();
+            push_bundle_entry(&mut self.bundle, entry);
+            self.bundle_len += 1;
+            if self.bundle_len as u64 == TILE_WIDTH {
+                let id = TileId {
+                    kind: TileKind::Entries,
+                    index: index / TILE_WIDTH,
+                    width: TILE_WIDTH as u16,
+                };
+                files.push((id.path(), std::mem::take(&mut self.bundle)));
+                self.bundle_len = 0;
+            }
+            self.tree.push(leaf_hash(entry), |full| {
+                let id = TileId {
+                    kind: TileKind::Hashes(full.level),
+                    index: full.index,
+                    width: TILE_WIDTH as u16,
+                };
+                files.push((id.path(), hash_tile_bytes(&full.hashes)));
+            });
+        }
+        let size = self.tree.size();
+        if self.bundle_len > 0 {
+            let id = TileId {
+                kind: TileKind::Entries,
+                index: size / TILE_WIDTH,
+                width: self.bundle_len as u16,
+            };
+            files.push((id.path(), self.bundle.clone()));
+        }
+        for (id, hashes) in self.tree.partial_tiles() {
+            if !before.contains(&id) {
+                files.push((id.path(), hash_tile_bytes(hashes)));
+            }
+        }
+        let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
+        for (rel, bytes) in &files {
+            let dest = self.log_dir.join(rel);
+            let parent = dest.parent().unwrap_or(&self.log_dir).to_path_buf();
+            create_dirs(&parent, &mut dirs)?;
+            dirs.insert(parent);
+            write_durable(&self.log_dir, &dest, bytes)?;
+        }
+        for d in &dirs {
+            sync_dir(d)?;
+        }
+        let signed = key.sign(Checkpoint {
+            origin: key.name().to_string(),
+            size: TreeSize(size),
+            root: self.tree.root(),
+        });
+        write_durable(
+            &self.log_dir,
+            &self.log_dir.join("checkpoint"),
+            &signed.to_bytes(),
+        )?;
+        sync_dir(&self.log_dir)?;
+        self.checkpoint = signed;
+        Ok(size)
+    }
+}
+
+/// Creates `dir` and its missing ancestors, recording each parent whose listing changed.
+fn create_dirs(dir: &Path, changed: &mut BTreeSet<PathBuf>) -> Result<(), Error> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dirs(parent, changed)?;
+        changed.insert(parent.to_path_buf());
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::io("cannot create", dir)(e)),
+    }
+}
+
+/// Reads entries and proofs of a log at one checkpoint, from any [`LogSource`].
+///
+/// Hash tiles are cached as they are read. The reader trusts the tiles it reads; use
+/// `audit` to check them.
+pub struct LogReader<'s> {
+    source: &'s dyn LogSource,
+    /// The checkpoint this reader serves.
+    pub checkpoint: SignedCheckpoint,
+    cache: RefCell<HashMap<TileId, Vec<MerkleHash>>>,
+}
+
+impl std::fmt::Debug for LogReader<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LogReader({:?})", self.checkpoint.checkpoint)
+    }
+}
+
+impl<'s> LogReader<'s> {
+    /// A reader of `source` at a checkpoint already verified by the caller.
+    pub fn new(source: &'s dyn LogSource, checkpoint: SignedCheckpoint) -> Self {
+        Self {
+            source,
+            checkpoint,
+            cache: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Reads `log/checkpoint` and checks its signature with `vkey`.
+    pub fn open(source: &'s dyn LogSource, vkey: &VerifierKey) -> Result<Self, Error> {
+        let note = source
+            .read("log/checkpoint")?
+            .ok_or_else(|| corrupt(Path::new(&source.locate("log/checkpoint")), "missing"))?;
+        let checkpoint = vkey.verify(&note)?;
+        Ok(Self::new(source, checkpoint))
+    }
+
+    /// Number of entries.
+    pub fn size(&self) -> TreeSize {
+        self.checkpoint.checkpoint.size
+    }
+
+    fn read_tile(&self, id: TileId) -> Result<Vec<u8>, Error> {
+        let rel = format!("log/{}", id.path());
+        self.source
+            .read(&rel)?
+            .ok_or_else(|| corrupt(Path::new(&self.source.locate(&rel)), "tile is missing"))
+    }
+
+    /// The entries of bundle `index` (as many as the checkpoint's size puts in it).
+    pub fn bundle(&self, index: u64) -> Result<Vec<Vec<u8>>, Error> {
+        let size = self.size().0;
+        if index * TILE_WIDTH >= size {
+            return Err(Error::OutOfRange {
+                what: "entry index",
+                value: index * TILE_WIDTH,
+                size,
+            });
+        }
+        let width = (size - index * TILE_WIDTH).min(TILE_WIDTH) as u16;
+        let id = TileId {
+            kind: TileKind::Entries,
+            index,
+            width,
+        };
+        let bytes = self.read_tile(id)?;
+        let entries = split_bundle(&bytes, usize::from(width)).map_err(|e| {
+            corrupt(
+                Path::new(&self.source.locate(&format!("log/{}", id.path()))),
+                e.to_string(),
+            )
+        })?;
+        Ok(entries.into_iter().map(|e| e.to_vec()).collect())
+    }
+
+    /// One entry's bytes.
+    pub fn entry(&self, index: LeafIndex) -> Result<Vec<u8>, Error> {
+        let size = self.size().0;
+        if index.0 >= size {
+            return Err(Error::OutOfRange {
+                what: "entry index",
+                value: index.0,
+                size,
+            });
+        }
+        let mut bundle = self.bundle(index.0 / TILE_WIDTH)?;
+        Ok(bundle.swap_remove((index.0 % TILE_WIDTH) as usize))
+    }
+
+    /// Root of the first `size` entries.
+    pub fn root_at(&self, size: TreeSize) -> Result<MerkleHash, Error> {
+        self.check_size(size)?;
+        merkle::subtree_hash(self, 0, size.0)
+    }
+
+    fn check_size(&self, size: TreeSize) -> Result<(), Error> {
+        if size.0 > self.size().0 {
+            return Err(Error::OutOfRange {
+                what: "tree size",
+                value: size.0,
+                size: self.size().0,
+            });
+        }
+        Ok(())
+    }
+
+    /// Inclusion proof of `index` in the tree of `size` (at most the checkpoint's size).
+    pub fn inclusion_proof(
+        &self,
+        index: LeafIndex,
+        size: TreeSize,
+    ) -> Result<Result<Vec<MerkleHash>, ProofError>, Error> {
+        self.check_size(size)?;
+        merkle::inclusion_proof(self, index, size)
+    }
+
+    /// Consistency proof from `m` to `n` (both at most the checkpoint's size).
+    pub fn consistency_proof(
+        &self,
+        m: TreeSize,
+        n: TreeSize,
+    ) -> Result<Result<Vec<MerkleHash>, ProofError>, Error> {
+        self.check_size(m)?;
+        self.check_size(n)?;
+        merkle::consistency_proof(self, m, n)
+    }
+}
+
+impl NodeSource for LogReader<'_> {
+    type Error = Error;
+
+    fn perfect_node(&self, level: u8, index: u64) -> Result<MerkleHash, Error> {
+        let tile_level = level / tiles::TILE_HEIGHT;
+        let r = level % tiles::TILE_HEIGHT;
+        let lo = index << r;
+        let hi = (index + 1) << r;
+        let id =
+            tiles::hash_tile_for(self.size().0, tile_level, hi - 1).ok_or(Error::OutOfRange {
+                what: "tree size",
+                value: hi << (8 * u32::from(tile_level)),
+                size: self.size().0,
+            })?;
+        if !self.cache.borrow().contains_key(&id) {
+            let bytes = self.read_tile(id)?;
+            let hashes = parse_hash_tile(&bytes, id.width).ok_or_else(|| {
+                corrupt(
+                    Path::new(&self.source.locate(&format!("log/{}", id.path()))),
+                    format!(
+                        "{} bytes, expected {}",
+                        bytes.len(),
+                        usize::from(id.width) * 32
+                    ),
+                )
+            })?;
+            self.cache.borrow_mut().insert(id, hashes);
+        }
+        let cache = self.cache.borrow();
+        let hashes = &cache[&id];
+        let base = id.index * TILE_WIDTH;
+        Ok(perfect_root(
+            &hashes[(lo - base) as usize..(hi - base) as usize],
+        ))
+    }
+}

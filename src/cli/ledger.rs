@@ -1,0 +1,468 @@
+//! `glassbox init` and `glassbox ledger ...`: create a lab; put and get blobs; list and show
+//! entries; print the checkpoint, the verifier key and proofs; rebuild the index.
+//!
+//! Glue only: every format and check lives in `glassbox-ledger`. Errors about the thing asked
+//! for (a malformed hash, an index past the end, a damaged log) exit 1; errors doing the work
+//! (I/O, database, a missing lab) exit 3.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use base64::Engine as _;
+use clap::{Args, Subcommand};
+use glassbox_ledger::index::Index;
+use glassbox_ledger::merkle::{self, LeafIndex, TreeSize};
+use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
+use glassbox_schemas::record::{ArtifactBody, refs};
+use glassbox_schemas::{BlobHash, EntryKind, LedgerEntry};
+use serde_json::json;
+
+use crate::GlobalOpts;
+use crate::exit;
+
+/// Where the index database lives.
+#[derive(Debug, Clone, Args)]
+pub struct IndexOpts {
+    /// Index database: a PostgreSQL URL or a SQLite file [default: <lab>/index.db].
+    #[arg(long, env = "GLASSBOX_INDEX_URL")]
+    pub index_url: Option<String>,
+}
+
+impl IndexOpts {
+    pub fn url(&self, lab: &Lab) -> String {
+        self.index_url
+            .clone()
+            .unwrap_or_else(|| lab.index_path().display().to_string())
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The log's origin line and key name (unique per log), e.g. `example.org/glassbox`.
+    /// Default: `glassbox-lab/<8 random hex digits>`.
+    #[arg(long)]
+    pub origin: Option<String>,
+    #[command(flatten)]
+    pub index: IndexOpts,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LedgerCommand {
+    /// Store a file as a blob and append an `artifact` entry naming it; prints hash and index.
+    Put {
+        /// The file.
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        index: IndexOpts,
+    },
+    /// Write a blob to stdout or a file, checking its hash on the way.
+    Get {
+        /// `blake3:<64 hex>`.
+        hash: String,
+        /// Output file (written whole or not at all).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// List entries (from the index, brought up to date first).
+    Log {
+        /// Only entries of this kind (e.g. `result`).
+        #[arg(long)]
+        kind: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        index: IndexOpts,
+    },
+    /// Print one entry.
+    Show {
+        /// Entry index.
+        index: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the latest signed checkpoint.
+    Checkpoint,
+    /// Print the verifier key (`name+hexkeyid+base64(0x01||pubkey)`).
+    Vkey,
+    /// Print an inclusion or consistency proof.
+    #[command(subcommand)]
+    Proof(ProofCommand),
+    /// Rebuild the index database from the log.
+    Reindex {
+        #[command(flatten)]
+        index: IndexOpts,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProofCommand {
+    /// Inclusion proof of entry INDEX in the tree of SIZE entries (default: the checkpoint's).
+    Inclusion {
+        index: u64,
+        #[arg(long)]
+        size: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Consistency proof between tree sizes M and N.
+    Consistency {
+        m: u64,
+        n: u64,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Errors that mean "what you asked about is bad" (exit 1) rather than "could not do it".
+pub fn is_check_failure(e: &anyhow::Error) -> bool {
+    use glassbox_ledger::Error as E;
+    e.chain().any(|c| {
+        c.downcast_ref::<glassbox_schemas::HashParseError>()
+            .is_some()
+            || matches!(
+                c.downcast_ref::<E>(),
+                Some(
+                    E::EntryTooLarge { .. }
+                        | E::BadEntry(_)
+                        | E::OutOfRange { .. }
+                        | E::BlobNotFound { .. }
+                        | E::Checkpoint(_)
+                        | E::Corrupt { .. }
+                )
+            )
+    })
+}
+
+/// Runs a command body, mapping check failures to exit 1 and the rest to exit 3.
+pub fn finish(result: anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
+    match result {
+        Err(e) if is_check_failure(&e) => {
+            eprintln!("error: {e:#}");
+            Ok(exit::code(exit::CHECK_FAILED))
+        }
+        other => other,
+    }
+}
+
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+pub fn run_init(args: InitArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    let origin = match args.origin {
+        Some(o) => o,
+        None => {
+            let mut b = [0u8; 4];
+            getrandom_fill(&mut b)?;
+            format!("glassbox-lab/{}", hex_lower(&b))
+        }
+    };
+    let (lab, cp) = Lab::init(&global.lab, &origin)?;
+    let url = args.index.url(&lab);
+    runtime()?.block_on(async {
+        let idx = Index::connect(&url).await?;
+        idx.close().await;
+        anyhow::Ok(())
+    })?;
+    println!("created lab {}", lab.root().display());
+    println!("  origin   {}", cp.checkpoint.origin);
+    println!("  vkey     {}", lab.verifier_key()?);
+    println!(
+        "  key      {} (mode 0600; keep it secret)",
+        lab.key_path().display()
+    );
+    println!("  index    {url}");
+    Ok(exit::code(exit::OK))
+}
+
+fn getrandom_fill(b: &mut [u8]) -> anyhow::Result<()> {
+    getrandom::fill(b).map_err(|e| anyhow::anyhow!("no randomness from the operating system: {e}"))
+}
+
+fn hex_lower(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn run(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    finish(run_inner(cmd, global))
+}
+
+fn open_reader<'s>(lab: &Lab, source: &'s DirSource) -> anyhow::Result<LogReader<'s>> {
+    Ok(LogReader::open(source, &lab.verifier_key()?)?)
+}
+
+fn run_inner(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    let lab = Lab::open(&global.lab)?;
+    let source = DirSource {
+        root: lab.root().to_path_buf(),
+    };
+    match cmd {
+        LedgerCommand::Put { file, json, index } => put(&lab, &source, &file, json, &index),
+        LedgerCommand::Get { hash, output } => get(&lab, &hash, output.as_deref()),
+        LedgerCommand::Log { kind, json, index } => {
+            let kind: Option<EntryKind> = kind
+                .map(|k| k.parse::<EntryKind>())
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("--kind: {e}"))?;
+            let reader = open_reader(&lab, &source)?;
+            let rows = runtime()?.block_on(async {
+                let idx = Index::connect(&index.url(&lab)).await?;
+                idx.sync(&reader).await?;
+                let rows = idx.entries(kind).await?;
+                idx.close().await;
+                anyhow::Ok(rows)
+            })?;
+            if json {
+                let out: Vec<serde_json::Value> = rows
+                    .iter()
+                    .map(|r| {
+                        json!({"index": r.index, "entry": serde_json::from_str::<serde_json::Value>(&r.entry).unwrap_or(serde_json::Value::Null)})
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                for r in rows {
+                    println!(
+                        "{:>6}  {}  {:<12}  {}{}",
+                        r.index,
+                        r.time,
+                        r.kind,
+                        r.experiment.as_deref().unwrap_or("-"),
+                        r.run.map(|x| format!("  {x}")).unwrap_or_default()
+                    );
+                }
+            }
+            Ok(exit::code(exit::OK))
+        }
+        LedgerCommand::Show { index, json } => {
+            let reader = open_reader(&lab, &source)?;
+            let bytes = reader.entry(LeafIndex(index))?;
+            let value: serde_json::Value =
+                serde_json::from_slice(&bytes).context("entry is not JSON")?;
+            let leaf = merkle::leaf_hash(&bytes);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &json!({"index": index, "leaf_hash": leaf.to_hex(), "entry": value})
+                    )?
+                );
+            } else {
+                println!("entry {index}  (leaf hash {leaf})");
+                println!("{}", serde_json::to_string_pretty(&value)?);
+            }
+            Ok(exit::code(exit::OK))
+        }
+        LedgerCommand::Checkpoint => {
+            let reader = open_reader(&lab, &source)?;
+            std::io::stdout().write_all(&reader.checkpoint.to_bytes())?;
+            Ok(exit::code(exit::OK))
+        }
+        LedgerCommand::Vkey => {
+            println!("{}", lab.verifier_key()?);
+            Ok(exit::code(exit::OK))
+        }
+        LedgerCommand::Proof(p) => proof(&lab, &source, p),
+        LedgerCommand::Reindex { index } => {
+            let reader = open_reader(&lab, &source)?;
+            let url = index.url(&lab);
+            let n = runtime()?.block_on(async {
+                let idx = Index::connect(&url).await?;
+                let n = idx.reindex(&reader).await?;
+                idx.close().await;
+                anyhow::Ok(n)
+            })?;
+            println!("reindexed {n} entries into {url}");
+            Ok(exit::code(exit::OK))
+        }
+    }
+}
+
+fn put(
+    lab: &Lab,
+    source: &DirSource,
+    file: &Path,
+    json: bool,
+    index: &IndexOpts,
+) -> anyhow::Result<ExitCode> {
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .with_context(|| format!("{} has no file name", file.display()))?;
+    let put = lab.blobs().put_file(file)?;
+    let entry = LedgerEntry::new(
+        EntryKind::Artifact,
+        None,
+        refs([("artifact", put.hash.0)]),
+        &ArtifactBody {
+            name,
+            bytes: put.bytes,
+            run: None,
+        },
+    )?;
+    let writer = lab.writer(LockMode::Wait)?;
+    let idx = writer.append_entry(&entry)?;
+    drop(writer);
+    let reader = open_reader(lab, source)?;
+    let url = index.url(lab);
+    runtime()?.block_on(async {
+        let i = Index::connect(&url).await?;
+        i.sync(&reader).await?;
+        i.close().await;
+        anyhow::Ok(())
+    })
+    .with_context(|| format!("entry {idx} is in the log, but the index was not updated; run `glassbox ledger reindex`"))?;
+    if json {
+        println!(
+            "{}",
+            json!({"hash": put.hash.to_string(), "bytes": put.bytes, "existed": put.existed, "entry": idx.0})
+        );
+    } else {
+        println!("{}", put.hash);
+        println!("entry {idx}");
+    }
+    Ok(exit::code(exit::OK))
+}
+
+fn get(lab: &Lab, hash: &str, output: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let hash: BlobHash = hash.parse()?;
+    let mut reader = lab.blobs().get(&hash)?;
+    let mut hasher = blake3_hasher();
+    match output {
+        None => {
+            let mut out = std::io::stdout().lock();
+            copy_hashing(&mut reader, &mut out, &mut hasher)?;
+            check_digest(&hasher, &hash)?;
+        }
+        Some(path) => {
+            let dir = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            let mut tmp = tempfile::NamedTempFile::new_in(dir)
+                .with_context(|| format!("cannot write in {}", dir.display()))?;
+            copy_hashing(&mut reader, tmp.as_file_mut(), &mut hasher)?;
+            check_digest(&hasher, &hash)?;
+            tmp.persist(path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    Ok(exit::code(exit::OK))
+}
+
+fn blake3_hasher() -> blake3::Hasher {
+    blake3::Hasher::new()
+}
+
+fn copy_hashing(
+    r: &mut dyn std::io::Read,
+    w: &mut dyn Write,
+    h: &mut blake3::Hasher,
+) -> anyhow::Result<()> {
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        w.write_all(&buf[..n])?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+fn check_digest(h: &blake3::Hasher, want: &BlobHash) -> anyhow::Result<()> {
+    let got = glassbox_schemas::Blake3Hash::from(h.finalize());
+    if got != want.0 {
+        return Err(glassbox_ledger::Error::Corrupt {
+            path: PathBuf::from(glassbox_ledger::blob::blob_rel_path(want)),
+            reason: format!("the stored blob hashes to {got}"),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+fn b64(h: &merkle::MerkleHash) -> String {
+    base64::engine::general_purpose::STANDARD.encode(h.0)
+}
+
+fn proof(lab: &Lab, source: &DirSource, cmd: ProofCommand) -> anyhow::Result<ExitCode> {
+    let reader = open_reader(lab, source)?;
+    match cmd {
+        ProofCommand::Inclusion { index, size, json } => {
+            let size = TreeSize(size.unwrap_or(reader.size().0));
+            let proof = reader.inclusion_proof(LeafIndex(index), size)?;
+            let proof = match proof {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(exit::code(exit::CHECK_FAILED));
+                }
+            };
+            let leaf = merkle::leaf_hash(&reader.entry(LeafIndex(index))?);
+            let root = reader.root_at(size)?;
+            merkle::verify_inclusion(&leaf, LeafIndex(index), size, &proof, &root)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({
+                        "index": index, "size": size.0, "leaf_hash": b64(&leaf), "root": b64(&root),
+                        "proof": proof.iter().map(b64).collect::<Vec<_>>(),
+                    }))?
+                );
+            } else {
+                println!(
+                    "index {index}\nsize {}\nleaf {}\nroot {}",
+                    size.0,
+                    b64(&leaf),
+                    b64(&root)
+                );
+                for h in &proof {
+                    println!("{}", b64(h));
+                }
+            }
+        }
+        ProofCommand::Consistency { m, n, json } => {
+            let (m, n) = (TreeSize(m), TreeSize(n));
+            let proof = match reader.consistency_proof(m, n)? {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(exit::code(exit::CHECK_FAILED));
+                }
+            };
+            let (rm, rn) = (reader.root_at(m)?, reader.root_at(n)?);
+            merkle::verify_consistency(m, n, &rm, &rn, &proof)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({
+                        "m": m.0, "n": n.0, "root_m": b64(&rm), "root_n": b64(&rn),
+                        "proof": proof.iter().map(b64).collect::<Vec<_>>(),
+                    }))?
+                );
+            } else {
+                println!(
+                    "m {}\nn {}\nroot_m {}\nroot_n {}",
+                    m.0,
+                    n.0,
+                    b64(&rm),
+                    b64(&rn)
+                );
+                for h in &proof {
+                    println!("{}", b64(h));
+                }
+            }
+        }
+    }
+    Ok(exit::code(exit::OK))
+}
