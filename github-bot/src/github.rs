@@ -346,6 +346,27 @@ fn percent_encode_segment(s: &str) -> String {
 mod tests {
     use super::*;
 
+    fn config(auth: &str) -> BotConfig {
+        toml::from_str(&format!(
+            "bot_login = 'b'\nwebhook_secrets = ['s']\nflops_per_second = 1.0\napi_base_url = 'http://127.0.0.1:9'\n[auth]\n{auth}"
+        ))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn clients_build_from_token_and_app_configs() {
+        assert!(GitHub::from_config(&config("kind = 'token'\ntoken = 't'")).is_ok());
+        let err = GitHub::from_config(&config(
+            "kind = 'app'\napp_id = 1\ninstallation_id = 2\nprivate_key_pem = 'not a key'",
+        ))
+        .unwrap_err();
+        assert!(
+            matches!(&err, GitHubError::Setup(m) if m.contains("auth.private_key_pem")),
+            "{err}"
+        );
+        assert!(!err.is_transient());
+    }
+
     #[test]
     fn segments_are_encoded() {
         assert_eq!(percent_encode_segment("negative-result"), "negative-result");
