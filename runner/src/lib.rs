@@ -8,9 +8,14 @@
 //! GitHub, HTTP or the ledger.
 
 pub mod backend;
+pub mod checkpoint;
+pub mod data;
 pub mod error;
 pub mod model;
+pub mod observer;
+pub mod peak;
 pub mod rng;
 pub mod scalar;
+pub mod train;
 
 pub use error::RunnerError;

@@ -1,0 +1,268 @@
+//! Training and evaluation data: the byte tokenizer, content-addressed corpora behind
+//! [`CorpusStore`], built-in generators ([`markov`]), and the mixture sampler.
+//!
+//! Sampling is a pure function of (seed, step): row `r` of step `s` draws its domain and its
+//! window from the stream `derive([seed, TRAIN, s, r])`, so resuming at step `s` needs no saved
+//! generator state, and any batch can be recomputed by anyone. Held-out data per domain: for a
+//! corpus, the last `heldout_fraction` of its bytes (training windows never touch them); for a
+//! generator, a separate seeded stream (`derive([generator seed, EVAL, batch, row])`).
+//! Tokenizer: bytes (token = byte value, vocab 256), so nats per token / ln 2 = bits per byte.
+//! Not here: where corpora come from (the ledger's blob store implements [`CorpusStore`]).
+
+pub mod markov;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use glassbox_schemas::BlobHash;
+use glassbox_schemas::spec::{ExperimentSpec, GeneratorKind};
+
+use crate::error::RunnerError;
+use crate::rng::{SplitMix64, derive};
+
+pub use markov::MarkovSource;
+
+/// Stream key of training batches.
+const TRAIN: u64 = 0x5452_4149; // "TRAI"
+/// Stream key of held-out batches.
+const EVAL: u64 = 0x4556_414c; // "EVAL"
+
+/// Where corpora live, by the BLAKE3 of their bytes. The lab's blob store implements it later;
+/// [`DirCorpusStore`] is the directory form.
+pub trait CorpusStore: Send + Sync {
+    /// The bytes of corpus `hash`, verified against the hash.
+    fn load(&self, hash: &BlobHash) -> Result<Arc<Vec<u8>>, RunnerError>;
+}
+
+/// Corpora in a directory laid out like the blob store: `<root>/<first 2 hex>/<other 62 hex>`.
+#[derive(Debug, Clone)]
+pub struct DirCorpusStore {
+    root: PathBuf,
+}
+
+impl DirCorpusStore {
+    /// A store rooted at `root` (created on first [`DirCorpusStore::put`]).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    fn path(&self, hex: &str) -> PathBuf {
+        self.root.join(&hex[..2]).join(&hex[2..])
+    }
+
+    /// Store `bytes`, returning their hash (temp file, fsync, rename).
+    pub fn put(&self, bytes: &[u8]) -> Result<BlobHash, RunnerError> {
+        let hash = BlobHash(glassbox_schemas::Blake3Hash::of(bytes));
+        let hex = hash.0.to_hex();
+        let path = self.path(&hex);
+        if path.exists() {
+            return Ok(hash);
+        }
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)
+            .map_err(|e| RunnerError::io(format!("create {}", dir.display()), e))?;
+        let tmp = dir.join(format!(".{}.tmp", &hex[2..]));
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)
+                .map_err(|e| RunnerError::io(format!("create {}", tmp.display()), e))?;
+            f.write_all(bytes)
+                .and_then(|_| f.sync_all())
+                .map_err(|e| RunnerError::io(format!("write {}", tmp.display()), e))?;
+        }
+        std::fs::rename(&tmp, &path)
+            .map_err(|e| RunnerError::io(format!("rename to {}", path.display()), e))?;
+        Ok(hash)
+    }
+}
+
+impl CorpusStore for DirCorpusStore {
+    fn load(&self, hash: &BlobHash) -> Result<Arc<Vec<u8>>, RunnerError> {
+        let hex = hash.0.to_hex();
+        let path = self.path(&hex);
+        let bytes = std::fs::read(&path).map_err(|_| RunnerError::CorpusMissing {
+            hash: hash.to_string(),
+            dir: self.root.clone(),
+        })?;
+        let actual = glassbox_schemas::Blake3Hash::of(&bytes);
+        if actual != hash.0 {
+            return Err(RunnerError::CorpusCorrupt {
+                hash: hash.to_string(),
+                path,
+                actual: actual.to_string(),
+            });
+        }
+        Ok(Arc::new(bytes))
+    }
+}
+
+/// Where a domain's bytes come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A stored corpus: training windows from `bytes[..split]`, held-out from `bytes[split..]`.
+    Corpus {
+        /// The corpus bytes.
+        bytes: Arc<Vec<u8>>,
+        /// First held-out byte.
+        split: usize,
+    },
+    /// A built-in Markov source.
+    Markov(MarkovSource),
+}
+
+/// One mixture domain.
+#[derive(Debug, Clone)]
+pub struct Domain {
+    /// Name (metric names use it).
+    pub name: String,
+    /// Relative weight.
+    pub weight: f64,
+    /// The bytes.
+    pub source: Source,
+    /// Seed of the generator's streams (generators only).
+    generator_seed: u64,
+}
+
+impl Domain {
+    /// Known entropy floor in bits per byte, for synthetic domains.
+    pub fn entropy_bits_per_byte(&self) -> Option<f64> {
+        match &self.source {
+            Source::Markov(m) => Some(m.entropy_bits_per_byte()),
+            Source::Corpus { .. } => None,
+        }
+    }
+}
+
+/// One batch: `tokens` and next-token `targets`, both `[B*T]`, row-major.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// Inputs.
+    pub tokens: Vec<u32>,
+    /// Targets (inputs shifted by one).
+    pub targets: Vec<u32>,
+}
+
+/// The mixture sampler of a spec.
+#[derive(Debug, Clone)]
+pub struct DataPipeline {
+    /// Domains in spec order.
+    pub domains: Vec<Domain>,
+    seed: u64,
+    batch: usize,
+    seq: usize,
+    total_weight: f64,
+}
+
+impl DataPipeline {
+    /// Resolve a spec's mixture, loading corpora from `store`.
+    pub fn new(spec: &ExperimentSpec, store: &dyn CorpusStore) -> Result<Self, RunnerError> {
+        let seq = spec.model.seq_len as usize;
+        let mut domains = Vec::new();
+        for comp in &spec.data.mixture {
+            let (source, generator_seed) = match (&comp.corpus, &comp.generator) {
+                (Some(hash), _) => {
+                    let bytes = store.load(hash)?;
+                    let held = ((bytes.len() as f64) * spec.data.heldout_fraction).ceil() as usize;
+                    let split = bytes.len().saturating_sub(held);
+                    if split < seq + 1 || bytes.len() - split < seq + 1 {
+                        return Err(RunnerError::CorpusTooSmall {
+                            domain: comp.domain.clone(),
+                            bytes: bytes.len(),
+                            needed: ((seq + 1) as f64 / spec.data.heldout_fraction).ceil() as usize,
+                        });
+                    }
+                    (Source::Corpus { bytes, split }, 0)
+                }
+                (None, Some(g)) => match g.kind {
+                    GeneratorKind::Markov => (Source::Markov(MarkovSource::new(g)), g.seed),
+                },
+                (None, None) => {
+                    return Err(RunnerError::Unsupported {
+                        field: "data.mixture.corpus",
+                        value: comp.domain.clone(),
+                        fix: "give a corpus hash or a generator".into(),
+                    });
+                }
+            };
+            domains.push(Domain {
+                name: comp.domain.clone(),
+                weight: comp.weight,
+                source,
+                generator_seed,
+            });
+        }
+        let total_weight: f64 = domains.iter().map(|d| d.weight).sum();
+        if total_weight.is_nan() || total_weight <= 0.0 {
+            return Err(RunnerError::Unsupported {
+                field: "data.mixture.weight",
+                value: total_weight.to_string(),
+                fix: "at least one domain needs a positive weight".into(),
+            });
+        }
+        Ok(Self {
+            domains,
+            seed: spec.train.seed,
+            batch: spec.train.batch_size as usize,
+            seq,
+            total_weight,
+        })
+    }
+
+    /// The training batch of `step` (a pure function of seed and step).
+    pub fn train_batch(&self, step: u64) -> Batch {
+        let mut windows = Vec::with_capacity(self.batch);
+        for r in 0..self.batch {
+            let mut rng = SplitMix64::new(derive(&[self.seed, TRAIN, step, r as u64]));
+            let mut u = rng.next_f64() * self.total_weight;
+            let mut di = self.domains.len() - 1;
+            for (i, d) in self.domains.iter().enumerate() {
+                if u < d.weight {
+                    di = i;
+                    break;
+                }
+                u -= d.weight;
+            }
+            let d = &self.domains[di];
+            windows.push(match &d.source {
+                Source::Corpus { bytes, split } => {
+                    let off = rng.below((split - self.seq) as u64) as usize;
+                    bytes[off..off + self.seq + 1].to_vec()
+                }
+                Source::Markov(m) => m.sample(rng.next_u64(), self.seq + 1),
+            });
+        }
+        self.assemble(&windows)
+    }
+
+    /// Held-out batch `i` of domain `d` (a pure function of the spec).
+    pub fn eval_batch(&self, d: usize, i: u64) -> Batch {
+        let dom = &self.domains[d];
+        let mut windows = Vec::with_capacity(self.batch);
+        for r in 0..self.batch {
+            windows.push(match &dom.source {
+                Source::Corpus { bytes, split } => {
+                    let mut rng =
+                        SplitMix64::new(derive(&[self.seed, EVAL, d as u64, i, r as u64]));
+                    let span = bytes.len() - split - self.seq;
+                    let off = split + rng.below(span as u64) as usize;
+                    bytes[off..off + self.seq + 1].to_vec()
+                }
+                Source::Markov(m) => m.sample(
+                    derive(&[dom.generator_seed, EVAL, i, r as u64]),
+                    self.seq + 1,
+                ),
+            });
+        }
+        self.assemble(&windows)
+    }
+
+    fn assemble(&self, windows: &[Vec<u8>]) -> Batch {
+        let mut tokens = Vec::with_capacity(self.batch * self.seq);
+        let mut targets = Vec::with_capacity(self.batch * self.seq);
+        for w in windows {
+            tokens.extend(w[..self.seq].iter().map(|&b| b as u32));
+            targets.extend(w[1..].iter().map(|&b| b as u32));
+        }
+        Batch { tokens, targets }
+    }
+}

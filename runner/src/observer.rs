@@ -1,0 +1,177 @@
+//! Telemetry: the [`Observer`] trait the trainer reports through, the metric records it
+//! passes, and [`JsonlObserver`], which appends them to `metrics.jsonl`.
+//!
+//! The ledger and the live dashboard implement [`Observer`] later; the runner itself only
+//! calls it. Metric names are the schemas crate's ([`glassbox_schemas::metrics`]).
+//! Not here: what is measured (the trainer) or how a run ends (its outcome).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::RunnerError;
+use crate::train::RunOutcome;
+
+/// What a record is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordKind {
+    /// One optimiser step.
+    Train,
+    /// A held-out evaluation after a step.
+    Eval,
+}
+
+/// One metrics record: scalars and vectors (per-expert loads) at a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricRecord {
+    /// Steps completed when measured.
+    pub step: u64,
+    /// Train or eval.
+    pub kind: RecordKind,
+    /// Scalar metrics by name.
+    pub scalars: BTreeMap<String, f64>,
+    /// Vector metrics by name (e.g. `train/router/layer_0/expert_load`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vectors: BTreeMap<String, Vec<f64>>,
+}
+
+/// Receives a run's telemetry. Every method has an empty default.
+pub trait Observer {
+    /// The run (re)started at `step` with this description (backend, peak, params).
+    fn on_start(&mut self, _step: u64, _total_steps: u64, _info: &RunInfo) {}
+    /// A training step or an evaluation finished.
+    fn on_metrics(&mut self, _record: &MetricRecord) {}
+    /// A checkpoint was written.
+    fn on_checkpoint(&mut self, _step: u64, _path: &Path) {}
+    /// The run ended (any way).
+    fn on_end(&mut self, _outcome: &RunOutcome) {}
+}
+
+/// Facts about a run for its record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// Backend description, e.g. `cpu (2 threads, f32)`.
+    pub backend: String,
+    /// BLAKE3 of each kernel source the backend runs.
+    pub kernel_sources: Vec<crate::backend::KernelSource>,
+    /// Peak FLOP/s MFU is stated against.
+    pub peak_flops: f64,
+    /// What that peak is (e.g. `measured f32 GEMM peak, 2 threads`).
+    pub peak_label: String,
+    /// Parameter count.
+    pub params: u64,
+    /// Training FLOPs per token (the schemas cost model).
+    pub flops_per_token: f64,
+    /// Known entropy floor per domain, nats per token, where the domain has one.
+    pub entropy_floor_nats: BTreeMap<String, f64>,
+}
+
+/// Several observers as one.
+#[derive(Default)]
+pub struct Fanout<'a> {
+    /// The observers, called in order.
+    pub observers: Vec<&'a mut dyn Observer>,
+}
+
+impl std::fmt::Debug for Fanout<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Fanout({} observers)", self.observers.len())
+    }
+}
+
+impl Observer for Fanout<'_> {
+    fn on_start(&mut self, step: u64, total: u64, info: &RunInfo) {
+        for o in &mut self.observers {
+            o.on_start(step, total, info);
+        }
+    }
+    fn on_metrics(&mut self, r: &MetricRecord) {
+        for o in &mut self.observers {
+            o.on_metrics(r);
+        }
+    }
+    fn on_checkpoint(&mut self, step: u64, path: &Path) {
+        for o in &mut self.observers {
+            o.on_checkpoint(step, path);
+        }
+    }
+    fn on_end(&mut self, outcome: &RunOutcome) {
+        for o in &mut self.observers {
+            o.on_end(outcome);
+        }
+    }
+}
+
+/// Appends each record as one JSON line to a file.
+#[derive(Debug)]
+pub struct JsonlObserver {
+    path: PathBuf,
+    out: BufWriter<std::fs::File>,
+}
+
+impl JsonlObserver {
+    /// Open `path` for appending. When resuming at `keep_through`, records after that step
+    /// (written by the interrupted run after its last checkpoint) are dropped first, so the
+    /// file reads as one uninterrupted run.
+    pub fn open(path: &Path, keep_through: Option<u64>) -> Result<Self, RunnerError> {
+        let ioe = |e| RunnerError::io(format!("metrics file {}", path.display()), e);
+        let kept = match (keep_through, std::fs::File::open(path)) {
+            (Some(step), Ok(f)) => {
+                let mut kept = Vec::new();
+                for line in std::io::BufReader::new(f).lines() {
+                    let line = line.map_err(ioe)?;
+                    match serde_json::from_str::<MetricRecord>(&line) {
+                        Ok(r) if r.step <= step => kept.push(line),
+                        _ => {}
+                    }
+                }
+                Some(kept)
+            }
+            _ => None,
+        };
+        let file = match kept {
+            Some(lines) => {
+                let mut f = std::fs::File::create(path).map_err(ioe)?;
+                for l in lines {
+                    writeln!(f, "{l}").map_err(ioe)?;
+                }
+                f
+            }
+            None => std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(ioe)?,
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            out: BufWriter::new(file),
+        })
+    }
+
+    /// The file written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Observer for JsonlObserver {
+    fn on_metrics(&mut self, r: &MetricRecord) {
+        // Telemetry must not kill a run: a failed write is reported once on stderr by the
+        // final flush below, not turned into a panic here.
+        if let Ok(line) = serde_json::to_string(r) {
+            let _ = writeln!(self.out, "{line}");
+        }
+    }
+    fn on_checkpoint(&mut self, _step: u64, _path: &Path) {
+        let _ = self.out.flush();
+    }
+    fn on_end(&mut self, _outcome: &RunOutcome) {
+        if let Err(e) = self.out.flush() {
+            eprintln!("warning: could not write {}: {e}", self.path.display());
+        }
+    }
+}

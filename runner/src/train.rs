@@ -1,0 +1,616 @@
+//! The training loop: AdamW with a warmup + decay schedule, global-norm clipping, the
+//! balancing-bias updates, evaluation, checkpoints, budgets, cancellation, and the run's
+//! outcome. Generic over the backend; it never panics on a bad run — NaN/inf, a budget or a
+//! cancel request end the run with a [`RunOutcome`] that carries the metrics.
+//!
+//! Balancing (per layer, after each optimiser step, stop-gradient):
+//! - `aux_loss_free` (DeepSeek-V3): `b_i += rate * sign(mean_load - load_i)`, then `b -= mean(b)`;
+//! - `quantile` (Marin): `b_i -= scale * q_i`, with `q_i` the per-expert upper `(1 - K/E)`
+//!   quantile of `score + bias - (K-th biased score of the token)` from this step's forward,
+//!   so next step expert i is chosen by about `N K / E` tokens;
+//! - `switch_aux_loss`: a loss term in the model (`coef E sum f_i P_i`), no bias;
+//! - `none`.
+//!
+//! Not here: the model's math ([`crate::model`]), data ([`crate::data`]), printing (the CLI).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use glassbox_schemas::metrics as mn;
+use glassbox_schemas::spec::{Balancing, ExperimentSpec, Schedule};
+use glassbox_schemas::{RunStatus, cost};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{AdamW, Backend};
+use crate::checkpoint::{self, TrainState};
+use crate::data::DataPipeline;
+use crate::error::RunnerError;
+use crate::model::{Model, ModelDims, PassStats};
+use crate::observer::{MetricRecord, Observer, RecordKind, RunInfo};
+use crate::scalar::Real;
+
+/// Learning rate at 0-based `step`: linear warmup from 0 to `lr` over `warmup_steps`, then the
+/// schedule down to `min_lr_ratio * lr` at the last step (`wsd`: constant, then linear decay
+/// over the last `decay_fraction` of steps).
+pub fn learning_rate(spec: &ExperimentSpec, step: u64) -> f64 {
+    let t = &spec.train;
+    let (lr, min) = (t.lr, t.lr * t.min_lr_ratio);
+    if step < t.warmup_steps {
+        return lr * (step + 1) as f64 / t.warmup_steps as f64;
+    }
+    let span = t.steps.saturating_sub(t.warmup_steps).max(1) as f64;
+    let progress = ((step - t.warmup_steps) as f64 / span).min(1.0);
+    match t.schedule {
+        Schedule::Constant => lr,
+        Schedule::Linear => lr + (min - lr) * progress,
+        Schedule::Cosine => {
+            min + 0.5 * (lr - min) * (1.0 + (std::f64::consts::PI * progress).cos())
+        }
+        Schedule::Wsd => {
+            let decay_start = 1.0 - t.decay_fraction;
+            if progress <= decay_start || t.decay_fraction <= 0.0 {
+                lr
+            } else {
+                lr + (min - lr) * ((progress - decay_start) / t.decay_fraction)
+            }
+        }
+    }
+}
+
+/// The peak FLOP/s that MFU is stated against.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Peak {
+    /// FLOP/s.
+    pub flops_per_second: f64,
+    /// What it is, e.g. `measured f32 GEMM peak (512^3), 2 threads`.
+    pub label: String,
+}
+
+/// How to run, beyond the spec.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Where metrics, checkpoints and the summary go (None: nowhere).
+    pub out_dir: Option<PathBuf>,
+    /// Resume from this checkpoint.
+    pub resume: Option<PathBuf>,
+    /// MFU reference.
+    pub peak: Peak,
+    /// Set to true to cancel at the next step.
+    pub cancel: Arc<AtomicBool>,
+}
+
+/// How a run ended, with its metrics (a negative result is as complete as a positive one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunOutcome {
+    /// succeeded, diverged, budget_exceeded, cancelled, failed.
+    pub status: RunStatus,
+    /// Steps completed.
+    pub steps: u64,
+    /// The last good value of every scalar metric (train and eval).
+    pub final_metrics: BTreeMap<String, f64>,
+    /// Why, for anything but success.
+    pub reason: Option<String>,
+    /// `blake3:<hex>` of the final parameters (little-endian, checkpoint order).
+    pub params_blake3: String,
+    /// Tokens trained on.
+    pub total_tokens: u64,
+    /// Wall seconds of training (all segments).
+    pub elapsed_seconds: f64,
+    /// The last checkpoint written, if any.
+    pub checkpoint: Option<PathBuf>,
+    /// Backend, peak and kernel hashes.
+    pub info: RunInfo,
+}
+
+/// A training run in progress.
+pub struct Trainer<'a, B: Backend> {
+    be: &'a B,
+    spec: ExperimentSpec,
+    spec_hash: String,
+    /// The model.
+    pub model: Model,
+    data: DataPipeline,
+    params: Vec<B::Buf>,
+    grads: Vec<B::Buf>,
+    adam_m: Vec<B::Buf>,
+    adam_v: Vec<B::Buf>,
+    bias: Vec<Vec<f64>>,
+    step: u64,
+    total_tokens: u64,
+    flops_used: f64,
+    elapsed_before: f64,
+    info: RunInfo,
+    /// Last good value of every scalar metric (kept across `run` calls).
+    last: BTreeMap<String, f64>,
+}
+
+impl<B: Backend> std::fmt::Debug for Trainer<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer")
+            .field("spec", &self.spec.experiment.slug)
+            .field("step", &self.step)
+            .field("backend", &self.info.backend)
+            .finish()
+    }
+}
+
+impl<'a, B: Backend> Trainer<'a, B> {
+    /// Set up a run: model, data, fresh parameters (or a checkpoint's state with `resume`).
+    pub fn new(
+        be: &'a B,
+        spec: ExperimentSpec,
+        data: DataPipeline,
+        opts: &RunOptions,
+    ) -> Result<Self, RunnerError> {
+        let dims = ModelDims::from_spec(&spec)?;
+        let model = Model::new(dims);
+        let spec_hash = glassbox_schemas::spec_hash(&spec)
+            .map(|h| h.to_string())
+            .map_err(|e| RunnerError::Unsupported {
+                field: "spec",
+                value: "(whole spec)".into(),
+                fix: format!("the spec has no canonical form: {e}"),
+            })?;
+        let params = model.init_params(be, spec.train.seed);
+        let grads = model.zeros_like_params(be);
+        let adam_m = model.zeros_like_params(be);
+        let adam_v = model.zeros_like_params(be);
+        let bias = vec![vec![0.0; model.dims.n_experts]; model.dims.n_layers];
+        let entropy_floor_nats = data
+            .domains
+            .iter()
+            .filter_map(|d| {
+                d.entropy_bits_per_byte()
+                    .map(|h| (d.name.clone(), h * std::f64::consts::LN_2))
+            })
+            .collect();
+        let info = RunInfo {
+            backend: be.describe(),
+            kernel_sources: be.kernel_sources(),
+            peak_flops: opts.peak.flops_per_second,
+            peak_label: opts.peak.label.clone(),
+            params: model.num_params() as u64,
+            flops_per_token: cost::flops_per_token(&spec),
+            entropy_floor_nats,
+        };
+        let mut t = Self {
+            be,
+            spec,
+            spec_hash,
+            model,
+            data,
+            params,
+            grads,
+            adam_m,
+            adam_v,
+            bias,
+            step: 0,
+            total_tokens: 0,
+            flops_used: 0.0,
+            elapsed_before: 0.0,
+            info,
+            last: BTreeMap::new(),
+        };
+        if let Some(path) = &opts.resume {
+            t.restore(path)?;
+        }
+        Ok(t)
+    }
+
+    /// Steps completed.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// The parameters, for tools and fault-injection tests (e.g. poisoning a value to check
+    /// that divergence is reported).
+    pub fn params_mut(&mut self) -> &mut [B::Buf] {
+        &mut self.params
+    }
+
+    /// Facts for the run record.
+    pub fn info(&self) -> &RunInfo {
+        &self.info
+    }
+
+    fn restore(&mut self, path: &std::path::Path) -> Result<(), RunnerError> {
+        let st: TrainState<B::F> = checkpoint::load(path)?;
+        let bad = |reason: String| RunnerError::Checkpoint {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if st.spec_hash != self.spec_hash {
+            return Err(bad(format!(
+                "it belongs to spec {}, not {}: resume with the spec it was trained on",
+                st.spec_hash, self.spec_hash
+            )));
+        }
+        if st.params.len() != self.model.params.len() || st.router_bias.len() != self.bias.len() {
+            return Err(bad("its tensors do not match the model".into()));
+        }
+        for (i, (name, shape, values)) in st.params.iter().enumerate() {
+            let want = &self.model.params[i];
+            if *name != want.name || *shape != want.shape || values.len() != want.numel() {
+                return Err(bad(format!("tensor {name} does not match {}", want.name)));
+            }
+            self.params[i] = self.be.upload(values);
+            self.adam_m[i] = self.be.upload(&st.adam_m[i]);
+            self.adam_v[i] = self.be.upload(&st.adam_v[i]);
+        }
+        self.bias = st.router_bias;
+        self.step = st.step;
+        self.total_tokens = st.total_tokens;
+        self.flops_used = st.flops_used;
+        self.elapsed_before = st.elapsed_seconds;
+        Ok(())
+    }
+
+    /// BLAKE3 of the parameters (little-endian bytes, layout order), `blake3:<hex>`.
+    pub fn params_hash(&self) -> String {
+        let mut h = blake3::Hasher::new();
+        let mut bytes = Vec::new();
+        for p in &self.params {
+            bytes.clear();
+            for &x in &self.be.download(p) {
+                x.write_le(&mut bytes);
+            }
+            h.update(&bytes);
+        }
+        format!("blake3:{}", h.finalize().to_hex())
+    }
+
+    fn checkpoint_path(&self, dir: &std::path::Path) -> PathBuf {
+        dir.join("checkpoints")
+            .join(format!("step-{:08}.safetensors", self.step))
+    }
+
+    /// Write the current state.
+    pub fn save_checkpoint(&self, path: &std::path::Path, elapsed: f64) -> Result<(), RunnerError> {
+        let st = TrainState {
+            spec_hash: self.spec_hash.clone(),
+            step: self.step,
+            total_tokens: self.total_tokens,
+            flops_used: self.flops_used,
+            elapsed_seconds: elapsed,
+            params: self
+                .model
+                .params
+                .iter()
+                .zip(&self.params)
+                .map(|(p, b)| (p.name.clone(), p.shape.clone(), self.be.download(b)))
+                .collect(),
+            adam_m: self.adam_m.iter().map(|b| self.be.download(b)).collect(),
+            adam_v: self.adam_v.iter().map(|b| self.be.download(b)).collect(),
+            router_bias: self.bias.clone(),
+        };
+        checkpoint::save(path, &st)
+    }
+
+    /// Held-out evaluation of every domain: `eval/<d>/loss` (nats/token) and `eval/<d>/bpb`.
+    pub fn evaluate(&mut self) -> BTreeMap<String, f64> {
+        let be = self.be;
+        let b = self.spec.train.batch_size as usize;
+        let mut out = BTreeMap::new();
+        for d in 0..self.data.domains.len() {
+            let mut sum = 0.0;
+            let nb = self.spec.train.eval_batches as u64;
+            for i in 0..nb {
+                let batch = self.data.eval_batch(d, i);
+                let tokens = be.upload_ids(&batch.tokens);
+                let targets = be.upload_ids(&batch.targets);
+                let model = &self.model;
+                let params = &self.params;
+                let bias = &self.bias;
+                let st = be.run(|| model.evaluate(be, params, bias, &tokens, &targets, b));
+                sum += st.cross_entropy;
+            }
+            let loss = sum / nb as f64;
+            let name = &self.data.domains[d].name;
+            out.insert(mn::eval_loss(name), loss);
+            out.insert(mn::eval_bpb(name), loss / std::f64::consts::LN_2);
+        }
+        self.flops_used += cost::eval_flops_per_token(&self.spec)
+            * (self.spec.train.eval_batches as u64
+                * b as u64
+                * self.spec.model.seq_len as u64
+                * self.data.domains.len() as u64) as f64;
+        out
+    }
+
+    /// Train to the end of the spec (or an earlier outcome), reporting to `obs`.
+    pub fn run(&mut self, opts: &RunOptions, obs: &mut dyn Observer) -> RunOutcome {
+        let outcome = self.run_inner(opts, obs);
+        self.last = outcome.final_metrics.clone();
+        outcome
+    }
+
+    fn run_inner(&mut self, opts: &RunOptions, obs: &mut dyn Observer) -> RunOutcome {
+        let start = Instant::now();
+        let total_steps = self.spec.train.steps;
+        obs.on_start(self.step, total_steps, &self.info);
+        let mut last = std::mem::take(&mut self.last);
+        let mut last_ckpt = None;
+        let tokens_per_step = self.spec.train.batch_size as u64 * self.spec.model.seq_len as u64;
+        let step_flops = cost::flops_per_token(&self.spec) * tokens_per_step as f64;
+        let mut last_eval_step = None;
+        let ckpt_every = self.spec.train.checkpoint_interval;
+
+        let end = |s: &Self, status, reason: Option<String>, last: &BTreeMap<String, f64>, ck| {
+            RunOutcome {
+                status,
+                steps: s.step,
+                final_metrics: last.clone(),
+                reason,
+                params_blake3: s.params_hash(),
+                total_tokens: s.total_tokens,
+                elapsed_seconds: s.elapsed_before + start.elapsed().as_secs_f64(),
+                checkpoint: ck,
+                info: s.info.clone(),
+            }
+        };
+        let finish = |s: &Self, obs: &mut dyn Observer, o: RunOutcome| {
+            let _ = s;
+            obs.on_end(&o);
+            o
+        };
+
+        while self.step < total_steps {
+            if opts.cancel.load(Ordering::SeqCst) {
+                let o = end(
+                    self,
+                    RunStatus::Cancelled,
+                    Some(format!(
+                        "cancel requested; stopped before step {}",
+                        self.step + 1
+                    )),
+                    &last,
+                    last_ckpt,
+                );
+                return finish(self, obs, o);
+            }
+            let elapsed = self.elapsed_before + start.elapsed().as_secs_f64();
+            if let Some(max) = self.spec.budget.max_wall_seconds {
+                if elapsed > max {
+                    let o = end(
+                        self,
+                        RunStatus::BudgetExceeded,
+                        Some(format!(
+                            "wall-clock budget of {max} s used up after {elapsed:.1} s at step {}",
+                            self.step
+                        )),
+                        &last,
+                        last_ckpt,
+                    );
+                    return finish(self, obs, o);
+                }
+            }
+            if let Some(max) = self.spec.budget.max_flops {
+                if self.flops_used + step_flops > max {
+                    let o = end(
+                        self,
+                        RunStatus::BudgetExceeded,
+                        Some(format!(
+                            "FLOP budget of {max:e} would be exceeded by step {} ({:e} used, {step_flops:e} per step)",
+                            self.step + 1,
+                            self.flops_used
+                        )),
+                        &last,
+                        last_ckpt,
+                    );
+                    return finish(self, obs, o);
+                }
+            }
+            let t0 = Instant::now();
+            let record = match self.train_step() {
+                Ok(r) => r,
+                Err(reason) => {
+                    let o = end(self, RunStatus::Diverged, Some(reason), &last, last_ckpt);
+                    return finish(self, obs, o);
+                }
+            };
+            let dt = t0.elapsed().as_secs_f64().max(1e-9);
+            self.flops_used += step_flops;
+            let mut record = record;
+            let tps = tokens_per_step as f64 / dt;
+            record.scalars.insert(mn::TOKENS_PER_SECOND.into(), tps);
+            record.scalars.insert(
+                mn::MFU.into(),
+                tps * self.info.flops_per_token / self.info.peak_flops,
+            );
+            for (k, v) in &record.scalars {
+                last.insert(k.clone(), *v);
+            }
+            obs.on_metrics(&record);
+
+            let eval_due =
+                self.step % self.spec.train.eval_interval == 0 || self.step == total_steps;
+            if eval_due {
+                let ev = self.evaluate();
+                for (k, v) in &ev {
+                    last.insert(k.clone(), *v);
+                }
+                last_eval_step = Some(self.step);
+                obs.on_metrics(&MetricRecord {
+                    step: self.step,
+                    kind: RecordKind::Eval,
+                    scalars: ev,
+                    vectors: BTreeMap::new(),
+                });
+            }
+            let ckpt_due =
+                (ckpt_every > 0 && self.step % ckpt_every == 0) || self.step == total_steps;
+            if let (true, Some(dir)) = (ckpt_due, &opts.out_dir) {
+                let path = self.checkpoint_path(dir);
+                let elapsed = self.elapsed_before + start.elapsed().as_secs_f64();
+                match self.save_checkpoint(&path, elapsed) {
+                    Ok(()) => {
+                        obs.on_checkpoint(self.step, &path);
+                        last_ckpt = Some(path);
+                    }
+                    Err(e) => {
+                        let o = end(
+                            self,
+                            RunStatus::Failed,
+                            Some(e.to_string()),
+                            &last,
+                            last_ckpt,
+                        );
+                        return finish(self, obs, o);
+                    }
+                }
+            }
+        }
+        let _ = last_eval_step;
+        let o = end(self, RunStatus::Succeeded, None, &last, last_ckpt);
+        finish(self, obs, o)
+    }
+
+    /// One optimiser step; `Err(reason)` when the loss or gradients are not finite (the
+    /// parameters are then left as they were: the last good state).
+    fn train_step(&mut self) -> Result<MetricRecord, String> {
+        let be = self.be;
+        let batch = self.data.train_batch(self.step);
+        let tokens = be.upload_ids(&batch.tokens);
+        let targets = be.upload_ids(&batch.targets);
+        let bsz = self.spec.train.batch_size as usize;
+        let step_no = self.step + 1;
+        let lr = learning_rate(&self.spec, self.step);
+        let t = &self.spec.train;
+        let (beta1, beta2, eps, wd, clip) =
+            (t.beta1, t.beta2, t.adam_eps, t.weight_decay, t.grad_clip);
+        let model = &self.model;
+        let (params, grads, am, av, bias) = (
+            &mut self.params,
+            &mut self.grads,
+            &mut self.adam_m,
+            &mut self.adam_v,
+            &self.bias,
+        );
+        let result = be.run(|| {
+            for g in grads.iter_mut() {
+                be.fill_zero(g);
+            }
+            let stats = model.forward_backward(be, params, grads, bias, &tokens, &targets, bsz);
+            let grad_sq: f64 = grads.iter().map(|g| be.sum_squares(g)).sum();
+            let grad_norm = grad_sq.sqrt();
+            if !stats.total().is_finite() || !grad_norm.is_finite() {
+                return Err((stats, grad_norm));
+            }
+            let scale = if clip > 0.0 && grad_norm > clip {
+                clip / grad_norm
+            } else {
+                1.0
+            };
+            for (i, info) in model.params.iter().enumerate() {
+                let hp = AdamW {
+                    lr,
+                    beta1,
+                    beta2,
+                    eps,
+                    weight_decay: if info.decay { wd } else { 0.0 },
+                    step: step_no,
+                    grad_scale: scale,
+                };
+                be.adamw(&mut params[i], &grads[i], &mut am[i], &mut av[i], &hp);
+            }
+            let param_norm = params.iter().map(|p| be.sum_squares(p)).sum::<f64>().sqrt();
+            Ok((stats, grad_norm, param_norm))
+        });
+        let (stats, grad_norm, param_norm) = match result {
+            Ok(x) => x,
+            Err((stats, gn)) => {
+                return Err(format!(
+                    "non-finite values at step {step_no}: loss {}, grad norm {gn}",
+                    stats.total()
+                ));
+            }
+        };
+        if !param_norm.is_finite() {
+            return Err(format!("parameters became non-finite at step {step_no}"));
+        }
+        self.update_bias(&stats);
+        self.step = step_no;
+        self.total_tokens += (bsz * self.spec.model.seq_len as usize) as u64;
+        Ok(self.step_record(&stats, lr, grad_norm, param_norm))
+    }
+
+    fn update_bias(&mut self, stats: &PassStats) {
+        let e = self.model.dims.n_experts;
+        match self.spec.model.moe.balancing {
+            Balancing::AuxLossFree { rate } => {
+                for (b, ls) in self.bias.iter_mut().zip(&stats.layers) {
+                    let mean = ls.load.iter().sum::<u64>() as f64 / e as f64;
+                    for (bi, &l) in b.iter_mut().zip(&ls.load) {
+                        let d = mean - l as f64;
+                        *bi += rate
+                            * if d > 0.0 {
+                                1.0
+                            } else if d < 0.0 {
+                                -1.0
+                            } else {
+                                0.0
+                            };
+                    }
+                    let c = b.iter().sum::<f64>() / e as f64;
+                    for bi in b.iter_mut() {
+                        *bi -= c;
+                    }
+                }
+            }
+            Balancing::Quantile { scale } => {
+                for (b, ls) in self.bias.iter_mut().zip(&stats.layers) {
+                    for (bi, q) in b.iter_mut().zip(&ls.quantile_offset) {
+                        *bi -= scale * q;
+                    }
+                }
+            }
+            Balancing::SwitchAuxLoss { .. } | Balancing::None => {}
+        }
+    }
+
+    fn step_record(&self, s: &PassStats, lr: f64, grad_norm: f64, param_norm: f64) -> MetricRecord {
+        let mut sc = BTreeMap::new();
+        let nl = s.layers.len().max(1) as f64;
+        sc.insert(mn::TRAIN_LOSS.to_string(), s.total());
+        sc.insert(mn::TRAIN_CROSS_ENTROPY.to_string(), s.cross_entropy);
+        sc.insert(mn::TRAIN_Z_LOSS.to_string(), s.z_loss);
+        sc.insert(mn::GRAD_NORM_TOTAL.to_string(), grad_norm);
+        sc.insert(mn::PARAMS_NORM_TOTAL.to_string(), param_norm);
+        sc.insert(mn::LEARNING_RATE.to_string(), lr);
+        sc.insert(mn::TOTAL_TOKENS.to_string(), self.total_tokens as f64);
+        sc.insert(
+            mn::ROUTING_ENTROPY_MEAN.to_string(),
+            s.layers.iter().map(|l| l.routing_entropy).sum::<f64>() / nl,
+        );
+        sc.insert(
+            mn::LOAD_BALANCING_LOSS.to_string(),
+            s.layers.iter().map(|l| l.load_balancing).sum::<f64>() / nl,
+        );
+        sc.insert(mn::ROUTER_Z_LOSS.to_string(), s.router_z_loss);
+        sc.insert(
+            mn::DROPPED_ASSIGNMENTS.to_string(),
+            s.layers.iter().map(|l| l.dropped).sum::<u64>() as f64,
+        );
+        let mut vectors = BTreeMap::new();
+        for (i, l) in s.layers.iter().enumerate() {
+            let total = l.load.iter().sum::<u64>().max(1) as f64;
+            vectors.insert(
+                mn::expert_load(i),
+                l.load.iter().map(|&x| x as f64 / total).collect(),
+            );
+            sc.insert(
+                mn::bias_norm(i),
+                self.bias[i].iter().map(|b| b * b).sum::<f64>().sqrt(),
+            );
+        }
+        MetricRecord {
+            step: self.step,
+            kind: RecordKind::Train,
+            scalars: sc,
+            vectors,
+        }
+    }
+}
