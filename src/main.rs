@@ -46,6 +46,8 @@ enum Command {
     /// Validate experiment specs and print their hash and cost; print the JSON Schema.
     #[command(subcommand)]
     Spec(cli::spec::SpecCommand),
+    /// Train a spec with the MoE runner; the exit code says the outcome.
+    Run(cli::run::RunArgs),
     /// Create a lab: blob store, log, index database, signing key.
     Init(cli::ledger::InitArgs),
     /// The ledger: put/get blobs, list and show entries, checkpoint, verifier key, proofs.
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Spec(cmd) => cli::spec::run(cmd, &cli.global),
+        Command::Run(args) => cli::run::run(args, &cli.global),
         Command::Init(args) => cli::ledger::run_init(args, &cli.global),
         Command::Ledger(cmd) => cli::ledger::run(cmd, &cli.global),
         Command::Verify(args) => cli::verify::run(args, &cli.global),

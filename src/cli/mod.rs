@@ -3,5 +3,6 @@
 
 pub mod ledger;
 pub mod publish;
+pub mod run;
 pub mod spec;
 pub mod verify;

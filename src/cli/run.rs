@@ -1,0 +1,308 @@
+//! `glassbox run FILE`: train a spec with the runner, show progress, print a summary, and exit
+//! with a code that says the outcome (see `exit.rs`).
+//!
+//! Glue only: flag parsing, the progress display (an indicatif bar on a terminal, plain lines
+//! otherwise) and file layout of the output directory:
+//! `metrics.jsonl` (one record per step and per evaluation), `checkpoints/step-N.safetensors`,
+//! `summary.json` (the outcome with final metrics, parameter hash, kernel hashes).
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use anyhow::Context;
+use glassbox_runner::backend::cpu::CpuBackend;
+use glassbox_runner::backend::{self, Backend, BackendRequest};
+use glassbox_runner::data::{DataPipeline, DirCorpusStore};
+use glassbox_runner::observer::{
+    Fanout, JsonlObserver, MetricRecord, Observer, RecordKind, RunInfo,
+};
+use glassbox_runner::train::{Peak, RunOptions, RunOutcome, Trainer};
+use glassbox_schemas::RunStatus;
+use glassbox_schemas::metrics as mn;
+
+use crate::GlobalOpts;
+use crate::exit;
+
+/// Which backend to train on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendArg {
+    /// CUDA when built and present, else CPU.
+    Auto,
+    /// The CPU reference backend.
+    Cpu,
+    /// The CUDA backend.
+    Cuda,
+}
+
+/// `glassbox run` flags.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The experiment spec (TOML), e.g. examples/tiny.toml.
+    pub file: PathBuf,
+    /// Compute backend.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendArg,
+    /// CPU worker threads (results are bitwise the same for any value). Default: all cores.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Output directory for metrics, checkpoints and the summary. Default: runs/<slug>.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Resume from a checkpoint written by an earlier run of the same spec.
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Peak FLOP/s (in GFLOP/s) to state MFU against, instead of measuring this machine's
+    /// f32 GEMM peak at start-up.
+    #[arg(long, env = "GLASSBOX_PEAK_GFLOPS")]
+    pub peak_gflops: Option<f64>,
+    /// Print one JSON summary object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))?;
+    let spec = match glassbox_schemas::parse_toml(&text) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{}: invalid spec:\n{e}", args.file.display());
+            return Ok(exit::code(exit::CHECK_FAILED));
+        }
+    };
+    let request = match args.backend {
+        BackendArg::Auto => BackendRequest::Auto,
+        BackendArg::Cpu => BackendRequest::Cpu,
+        BackendArg::Cuda => BackendRequest::Cuda,
+    };
+    let kind = backend::select(request)?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let be = CpuBackend::<f32>::new(threads)?;
+    let out_dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("runs").join(&spec.experiment.slug));
+    std::fs::create_dir_all(&out_dir)
+        .with_context(|| format!("cannot create {}", out_dir.display()))?;
+    let store = DirCorpusStore::new(global.lab.join("blobs"));
+    let data = DataPipeline::new(&spec, &store)?;
+    let peak = match args.peak_gflops {
+        Some(g) => Peak {
+            flops_per_second: g * 1e9,
+            label: format!("given peak {g} GFLOP/s"),
+        },
+        None => be.run(|| glassbox_runner::peak::measure_gemm_peak(threads, 0.3)),
+    };
+    let opts = RunOptions {
+        out_dir: Some(out_dir.clone()),
+        resume: args.resume.clone(),
+        peak,
+        cancel: Arc::new(AtomicBool::new(false)),
+    };
+    let mut trainer = Trainer::new(&be, spec.clone(), data, &opts)?;
+    let resumed_at = args.resume.as_ref().map(|_| trainer.step());
+    let mut jsonl = JsonlObserver::open(&out_dir.join("metrics.jsonl"), resumed_at)?;
+    let mut progress = Progress::new(args.json);
+    if !args.json {
+        eprintln!(
+            "glassbox run {} on {} ({}): {} params, {} steps{}",
+            spec.experiment.slug,
+            kind,
+            trainer.info().backend,
+            trainer.info().params,
+            spec.train.steps,
+            resumed_at.map_or(String::new(), |s| format!(", resuming at step {s}"))
+        );
+    }
+    let outcome = {
+        let mut fan = Fanout {
+            observers: vec![&mut jsonl, &mut progress],
+        };
+        trainer.run(&opts, &mut fan)
+    };
+    let summary_path = out_dir.join("summary.json");
+    let peak_rss = peak_rss_bytes();
+    let summary = serde_json::json!({
+        "spec": args.file.display().to_string(),
+        "outcome": outcome,
+        "peak_rss_bytes": peak_rss,
+        "out_dir": out_dir.display().to_string(),
+    });
+    std::fs::write(&summary_path, serde_json::to_string_pretty(&summary)?)
+        .with_context(|| format!("cannot write {}", summary_path.display()))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print_summary(&outcome, &out_dir, peak_rss);
+    }
+    Ok(exit::code(match outcome.status {
+        RunStatus::Succeeded => exit::OK,
+        RunStatus::Diverged => exit::DIVERGED,
+        RunStatus::BudgetExceeded => exit::BUDGET_EXCEEDED,
+        RunStatus::Cancelled => exit::CANCELLED,
+        RunStatus::Failed => exit::FAILED,
+    }))
+}
+
+/// Peak resident set size from `/proc/self/status` (`VmHWM`), where available.
+fn peak_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn print_summary(o: &RunOutcome, out_dir: &Path, peak_rss: Option<u64>) {
+    println!("status: {}", o.status);
+    if let Some(r) = &o.reason {
+        println!("reason: {r}");
+    }
+    println!(
+        "steps: {}  tokens: {}  wall: {:.1} s",
+        o.steps, o.total_tokens, o.elapsed_seconds
+    );
+    let get = |k: &str| o.final_metrics.get(k).copied();
+    if let Some(l) = get(mn::TRAIN_LOSS) {
+        println!("train/loss: {l:.4}");
+    }
+    for (k, v) in &o.final_metrics {
+        if k.starts_with("eval/") && k.ends_with("/loss") {
+            let domain = &k["eval/".len()..k.len() - "/loss".len()];
+            match o.info.entropy_floor_nats.get(domain) {
+                Some(floor) => println!(
+                    "{k}: {v:.4} nats (entropy floor {floor:.4}, {:+.1}% above)",
+                    (v / floor - 1.0) * 100.0
+                ),
+                None => println!("{k}: {v:.4} nats"),
+            }
+        }
+        if k.starts_with("eval/") && k.ends_with("/bpb") {
+            println!("{k}: {v:.4} bits/byte");
+        }
+    }
+    if o.elapsed_seconds > 0.0 {
+        println!(
+            "throughput: {:.0} tokens/s (mean over the run)",
+            o.total_tokens as f64 / o.elapsed_seconds
+        );
+    }
+    if let Some(m) = get(mn::MFU) {
+        println!(
+            "mfu: {:.1}% of {} ({:.1} GFLOP/s)",
+            m * 100.0,
+            o.info.peak_label,
+            o.info.peak_flops / 1e9
+        );
+    }
+    if let Some(rss) = peak_rss {
+        println!("peak RSS: {:.1} MiB", rss as f64 / (1024.0 * 1024.0));
+    }
+    println!("params: {}", o.params_blake3);
+    if let Some(c) = &o.checkpoint {
+        println!("checkpoint: {}", c.display());
+    }
+    println!("output: {}", out_dir.display());
+}
+
+/// The progress display: an indicatif bar on a terminal, plain lines otherwise.
+struct Progress {
+    quiet: bool,
+    bar: Option<indicatif::ProgressBar>,
+    every: u64,
+    start: Instant,
+    total: u64,
+    first_step: u64,
+}
+
+impl Progress {
+    fn new(quiet: bool) -> Self {
+        Self {
+            quiet,
+            bar: None,
+            every: 1,
+            start: Instant::now(),
+            total: 0,
+            first_step: 0,
+        }
+    }
+}
+
+impl Observer for Progress {
+    fn on_start(&mut self, step: u64, total: u64, info: &RunInfo) {
+        self.total = total;
+        self.first_step = step;
+        self.every = (total / 20).max(1);
+        self.start = Instant::now();
+        if self.quiet {
+            return;
+        }
+        if std::io::stderr().is_terminal() {
+            let bar = indicatif::ProgressBar::new(total);
+            bar.set_position(step);
+            let style = indicatif::ProgressStyle::with_template(
+                "{bar:30} step {pos}/{len}  {msg}  ETA {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+            bar.set_style(style);
+            self.bar = Some(bar);
+        }
+        eprintln!(
+            "MFU is stated against: {} ({:.1} GFLOP/s)",
+            info.peak_label,
+            info.peak_flops / 1e9
+        );
+    }
+
+    fn on_metrics(&mut self, r: &MetricRecord) {
+        if self.quiet {
+            return;
+        }
+        let loss = r.scalars.get(mn::TRAIN_LOSS).copied().unwrap_or(f64::NAN);
+        let tps = r.scalars.get(mn::TOKENS_PER_SECOND).copied().unwrap_or(0.0);
+        match (&self.bar, r.kind) {
+            (Some(bar), RecordKind::Train) => {
+                bar.set_position(r.step);
+                bar.set_message(format!("loss {loss:.4}  {tps:.0} tok/s"));
+            }
+            (Some(bar), RecordKind::Eval) => {
+                bar.println(format!("step {}: {}", r.step, fmt_eval(r)));
+            }
+            (None, RecordKind::Train) => {
+                if r.step % self.every == 0 || r.step == self.total {
+                    let done = (r.step - self.first_step) as f64;
+                    let secs = self.start.elapsed().as_secs_f64();
+                    let eta = if done > 0.0 {
+                        secs / done * (self.total - r.step) as f64
+                    } else {
+                        0.0
+                    };
+                    eprintln!(
+                        "step {}/{}  loss {loss:.4}  {tps:.0} tok/s  ETA {eta:.0} s",
+                        r.step, self.total
+                    );
+                }
+            }
+            (None, RecordKind::Eval) => eprintln!("step {}: {}", r.step, fmt_eval(r)),
+        }
+    }
+
+    fn on_end(&mut self, _o: &RunOutcome) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn fmt_eval(r: &MetricRecord) -> String {
+    r.scalars
+        .iter()
+        .map(|(k, v)| format!("{k} {v:.4}"))
+        .collect::<Vec<_>>()
+        .join("  ")
+}
