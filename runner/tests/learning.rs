@@ -83,16 +83,16 @@ seq_len = 64
 [model.moe]
 n_experts = 4
 top_k = 2
-d_expert = 128
+d_expert = 64
 [[data.mixture]]
 domain = "shakespeare"
 corpus = "{hash}"
 [train]
-steps = 300
+steps = 700
 batch_size = 16
-lr = 0.01
+lr = 0.008
 warmup_steps = 20
-eval_interval = 300
+eval_interval = 700
 eval_batches = 4
 seed = 5
 "#
