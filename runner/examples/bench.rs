@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use glassbox_runner::backend::Backend;
 use glassbox_runner::backend::cpu::CpuBackend;
 use glassbox_runner::data::{DataPipeline, DirCorpusStore};
 use glassbox_runner::observer::{MetricRecord, Observer, RecordKind};
