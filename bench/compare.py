@@ -1,41 +1,25 @@
 """Runner vs JAX on the three issue-4 configs, in one run: tokens/s, MFU, peak RSS.
 
-Usage (from the repository root, after `cargo build --release`):
-    python3 bench/compare.py [--glassbox target/release/glassbox] [--steps N]
-glassbox's figure is the median per-step tokens/s of steps 3..N (its own metrics.jsonl);
+Usage (from the repository root):
+    cargo build --release -p glassbox-runner --example bench
+    python3 bench/compare.py [--bench target/release/examples/bench] [--configs small,default,large]
+glassbox's figure is the median per-step tokens/s of steps 3..20 (the trainer's own timing);
 JAX's is N steps after one compile step, timed as a whole. Both on 2 threads.
 """
 
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_glassbox(binary, cfg, steps, out):
+def run_glassbox(binary, cfg):
     spec = os.path.join(HERE, "configs", f"{cfg}.toml")
-    cmd = [binary, "run", spec, "--threads", "2", "--out", out, "--json"]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    summary = json.loads(res.stdout)
-    tps = []
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if r["kind"] == "train" and r["step"] >= 3:
-                tps.append(r["scalars"]["throughput/tokens_per_second"])
-    o = summary["outcome"]
-    return dict(
-        tokens_per_second=statistics.median(tps),
-        mfu=statistics.median(tps) * o["info"]["flops_per_token"] / o["info"]["peak_flops"],
-        peak_label=o["info"]["peak_label"],
-        peak_gflops=o["info"]["peak_flops"] / 1e9,
-        peak_rss_mib=(summary.get("peak_rss_bytes") or 0) / 2**20,
-    )
+    res = subprocess.run([binary, spec, "2"], capture_output=True, text=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def run_jax(cfg, steps):
@@ -52,15 +36,14 @@ def run_jax(cfg, steps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--glassbox", default="target/release/glassbox")
+    ap.add_argument("--bench", default="target/release/examples/bench")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--configs", default="small,default,large")
     a = ap.parse_args()
     print("| config | glassbox tok/s | JAX tok/s | ratio | glassbox MFU | glassbox peak RSS | JAX peak RSS |")
     print("|---|---|---|---|---|---|---|")
     for cfg in a.configs.split(","):
-        with tempfile.TemporaryDirectory() as out:
-            g = run_glassbox(a.glassbox, cfg, a.steps, out)
+        g = run_glassbox(a.bench, cfg)
         j = run_jax(cfg, a.steps)
         print(
             f"| {cfg} | {g['tokens_per_second']:.0f} | {j['tokens_per_second']:.0f} | "
