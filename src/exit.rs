@@ -11,8 +11,6 @@
 //! | 12 | run ended `cancelled` |
 //! | 13 | run ended `failed` |
 
-#![allow(dead_code)] // The run-outcome codes are used once `glassbox run` lands.
-
 use std::process::ExitCode;
 
 /// Success.
