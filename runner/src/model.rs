@@ -92,6 +92,17 @@ impl ModelDims {
                 ),
             });
         }
+        if spec.train.precision != glassbox_schemas::spec::Precision::F32 {
+            // Training in f32 while the spec (and so its hash and the ledger) says bf16 would
+            // record a different experiment than the one run: refuse instead.
+            return Err(RunnerError::Unsupported {
+                field: "train.precision",
+                value: "\"bf16\"".into(),
+                fix: "this runner trains in f32 only (bf16 comes with the CUDA backend); \
+                      use precision = \"f32\""
+                    .into(),
+            });
+        }
         if m.moe.top_k > m.moe.n_experts {
             return Err(RunnerError::Unsupported {
                 field: "model.moe.top_k",

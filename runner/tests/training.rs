@@ -252,3 +252,13 @@ fn aux_loss_free_bias_stays_centred_and_moves() {
     let load = &last.vectors[&mn::expert_load(0)];
     assert!((load.iter().sum::<f64>() - 1.0).abs() < 1e-9);
 }
+
+/// A bf16 spec is refused rather than silently trained in f32 (its hash says bf16).
+#[test]
+fn bf16_is_refused_not_silently_run_in_f32() {
+    let s = spec(10, r#"{ method = "none" }"#, "precision = \"bf16\"");
+    let err = glassbox_runner::model::ModelDims::from_spec(&s).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("train.precision = \"bf16\""), "{text}");
+    assert!(text.contains("use precision = \"f32\""), "{text}");
+}
