@@ -102,7 +102,8 @@ fn init_put_get_show_log_proofs_and_verify() {
         assert_eq!(mode & 0o777, 0o600);
     }
     let vkey = env.ok(&["ledger", "vkey"]);
-    let parts: Vec<&str> = vkey.trim().split('+').collect();
+    // name+keyid+key: the base64 key may itself contain '+', so split at the first two only.
+    let parts: Vec<&str> = vkey.trim().splitn(3, '+').collect();
     assert_eq!(parts[0], "test.example/cli");
     assert_eq!(parts[1].len(), 8);
     assert!(
