@@ -37,7 +37,12 @@ struct Cli {
 #[derive(Debug, Clone, clap::Args)]
 pub struct GlobalOpts {
     /// The lab directory (blobs, log, index database, signing key).
-    #[arg(long, global = true, env = "GLASSBOX_LAB", default_value = "./glassbox-lab")]
+    #[arg(
+        long,
+        global = true,
+        env = "GLASSBOX_LAB",
+        default_value = "./glassbox-lab"
+    )]
     pub lab: PathBuf,
 }
 
