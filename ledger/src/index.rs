@@ -154,6 +154,17 @@ impl Index {
         Ok(Index { pool, url: shown })
     }
 
+    /// The connection pool, for read-only queries that live with their callers (the web
+    /// crate's dashboard queries). Writes go through this type's methods only.
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// The database URL with any password redacted, for messages.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     fn err(&self, e: impl std::fmt::Display) -> Error {
         Error::Index {
             url: self.url.clone(),
