@@ -62,6 +62,13 @@ enum Command {
     Verify(cli::verify::VerifyArgs),
     /// Mirror the ledger into a git repository.
     Publish(cli::publish::PublishArgs),
+    /// A runner worker: lease jobs from the lab's queue, train them, record the results.
+    Worker(cli::worker::WorkerArgs),
+    /// The job queue: list jobs (`--json`), or `jobs cancel ID`.
+    Jobs(cli::jobs::JobsArgs),
+    /// Datasets: `data import --domain NAME FILE`, `data generate --domain NAME --seed N --bytes N`.
+    #[command(subcommand)]
+    Data(cli::data::DataCommand),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +80,9 @@ fn main() -> ExitCode {
         Command::Ledger(cmd) => cli::ledger::run(cmd, &cli.global),
         Command::Verify(args) => cli::verify::run(args, &cli.global),
         Command::Publish(args) => cli::publish::run(args, &cli.global),
+        Command::Worker(args) => cli::worker::run(args, &cli.global),
+        Command::Jobs(args) => cli::jobs::run(args, &cli.global),
+        Command::Data(cmd) => cli::data::run(cmd, &cli.global),
     };
     match result {
         Ok(code) => code,

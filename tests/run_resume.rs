@@ -88,6 +88,7 @@ fn sigkill_mid_run_then_resume_is_bitwise_identical_to_an_uninterrupted_run() {
         &[
             "run",
             spec_s,
+            "--no-ledger",
             "--threads",
             "2",
             "--out",
@@ -104,6 +105,7 @@ fn sigkill_mid_run_then_resume_is_bitwise_identical_to_an_uninterrupted_run() {
         &[
             "run",
             spec_s,
+            "--no-ledger",
             "--threads",
             "1",
             "--out",

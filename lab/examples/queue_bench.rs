@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use glassbox_lab::queue::{NewJob, Queue, WorkerId};
+use glassbox_lab::queue::{JobKind, NewJob, Queue, WorkerId};
 use glassbox_schemas::{Blake3Hash, ExperimentId, RunStatus, SpecHash};
 
 const WORKERS: usize = 4;
@@ -58,6 +58,7 @@ async fn run(q: &Queue, jobs: usize) -> Duration {
             let mut done = 0usize;
             for n in (w..jobs).step_by(WORKERS) {
                 let job = NewJob {
+                    kind: JobKind::Run,
                     experiment: ExperimentId(format!("bench#{n}")),
                     spec_hash: SpecHash(Blake3Hash::of(&n.to_le_bytes())),
                     author: "bench".into(),

@@ -1,16 +1,38 @@
 //! glassbox-lab: where the bot, the runner and the ledger meet.
 //!
-//! Today this crate holds the durable job queue ([`queue::Queue`]): approved experiments waiting
-//! for a worker, leased with heartbeats, retried from their last checkpoint when a worker dies,
-//! on SQLite (one machine) or PostgreSQL (many). The flow that drives it (proposal -> approval ->
-//! job -> run -> ledger -> notification) builds on it.
+//! - [`queue`] — the durable job queue (SQLite on one machine, PostgreSQL for many): leases,
+//!   heartbeats, retries from the last checkpoint, cancel and hold;
+//! - [`flow`] — [`Flow`]: proposals and maintainers' decisions become ledger entries and jobs;
+//!   it implements the bot's `LabPort`;
+//! - [`worker`] — [`Worker`]: leases a job, trains it with the runner, records `run_started`,
+//!   metric chunks, checkpoints and the `result`, and survives its own death (another worker
+//!   resumes from the checkpoint);
+//! - [`recorder`] — [`Recorder`]: blobs and entries, durably, from any process on the lab;
+//! - [`outbox`] — notices for the bot, written after the entries they announce;
+//! - [`dataset`] and [`corpus`] — corpora as blobs with `dataset` entries, and the runner's
+//!   corpus store over the blob store;
+//! - [`config`] — [`LabConfig`]: budgets, quotas, job order, worker timing.
 //!
-//! The lab owns the mutable operational state (the queue); the immutable record is the ledger's.
-//! It does not train (the runner does), hash records (schemas), or speak HTTP (web, bot).
+//! The lab owns the mutable operational state (the queue database); the immutable record is
+//! the ledger's, and every transition is written there before it is announced. It does not
+//! train (the runner does), hash records (schemas), or speak HTTP (web, bot).
 
+pub mod config;
+pub mod corpus;
+pub mod dataset;
+pub mod error;
+pub mod flow;
+pub mod outbox;
 pub mod queue;
+pub mod recorder;
+pub mod worker;
 
+pub use config::LabConfig;
+pub use error::LabError;
+pub use flow::{Flow, NewProposal};
 pub use queue::{
-    CancelOutcome, Clock, Engine, Heartbeat, Job, JobId, JobState, NewJob, Queue, QueueError,
-    WorkerId,
+    CancelOutcome, Clock, Engine, Heartbeat, Job, JobId, JobKind, JobState, NewJob, Queue,
+    QueueError, WorkerId,
 };
+pub use recorder::Recorder;
+pub use worker::{JobEnd, LiveSink, Worker, WorkerOptions};

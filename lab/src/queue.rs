@@ -162,9 +162,44 @@ impl FromStr for JobState {
     }
 }
 
+/// What a job does with its spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobKind {
+    /// Train the approved spec and record the result.
+    Run,
+    /// Re-run an earlier run from its ledger record and compare (`/reproduce`).
+    Reproduction,
+}
+
+impl JobKind {
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Run => "run",
+            JobKind::Reproduction => "reproduction",
+        }
+    }
+}
+
+impl FromStr for JobKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "run" => Ok(JobKind::Run),
+            "reproduction" => Ok(JobKind::Reproduction),
+            other => Err(format!(
+                "unknown job kind {other:?}; expected run or reproduction"
+            )),
+        }
+    }
+}
+
 /// What to enqueue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewJob {
+    /// Run or reproduction.
+    pub kind: JobKind,
     /// The experiment the job trains.
     pub experiment: ExperimentId,
     /// The approved spec's hash: the worker refuses a spec with any other hash.
@@ -186,6 +221,8 @@ pub struct NewJob {
 pub struct Job {
     /// Its id.
     pub id: JobId,
+    /// Run or reproduction.
+    pub kind: JobKind,
     /// The experiment.
     pub experiment: ExperimentId,
     /// The approved spec's hash.
@@ -328,7 +365,7 @@ pub struct Heartbeat {
     pub cancel_requested: bool,
 }
 
-const COLUMNS: &str = "id, experiment, spec_hash, author, proposal_entry, approval_entry, priority, \
+const COLUMNS: &str = "id, kind, experiment, spec_hash, author, proposal_entry, approval_entry, priority, \
     state, attempts, max_attempts, lease_owner, lease_expires_at, cancel_requested, \
     checkpoint_step, checkpoint_blob, run_id, reason, created_at, updated_at";
 
@@ -422,6 +459,14 @@ impl Queue {
         &self.clock
     }
 
+    /// `sqlite` or `postgresql`, for messages (never the URL: it may hold a password).
+    pub fn engine_name(&self) -> &'static str {
+        match self.engine {
+            Engine::Sqlite => "sqlite",
+            Engine::Postgres => "postgresql",
+        }
+    }
+
     /// Closes the pool.
     pub async fn close(&self) {
         self.pool.close().await;
@@ -432,8 +477,8 @@ impl Queue {
         let now = self.clock.now_ms();
         let row = sqlx::query(
             "INSERT INTO jobs (experiment, spec_hash, author, proposal_entry, approval_entry, \
-             priority, state, max_attempts, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $8) RETURNING id",
+             priority, state, max_attempts, created_at, updated_at, kind) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $8, $9) RETURNING id",
         )
         .bind(job.experiment.0.clone())
         .bind(job.spec_hash.to_string())
@@ -443,6 +488,7 @@ impl Queue {
         .bind(job.priority)
         .bind(i64::from(job.max_attempts.max(1)))
         .bind(now)
+        .bind(job.kind.as_str())
         .fetch_one(&self.pool)
         .await?;
         Ok(JobId(row.try_get::<i64, _>("id")?))
@@ -508,6 +554,49 @@ impl Queue {
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    /// Claims one given job for `worker` if it is queued (a local `glassbox run` trains the job
+    /// it just enqueued, whatever else waits). `None` when the job is not queued.
+    pub async fn lease_job(
+        &self,
+        job: JobId,
+        worker: &WorkerId,
+        lease_for: Duration,
+    ) -> Result<Option<Job>, QueueError> {
+        let now = self.clock.now_ms();
+        let row = sqlx::query(&format!(
+            "UPDATE jobs SET state = 'leased', lease_owner = $1, lease_expires_at = $2, \
+             attempts = attempts + 1, updated_at = $3 \
+             WHERE id = $4 AND state = 'queued' AND attempts < max_attempts \
+             RETURNING {COLUMNS}"
+        ))
+        .bind(worker.0.clone())
+        .bind(now + lease_for.as_millis() as i64)
+        .bind(now)
+        .bind(job.0)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| decode(&r)).transpose()
+    }
+
+    /// The newest job of an experiment, if any.
+    pub async fn latest_job_of(
+        &self,
+        experiment: &ExperimentId,
+    ) -> Result<Option<Job>, QueueError> {
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM jobs WHERE experiment = $1 ORDER BY id DESC LIMIT 1"
+        ))
+        .bind(experiment.0.clone())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| decode(&r)).transpose()
+    }
+
+    /// The pool, for the flow's own tables in the same database.
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
     }
 
     /// Renews the lease; tells the worker whether a cancel was requested.
@@ -777,12 +866,14 @@ fn decode(r: &AnyRow) -> Result<Job, QueueError> {
     let id: i64 = r.try_get("id")?;
     let corrupt = |detail: String| QueueError::Corrupt { job: id, detail };
     let state: String = r.try_get("state")?;
+    let kind: String = r.try_get("kind")?;
     let spec_hash: String = r.try_get("spec_hash")?;
     let opt_u64 = |name: &str| -> Result<Option<u64>, QueueError> {
         Ok(r.try_get::<Option<i64>, _>(name)?.map(|v| v as u64))
     };
     Ok(Job {
         id: JobId(id),
+        kind: kind.parse().map_err(corrupt)?,
         experiment: ExperimentId(r.try_get("experiment")?),
         spec_hash: spec_hash.parse().map_err(|e| corrupt(format!("{e}")))?,
         author: r.try_get("author")?,

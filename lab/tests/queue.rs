@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
-use glassbox_lab::queue::{CancelOutcome, Clock, JobState, NewJob, Queue, QueueError, WorkerId};
+use glassbox_lab::queue::{
+    CancelOutcome, Clock, JobKind, JobState, NewJob, Queue, QueueError, WorkerId,
+};
 use glassbox_schemas::{Blake3Hash, ExperimentId, RunStatus, SpecHash};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -60,6 +62,7 @@ async fn fresh(engine: &str, name: &str) -> (Queue, Clock, Option<tempfile::Temp
 
 fn job(n: u32, author: &str, priority: i64) -> NewJob {
     NewJob {
+        kind: JobKind::Run,
         experiment: ExperimentId(format!("acme/lab#{n}")),
         spec_hash: SpecHash(Blake3Hash::of(&n.to_le_bytes())),
         author: author.to_string(),

@@ -5,19 +5,22 @@
 //! with the log, [`Index::reindex`] rebuilds from scratch, and [`Index::check`] compares it row
 //! by row with the log (by leaf hash). Nothing is written here that the log does not say; the
 //! index is never the source of truth. Metric points come from `result` entries' final
-//! metrics (step = steps completed).
+//! metrics (step = steps completed) and, with [`Index::sync_with_blobs`], from the metric-chunk
+//! blobs that runs record as `artifact` entries (the full curves the dashboard draws).
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::io::Read;
 use std::pin::Pin;
 
 use glassbox_schemas::record::{ProposalBody, ResultBody, RunStartedBody};
-use glassbox_schemas::{EntryKind, LedgerEntry};
+use glassbox_schemas::{BlobHash, EntryKind, LedgerEntry};
 use sqlx::AnyPool;
 use sqlx::Row;
 use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 
+use crate::blob::BlobStore;
 use crate::error::Error;
 use crate::log::LogReader;
 use crate::merkle::leaf_hash;
@@ -182,8 +185,22 @@ impl Index {
         Ok(n as u64)
     }
 
-    /// Indexes entries the log has and the index lacks; returns how many were added.
+    /// Indexes entries the log has and the index lacks; returns how many were added. Metric
+    /// curves come only from `result` entries' final values; [`Index::sync_with_blobs`] also
+    /// reads the metric-chunk blobs that `artifact` entries reference.
     pub async fn sync(&self, log: &LogReader<'_>) -> Result<u64, Error> {
+        self.sync_with_blobs(log, None).await
+    }
+
+    /// As [`Index::sync`], and for every `artifact` entry with a [`METRICS_REF`] reference,
+    /// reads that blob (JSON lines: `{"step":N,"scalars":{name:value},"vectors":{name:[..]}}`)
+    /// into `metric_points`, vector components as `<name>/<i>`. A chunk blob that is missing or
+    /// malformed is an error: the index must not silently show a partial curve.
+    pub async fn sync_with_blobs(
+        &self,
+        log: &LogReader<'_>,
+        blobs: Option<&dyn BlobStore>,
+    ) -> Result<u64, Error> {
         let from = self.indexed().await?;
         let size = log.size().0;
         if from > size {
@@ -205,11 +222,61 @@ impl Index {
                 insert_entry(&mut tx, idx, bytes)
                     .await
                     .map_err(|e| self.err(e))?;
+                if let Some(store) = blobs {
+                    self.insert_metric_chunk(&mut tx, idx, bytes, store).await?;
+                }
             }
             tx.commit().await.map_err(|e| self.err(e))?;
             i = (t + 1) * TILE_WIDTH;
         }
         Ok(size - from)
+    }
+
+    /// Reads the metric chunk an `artifact` entry references, if any, into `metric_points`.
+    async fn insert_metric_chunk(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        idx: u64,
+        bytes: &[u8],
+        store: &dyn BlobStore,
+    ) -> Result<(), Error> {
+        let Ok(entry) = LedgerEntry::from_bytes(bytes) else {
+            return Ok(());
+        };
+        let (EntryKind::Artifact, Some(hash)) = (entry.kind, entry.refs.get(METRICS_REF)) else {
+            return Ok(());
+        };
+        let Some(run) = entry.body.get("run").and_then(|r| r.as_str()) else {
+            return Ok(());
+        };
+        let hash = BlobHash(*hash);
+        let mut text = String::new();
+        store
+            .get(&hash)?
+            .read_to_string(&mut text)
+            .map_err(|e| Error::Index {
+                url: self.url.clone(),
+                reason: format!("entry {idx}: cannot read metric chunk {hash}: {e}"),
+            })?;
+        let points = parse_metric_chunk(&text).map_err(|reason| Error::Index {
+            url: self.url.clone(),
+            reason: format!("entry {idx}: metric chunk {hash}: {reason}"),
+        })?;
+        for (name, step, value) in points {
+            sqlx::query(
+                "INSERT INTO metric_points (run, name, step, value, entry) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (run, name, step) DO UPDATE SET value = excluded.value, entry = excluded.entry",
+            )
+            .bind(run.to_string())
+            .bind(name)
+            .bind(step as i64)
+            .bind(value)
+            .bind(idx as i64)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| self.err(e))?;
+        }
+        Ok(())
     }
 
     /// Deletes every row and indexes the whole log again.
@@ -337,6 +404,43 @@ impl Index {
     pub async fn close(self) {
         self.pool.close().await;
     }
+}
+
+/// The `refs` name under which an `artifact` entry points at a metric chunk.
+pub const METRICS_REF: &str = "metrics";
+
+/// Parses a metric chunk (JSON lines) into `(name, step, value)` points; non-finite values
+/// (a diverged run's NaN) are skipped, since a chart cannot place them.
+pub fn parse_metric_chunk(text: &str) -> Result<Vec<(String, u64, f64)>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| format!("line {}: {e}", n + 1))?;
+        let step = v
+            .get("step")
+            .and_then(|s| s.as_u64())
+            .ok_or_else(|| format!("line {}: no integer `step`", n + 1))?;
+        if let Some(scalars) = v.get("scalars").and_then(|s| s.as_object()) {
+            for (name, val) in scalars {
+                if let Some(x) = val.as_f64().filter(|x| x.is_finite()) {
+                    out.push((name.clone(), step, x));
+                }
+            }
+        }
+        if let Some(vectors) = v.get("vectors").and_then(|s| s.as_object()) {
+            for (name, vals) in vectors {
+                for (i, val) in vals.as_array().into_iter().flatten().enumerate() {
+                    if let Some(x) = val.as_f64().filter(|x| x.is_finite()) {
+                        out.push((format!("{name}/{i}"), step, x));
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 async fn insert_entry(

@@ -76,6 +76,7 @@ fn lab_with_a_run() -> (tempfile::TempDir, Lab) {
             ]),
             forecast: None,
             reason: Some("loss became NaN at step 41".into()),
+            params_blake3: None,
         })
         .unwrap(),
     ));

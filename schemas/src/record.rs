@@ -386,7 +386,8 @@ pub struct ForecastOutcome {
     pub hit: bool,
 }
 
-/// Body of a `result` entry; `refs.metrics` is the full metrics blob.
+/// Body of a `result` entry; `refs.checkpoint` is the last checkpoint blob, when one was
+/// written. The metric curves are in the run's metric-chunk `artifact` entries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResultBody {
     /// The run.
@@ -405,6 +406,10 @@ pub struct ResultBody {
     /// Why it ended that way, for anything but success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// `blake3:<hex>` of the final parameters (little-endian, checkpoint order), when training
+    /// started: what a reproduction must match bitwise on the CPU backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params_blake3: Option<String>,
 }
 
 /// Body of a `reproduction` entry.

@@ -158,11 +158,7 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 pub fn run_init(args: InitArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     let origin = match args.origin {
         Some(o) => o,
-        None => {
-            let mut b = [0u8; 4];
-            getrandom_fill(&mut b)?;
-            format!("glassbox-lab/{}", hex_lower(&b))
-        }
+        None => default_origin()?,
     };
     let (lab, cp) = Lab::init(&global.lab, &origin)?;
     let url = args.index.url(&lab);
@@ -180,6 +176,13 @@ pub fn run_init(args: InitArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode>
     );
     println!("  index    {url}");
     Ok(exit::code(exit::OK))
+}
+
+/// A fresh lab's log origin when none is given: `glassbox-lab/<8 random hex>`.
+pub fn default_origin() -> anyhow::Result<String> {
+    let mut b = [0u8; 4];
+    getrandom_fill(&mut b)?;
+    Ok(format!("glassbox-lab/{}", hex_lower(&b)))
 }
 
 fn getrandom_fill(b: &mut [u8]) -> anyhow::Result<()> {

@@ -1,8 +1,12 @@
 //! One module per subcommand group. Each exposes a clap type and a `run` function that returns
 //! the process exit code; operational errors bubble up as `anyhow::Error` and exit 3.
 
+pub mod data;
+pub mod jobs;
+pub mod lab_context;
 pub mod ledger;
 pub mod publish;
 pub mod run;
 pub mod spec;
 pub mod verify;
+pub mod worker;

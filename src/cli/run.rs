@@ -24,7 +24,12 @@ use glassbox_runner::train::{Peak, RunOptions, RunOutcome, Trainer};
 use glassbox_schemas::RunStatus;
 use glassbox_schemas::metrics as mn;
 
+use glassbox_lab::worker::JobEnd;
+use glassbox_lab::{LabError, LiveSink, Worker, WorkerId, WorkerOptions};
+use glassbox_schemas::{ExperimentId, RunId};
+
 use crate::GlobalOpts;
+use crate::cli::lab_context::{self, LabArgs};
 use crate::exit;
 
 /// Which backend to train on.
@@ -62,6 +67,26 @@ pub struct RunArgs {
     /// Print one JSON summary object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Train without the lab: no proposal, approval, run or result entries. `--resume`
+    /// implies it (lab runs resume from their job's checkpoint by themselves).
+    #[arg(long)]
+    pub no_ledger: bool,
+    /// Record and queue the job for a `glassbox worker` instead of training here; prints the
+    /// job id.
+    #[arg(long, conflicts_with_all = ["no_ledger", "resume"])]
+    pub enqueue: bool,
+    #[command(flatten)]
+    pub lab: LabArgs,
+}
+
+impl From<BackendArg> for BackendRequest {
+    fn from(b: BackendArg) -> Self {
+        match b {
+            BackendArg::Auto => BackendRequest::Auto,
+            BackendArg::Cpu => BackendRequest::Cpu,
+            BackendArg::Cuda => BackendRequest::Cuda,
+        }
+    }
 }
 
 pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
@@ -74,12 +99,11 @@ pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
             return Ok(exit::code(exit::CHECK_FAILED));
         }
     };
-    let request = match args.backend {
-        BackendArg::Auto => BackendRequest::Auto,
-        BackendArg::Cpu => BackendRequest::Cpu,
-        BackendArg::Cuda => BackendRequest::Cuda,
-    };
-    let kind = backend::select(request)?;
+    // A backend that cannot run here is an operational error before anything is recorded.
+    let kind = backend::select(args.backend.into())?;
+    if !(args.no_ledger || args.resume.is_some()) {
+        return run_through_lab(args, global, spec, text);
+    }
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -141,13 +165,182 @@ pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     } else {
         print_summary(&outcome, &out_dir, peak_rss);
     }
-    Ok(exit::code(match outcome.status {
+    Ok(exit::code(status_code(outcome.status)))
+}
+
+/// `glassbox run` through the lab: the spec is proposed and approved by the local user, queued,
+/// trained by an in-process worker, and every step of that is on the record.
+fn run_through_lab(
+    args: RunArgs,
+    global: &GlobalOpts,
+    spec: glassbox_schemas::ExperimentSpec,
+    text: String,
+) -> anyhow::Result<ExitCode> {
+    lab_context::runtime()?.block_on(async {
+        let ctx = lab_context::open(global, &args.lab, true).await?;
+        let user = std::env::var("USER").unwrap_or_else(|_| "local".into());
+        let (recorded, queued) = match ctx
+            .flow
+            .submit_local(spec.clone(), Some(text), &user)
+            .await
+        {
+            Ok(x) => x,
+            Err(LabError::Refused(m)) => {
+                eprintln!("error: {m}");
+                return Ok(exit::code(exit::CHECK_FAILED));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if args.enqueue {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "job": queued.job,
+                        "position": queued.position,
+                        "spec_hash": recorded.spec_hash,
+                        "proposal_entry": recorded.entry,
+                        "approval_entry": queued.approval_entry,
+                    })
+                );
+            } else {
+                println!(
+                    "job {} queued at position {} ({}); `glassbox worker` trains it",
+                    queued.job, queued.position, recorded.spec_hash
+                );
+            }
+            return Ok(exit::code(exit::OK));
+        }
+        let out_dir = args
+            .out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("runs").join(&spec.experiment.slug));
+        std::fs::create_dir_all(&out_dir)
+            .with_context(|| format!("cannot create {}", out_dir.display()))?;
+        if !args.json {
+            eprintln!(
+                "recorded: proposal entry {}, approval entry {} ({}); job {}",
+                recorded.entry, queued.approval_entry, recorded.spec_hash, queued.job
+            );
+        }
+        let sink = Arc::new(CliSink {
+            inner: std::sync::Mutex::new((
+                Progress::new(args.json),
+                JsonlObserver::open(&out_dir.join("metrics.jsonl"), None)?,
+            )),
+        });
+        let worker_id = format!("local-{}", std::process::id());
+        let mut opts = WorkerOptions::new(
+            WorkerId(worker_id.clone()),
+            ctx.lab.root().join("scratch").join(&worker_id),
+            crate::GIT_REVISION.to_string(),
+        );
+        opts.settings = ctx.config.worker.clone();
+        opts.backend = args.backend.into();
+        if let Some(t) = args.threads {
+            opts.threads = t.max(1);
+        }
+        opts.peak = args.peak_gflops.map(|g| Peak {
+            flops_per_second: g * 1e9,
+            label: format!("given peak {g} GFLOP/s"),
+        });
+        let worker = Worker::new(ctx.queue.clone(), ctx.recorder.clone(), opts)
+            .with_live(sink)
+            .with_switches(ctx.flow.switches());
+        // Ctrl-C cancels the run; it still ends with a `cancelled` result on the record.
+        let flow = ctx.flow.clone();
+        let job = queued.job;
+        let cancel_task = tokio::spawn(async move {
+            crate::cli::worker::shutdown_signal().await;
+            eprintln!("cancelling job {job} (its result is still recorded)");
+            let _ = flow.cancel_job(job, "the local user (Ctrl-C)").await;
+        });
+        let end = worker.run_job(queued.job).await?;
+        cancel_task.abort();
+        let f = match end {
+            Some(JobEnd::Recorded(f)) => f,
+            Some(JobEnd::LeaseLost(j)) => anyhow::bail!("job {j} was taken over by another worker"),
+            None => anyhow::bail!("job {} was no longer queued (another worker took it)", queued.job),
+        };
+        let index_url = ctx.lab.index_path().display().to_string();
+        let index = glassbox_ledger::index::Index::connect(&index_url).await?;
+        ctx.recorder.sync_index(&index).await?;
+        index.close().await;
+        let peak_rss = peak_rss_bytes();
+        let summary = serde_json::json!({
+            "spec": args.file.display().to_string(),
+            "outcome": f.outcome,
+            "status": f.status,
+            "reason": f.reason,
+            "peak_rss_bytes": peak_rss,
+            "out_dir": out_dir.display().to_string(),
+            "ledger": {
+                "experiment": f.experiment,
+                "run": f.run,
+                "job": f.job,
+                "spec_hash": recorded.spec_hash,
+                "proposal_entry": recorded.entry,
+                "approval_entry": queued.approval_entry,
+                "result_entry": f.result_entry,
+            },
+        });
+        let summary_path = out_dir.join("summary.json");
+        std::fs::write(&summary_path, serde_json::to_string_pretty(&summary)?)
+            .with_context(|| format!("cannot write {}", summary_path.display()))?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+        } else {
+            match &f.outcome {
+                Some(o) => print_summary(o, &out_dir, peak_rss),
+                None => {
+                    println!("status: {}", f.status);
+                    if let Some(r) = &f.reason {
+                        println!("reason: {r}");
+                    }
+                }
+            }
+            println!(
+                "ledger: {} result entry {} (`glassbox ledger show {}`; `glassbox verify` audits it)",
+                f.run, f.result_entry, f.result_entry
+            );
+        }
+        Ok(exit::code(status_code(f.status)))
+    })
+}
+
+fn status_code(s: RunStatus) -> u8 {
+    match s {
         RunStatus::Succeeded => exit::OK,
         RunStatus::Diverged => exit::DIVERGED,
         RunStatus::BudgetExceeded => exit::BUDGET_EXCEEDED,
         RunStatus::Cancelled => exit::CANCELLED,
         RunStatus::Failed => exit::FAILED,
-    }))
+    }
+}
+
+/// The terminal display and `metrics.jsonl` of a lab run, fed by the worker's live stream.
+struct CliSink {
+    inner: std::sync::Mutex<(Progress, JsonlObserver)>,
+}
+
+impl LiveSink for CliSink {
+    fn started(&self, _e: &ExperimentId, _r: &RunId, step: u64, total: u64, info: &RunInfo) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.0.on_start(step, total, info);
+    }
+
+    fn metrics(&self, _e: &ExperimentId, _r: &RunId, record: &MetricRecord) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.0.on_metrics(record);
+        g.1.on_metrics(record);
+    }
+
+    fn status(&self, _e: &ExperimentId, _r: &RunId, status: &str) {
+        if status != "running" {
+            let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            g.0.finish();
+        }
+    }
 }
 
 /// Peak resident set size from `/proc/self/status` (`VmHWM`), where available.
@@ -233,6 +426,15 @@ impl Progress {
     }
 }
 
+impl Progress {
+    /// Clears the bar.
+    fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
 impl Observer for Progress {
     fn on_start(&mut self, step: u64, total: u64, info: &RunInfo) {
         self.total = total;
@@ -293,9 +495,7 @@ impl Observer for Progress {
     }
 
     fn on_end(&mut self, _o: &RunOutcome) {
-        if let Some(bar) = self.bar.take() {
-            bar.finish_and_clear();
-        }
+        self.finish();
     }
 }
 

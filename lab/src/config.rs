@@ -1,0 +1,264 @@
+//! The lab configuration (TOML): budgets, quotas, the order jobs run in, and how workers
+//! lease and report. Every key has a default, so an empty file (or none) is a working lab.
+//!
+//! ```toml
+//! [limits]
+//! max_flops_per_proposal = 1e15   # refuse approving a spec whose estimated FLOPs exceed this
+//! max_wall_seconds = 3600         # refuse a spec whose budget.max_wall_seconds exceeds this
+//! max_open_per_author = 3         # approved-and-waiting or running jobs per proposer
+//! max_attempts = 3                # leases per job before it fails for good
+//!
+//! [queue]
+//! default_priority = 0            # jobs run by priority (higher first), then age (older first)
+//! author_priority = { alice = 10 }  # per-proposer priority (e.g. the lab's own ladder runs)
+//!
+//! [worker]
+//! lease_seconds = 30              # a worker silent this long loses its job to another
+//! heartbeat_seconds = 5           # how often a running worker renews its lease
+//! poll_millis = 500               # how often an idle worker asks for a job
+//! metrics_flush_steps = 50        # train steps per metric-chunk blob (and at every checkpoint)
+//! ```
+//!
+//! Loading reports every problem at once, each naming its key. This module reads the file; the
+//! flow and the workers apply it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::LabError;
+
+/// Budget and quota limits.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest estimated training FLOPs (train + eval) a proposal may ask for.
+    pub max_flops_per_proposal: f64,
+    /// Largest `budget.max_wall_seconds` a proposal may ask for.
+    pub max_wall_seconds: u64,
+    /// Open (queued, held, leased, running) jobs per proposer.
+    pub max_open_per_author: u64,
+    /// Leases per job before it fails for good.
+    pub max_attempts: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_flops_per_proposal: 1e15,
+            max_wall_seconds: 3600,
+            max_open_per_author: 3,
+            max_attempts: 3,
+        }
+    }
+}
+
+/// The order jobs run in.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueOrder {
+    /// Priority of a job whose author has no entry in `author_priority`.
+    pub default_priority: i64,
+    /// Priority by proposer login.
+    pub author_priority: BTreeMap<String, i64>,
+}
+
+impl QueueOrder {
+    /// The priority a job by `author` gets.
+    pub fn priority_of(&self, author: &str) -> i64 {
+        self.author_priority
+            .get(author)
+            .copied()
+            .unwrap_or(self.default_priority)
+    }
+}
+
+/// How workers lease and report.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerSettings {
+    /// Lease length.
+    pub lease_seconds: f64,
+    /// Heartbeat period (less than the lease).
+    pub heartbeat_seconds: f64,
+    /// Idle poll period.
+    pub poll_millis: u64,
+    /// Train steps per metric chunk.
+    pub metrics_flush_steps: u64,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            lease_seconds: 30.0,
+            heartbeat_seconds: 5.0,
+            poll_millis: 500,
+            metrics_flush_steps: 50,
+        }
+    }
+}
+
+impl WorkerSettings {
+    /// The lease as a duration.
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs_f64(self.lease_seconds)
+    }
+    /// The heartbeat period.
+    pub fn heartbeat(&self) -> Duration {
+        Duration::from_secs_f64(self.heartbeat_seconds)
+    }
+    /// The idle poll period.
+    pub fn poll(&self) -> Duration {
+        Duration::from_millis(self.poll_millis)
+    }
+}
+
+/// The whole lab configuration.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LabConfig {
+    /// `[limits]`.
+    pub limits: Limits,
+    /// `[queue]`.
+    pub queue: QueueOrder,
+    /// `[worker]`.
+    pub worker: WorkerSettings,
+}
+
+impl LabConfig {
+    /// Reads a config file; every problem is reported, each with its key.
+    pub fn load(path: &Path) -> Result<Self, LabError> {
+        let text = std::fs::read_to_string(path).map_err(LabError::io("cannot read", path))?;
+        Self::parse(&text).map_err(|problems| LabError::Config {
+            path: path.to_path_buf(),
+            problems,
+        })
+    }
+
+    /// Parses config text; `Err` lists every problem.
+    pub fn parse(text: &str) -> Result<Self, Vec<String>> {
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| vec![e.to_string()])?;
+        let mut problems = Vec::new();
+        let mut cfg = LabConfig::default();
+        for (key, value) in &table {
+            match key.as_str() {
+                "limits" => section(key, value, &mut cfg.limits, &mut problems),
+                "queue" => section(key, value, &mut cfg.queue, &mut problems),
+                "worker" => section(key, value, &mut cfg.worker, &mut problems),
+                other => problems.push(format!(
+                    "{other}: unknown section (known sections: limits, queue, worker)"
+                )),
+            }
+        }
+        cfg.check(&mut problems);
+        if problems.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(problems)
+        }
+    }
+
+    fn check(&self, problems: &mut Vec<String>) {
+        let mut bad = |key: &str, value: String, rule: &str| {
+            problems.push(format!("{key} = {value}: {rule}"));
+        };
+        let l = &self.limits;
+        if !(l.max_flops_per_proposal.is_finite() && l.max_flops_per_proposal > 0.0) {
+            bad(
+                "limits.max_flops_per_proposal",
+                l.max_flops_per_proposal.to_string(),
+                "must be a positive number",
+            );
+        }
+        if l.max_attempts == 0 {
+            bad("limits.max_attempts", "0".into(), "must be at least 1");
+        }
+        let w = &self.worker;
+        if !(w.lease_seconds.is_finite() && w.lease_seconds >= 1.0) {
+            bad(
+                "worker.lease_seconds",
+                w.lease_seconds.to_string(),
+                "must be at least 1",
+            );
+        }
+        if !(w.heartbeat_seconds.is_finite()
+            && w.heartbeat_seconds > 0.0
+            && w.heartbeat_seconds < w.lease_seconds)
+        {
+            bad(
+                "worker.heartbeat_seconds",
+                w.heartbeat_seconds.to_string(),
+                "must be positive and less than worker.lease_seconds",
+            );
+        }
+        if w.metrics_flush_steps == 0 {
+            bad(
+                "worker.metrics_flush_steps",
+                "0".into(),
+                "must be at least 1",
+            );
+        }
+    }
+}
+
+/// Deserialises one section, key by key, so that every bad key is reported.
+fn section<T>(name: &str, value: &toml::Value, into: &mut T, problems: &mut Vec<String>)
+where
+    T: for<'de> Deserialize<'de> + Default,
+{
+    let Some(table) = value.as_table() else {
+        problems.push(format!("{name}: must be a table ([{name}])"));
+        return;
+    };
+    // One key at a time: each bad key gets its own line.
+    let mut good = toml::Table::new();
+    for (k, v) in table {
+        let mut one = toml::Table::new();
+        one.insert(k.clone(), v.clone());
+        match T::deserialize(toml::Value::Table(one)) {
+            Ok(_) => {
+                good.insert(k.clone(), v.clone());
+            }
+            Err(e) => problems.push(format!("{name}.{k}: {}", e.message())),
+        }
+    }
+    match T::deserialize(toml::Value::Table(good)) {
+        Ok(v) => *into = v,
+        Err(e) => problems.push(format!("{name}: {}", e.message())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_is_the_defaults() {
+        assert_eq!(LabConfig::parse("").unwrap(), LabConfig::default());
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_key() {
+        let text = "[limits]\nmax_attempts = 0\nmax_open_per_autor = 2\n\n[worker]\nlease_seconds = \"long\"\n\n[scheduler]\nx = 1\n";
+        let problems = LabConfig::parse(text).unwrap_err();
+        let all = problems.join("\n");
+        assert!(
+            all.contains("limits.max_open_per_autor: unknown field"),
+            "{all}"
+        );
+        assert!(all.contains("worker.lease_seconds: invalid type"), "{all}");
+        assert!(all.contains("scheduler: unknown section"), "{all}");
+        assert!(all.contains("limits.max_attempts = 0"), "{all}");
+        assert_eq!(problems.len(), 4, "{all}");
+    }
+
+    #[test]
+    fn author_priority_orders_jobs() {
+        let cfg = LabConfig::parse("[queue]\nauthor_priority = { lab = 10 }\n").unwrap();
+        assert_eq!(cfg.queue.priority_of("lab"), 10);
+        assert_eq!(cfg.queue.priority_of("someone"), 0);
+    }
+}

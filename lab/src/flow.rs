@@ -1,0 +1,877 @@
+//! The flow: proposals and maintainers' decisions become ledger entries and queued jobs.
+//!
+//! [`Flow`] is the lab behind the bot's [`LabPort`]: a valid issue becomes a `proposal` entry
+//! (with the spec stored as a blob whose hash *is* the spec hash, the TOML and the issue
+//! snapshot as blobs beside it, and the form's forecast as a `forecast` entry); `/approve`
+//! becomes an `approval` entry bound to that hash and a queued job; `/reject` a `rejection`
+//! entry. Every transition is written to the ledger before anything is announced or queued,
+//! and every call is idempotent where the bot may retry it (deliveries are at-least-once).
+//! Local runs (`glassbox run`) take the same path with the local user as proposer and
+//! approver, so a local run is on the record exactly like a GitHub one.
+//!
+//! The flow's state (which hash is current, which is approved) lives in the queue database
+//! beside the jobs; the ledger holds the record. This module does not train (workers do) and
+//! does not speak to GitHub (the bot does, through [`crate::outbox`]).
+
+use std::sync::Arc;
+
+use glassbox_github_bot::lab::{
+    Approval, ApprovalInfo, Cancelled, ExperimentState, ExperimentStatus, LabError as PortError,
+    LabEvent, LabPort, Proposal, ProposalRecorded, RunOutcome as PortOutcome,
+};
+use glassbox_github_bot::{IssueKey, IssueNumber, Login, RepoName};
+use glassbox_schemas::record::{
+    ApprovalBody, ForecastBody, IssueRef, ProposalBody, RejectionBody, refs,
+};
+use glassbox_schemas::spec::Forecast;
+use glassbox_schemas::{
+    BlobHash, EntryKind, ExperimentId, ExperimentSpec, RunId, RunStatus, SpecHash,
+};
+use sqlx::Row;
+
+use crate::config::LabConfig;
+use crate::error::LabError;
+use crate::outbox::{self, Notice};
+use crate::queue::{CancelOutcome, Job, JobId, JobKind, JobState, NewJob, Queue};
+use crate::recorder::Recorder;
+use crate::worker::CancelSwitches;
+
+/// A proposal to record.
+#[derive(Debug, Clone)]
+pub struct NewProposal {
+    /// `<owner>/<repo>#<n>` for GitHub issues, `local/<slug>` for local runs.
+    pub experiment: ExperimentId,
+    /// The proposer.
+    pub author: String,
+    /// A title for people.
+    pub title: String,
+    /// The issue, when it came from GitHub.
+    pub issue: Option<IssueRef>,
+    /// The validated spec, defaults filled.
+    pub spec: ExperimentSpec,
+    /// The TOML as written, kept beside the canonical spec for people.
+    pub spec_toml: Option<String>,
+    /// The issue body as filed.
+    pub snapshot: Option<String>,
+    /// A forecast registered with the proposal (besides any in the spec itself).
+    pub forecast: Option<Forecast>,
+}
+
+/// What recording a proposal did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    /// The spec hash now current.
+    pub spec_hash: SpecHash,
+    /// The `proposal` entry (the existing one when the hash did not change).
+    pub entry: u64,
+    /// Whether a new entry was written.
+    pub new: bool,
+    /// An approval of the previous hash that this proposal voided.
+    pub voided: Option<(SpecHash, String)>,
+}
+
+/// A queued job and where it stands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Queued {
+    /// The job.
+    pub job: JobId,
+    /// 1 = next.
+    pub position: u32,
+    /// The `approval` entry.
+    pub approval_entry: u64,
+}
+
+/// The lab's flow; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Flow {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    queue: Queue,
+    recorder: Arc<Recorder>,
+    config: LabConfig,
+    switches: CancelSwitches,
+    /// Base URL of the public dashboard, for proof links in comments.
+    public_url: String,
+}
+
+/// The row of `proposals`.
+#[derive(Debug, Clone)]
+struct Row_ {
+    spec_hash: SpecHash,
+    author: String,
+    approved_hash: Option<SpecHash>,
+    approver: Option<String>,
+    rejected_reason: Option<String>,
+}
+
+impl Flow {
+    /// A flow over `queue` and `recorder`, applying `config`.
+    pub fn new(queue: Queue, recorder: Arc<Recorder>, config: LabConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                queue,
+                recorder,
+                config,
+                switches: CancelSwitches::default(),
+                public_url: "http://127.0.0.1:8080".into(),
+            }),
+        }
+    }
+
+    /// Sets the public base URL used in proof links (before sharing the flow).
+    pub fn with_public_url(mut self, url: &str) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.public_url = url.trim_end_matches('/').to_string();
+        }
+        self
+    }
+
+    /// The cancel switches an in-process worker must share.
+    pub fn switches(&self) -> CancelSwitches {
+        self.inner.switches.clone()
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &Queue {
+        &self.inner.queue
+    }
+
+    /// The recorder.
+    pub fn recorder(&self) -> &Arc<Recorder> {
+        &self.inner.recorder
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LabConfig {
+        &self.inner.config
+    }
+
+    async fn row(&self, experiment: &ExperimentId) -> Result<Option<Row_>, LabError> {
+        let row = sqlx::query(
+            "SELECT spec_hash, author, approved_hash, approver, rejected_reason \
+             FROM proposals WHERE experiment = $1",
+        )
+        .bind(experiment.0.clone())
+        .fetch_optional(self.inner.queue.pool())
+        .await?;
+        let Some(r) = row else { return Ok(None) };
+        let parse = |s: String| {
+            s.parse::<SpecHash>().map_err(|e| LabError::BadSpec {
+                hash: s.clone(),
+                reason: format!("stored hash does not parse: {e}"),
+            })
+        };
+        Ok(Some(Row_ {
+            spec_hash: parse(r.try_get("spec_hash")?)?,
+            author: r.try_get("author")?,
+            approved_hash: r
+                .try_get::<Option<String>, _>("approved_hash")?
+                .map(parse)
+                .transpose()?,
+            approver: r.try_get("approver")?,
+            rejected_reason: r.try_get("rejected_reason")?,
+        }))
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Recorder) -> Result<T, LabError> + Send + 'static,
+    ) -> Result<T, LabError> {
+        let rec = self.inner.recorder.clone();
+        tokio::task::spawn_blocking(move || f(&rec))
+            .await
+            .map_err(|e| LabError::Task(e.to_string()))?
+    }
+
+    /// Records a proposal. The same hash again is a no-op; a new hash writes a new entry and
+    /// voids a waiting approval of the old one (its job leaves the queue).
+    pub async fn propose(&self, p: NewProposal) -> Result<Recorded, LabError> {
+        let spec_hash = glassbox_schemas::spec_hash(&p.spec).map_err(|e| LabError::BadSpec {
+            hash: "?".into(),
+            reason: e.to_string(),
+        })?;
+        let existing = self.row(&p.experiment).await?;
+        if let Some(row) = &existing
+            && row.spec_hash == spec_hash
+            && row.rejected_reason.is_none()
+        {
+            let entry = self.proposal_entry(&p.experiment).await?;
+            return Ok(Recorded {
+                spec_hash,
+                entry,
+                new: false,
+                voided: None,
+            });
+        }
+        let canonical = glassbox_schemas::canonical::spec_canonical_json(&p.spec).map_err(|e| {
+            LabError::BadSpec {
+                hash: spec_hash.to_string(),
+                reason: e.to_string(),
+            }
+        })?;
+        let experiment = p.experiment.clone();
+        let body = ProposalBody {
+            spec_hash,
+            author: p.author.clone(),
+            title: p.title.clone(),
+            issue: p.issue.clone(),
+        };
+        let forecast = p.forecast.clone();
+        let (entry, forecast_entry) = self
+            .blocking(move |rec| {
+                let spec_blob = rec.put_bytes(&canonical)?;
+                debug_assert_eq!(spec_blob.0, spec_hash.0);
+                let mut r = refs([("spec", spec_blob.0)]);
+                if let Some(t) = &p.spec_toml {
+                    r.insert("spec_toml".into(), rec.put_bytes(t.as_bytes())?.0);
+                }
+                if let Some(s) = &p.snapshot {
+                    r.insert("issue".into(), rec.put_bytes(s.as_bytes())?.0);
+                }
+                let mut entries = vec![glassbox_schemas::LedgerEntry::new(
+                    EntryKind::Proposal,
+                    Some(experiment.clone()),
+                    r,
+                    &body,
+                )?];
+                if let Some(f) = &forecast {
+                    entries.push(glassbox_schemas::LedgerEntry::new(
+                        EntryKind::Forecast,
+                        Some(experiment.clone()),
+                        Default::default(),
+                        &ForecastBody {
+                            spec_hash,
+                            metric: f.metric.clone(),
+                            value: f.value,
+                            tolerance: f.tolerance,
+                            method: "author".into(),
+                            details: serde_json::Value::Null,
+                        },
+                    )?);
+                }
+                let idx = rec.append(&entries)?;
+                Ok((idx[0], idx.get(1).copied()))
+            })
+            .await?;
+        if let (Some(f), Some(fe)) = (&p.forecast, forecast_entry) {
+            register_forecast(&self.inner.queue, &spec_hash, f, fe).await?;
+        }
+        let now = self.inner.queue.clock().now_ms();
+        sqlx::query(
+            "INSERT INTO proposals (experiment, spec_hash, author, title, proposal_entry, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (experiment) DO UPDATE SET spec_hash = excluded.spec_hash, \
+             author = excluded.author, title = excluded.title, proposal_entry = excluded.proposal_entry, \
+             approved_hash = NULL, approver = NULL, approval_entry = NULL, rejected_reason = NULL, \
+             updated_at = excluded.updated_at",
+        )
+        .bind(p.experiment.0.clone())
+        .bind(spec_hash.to_string())
+        .bind(p.author.clone())
+        .bind(p.title.clone())
+        .bind(entry as i64)
+        .bind(now)
+        .execute(self.inner.queue.pool())
+        .await?;
+        let mut voided = None;
+        if let Some(row) = existing
+            && let (Some(h), Some(by)) = (row.approved_hash, row.approver)
+            && h != spec_hash
+        {
+            self.drop_waiting_job(&p.experiment, "its spec changed after approval")
+                .await?;
+            voided = Some((h, by));
+        }
+        Ok(Recorded {
+            spec_hash,
+            entry,
+            new: true,
+            voided,
+        })
+    }
+
+    async fn proposal_entry(&self, experiment: &ExperimentId) -> Result<u64, LabError> {
+        let r = sqlx::query("SELECT proposal_entry FROM proposals WHERE experiment = $1")
+            .bind(experiment.0.clone())
+            .fetch_one(self.inner.queue.pool())
+            .await?;
+        Ok(r.try_get::<i64, _>("proposal_entry")? as u64)
+    }
+
+    /// Cancels the experiment's job if it is still waiting (queued or held).
+    async fn drop_waiting_job(
+        &self,
+        experiment: &ExperimentId,
+        why: &str,
+    ) -> Result<Option<JobId>, LabError> {
+        match self.inner.queue.latest_job_of(experiment).await? {
+            Some(job) if matches!(job.state, JobState::Queued | JobState::Held) => {
+                self.inner.queue.cancel(job.id, why).await?;
+                Ok(Some(job.id))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Loads a recorded spec by its hash.
+    pub async fn spec(&self, hash: &SpecHash) -> Result<ExperimentSpec, LabError> {
+        let h = BlobHash(hash.0);
+        let bytes = self.blocking(move |rec| rec.get_bytes(&h)).await?;
+        serde_json::from_slice(&bytes).map_err(|e| LabError::BadSpec {
+            hash: hash.to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Records an approval of `spec_hash` by `approver` and queues a job. Approving the hash
+    /// that is already approved and waiting returns that job (a retried delivery).
+    pub async fn approve(
+        &self,
+        experiment: &ExperimentId,
+        spec_hash: &SpecHash,
+        approver: &str,
+        local: bool,
+    ) -> Result<Queued, LabError> {
+        let row = self.row(experiment).await?.ok_or_else(|| {
+            LabError::Refused(format!("no proposal is recorded for {experiment}"))
+        })?;
+        if &row.spec_hash != spec_hash {
+            return Err(LabError::Refused(format!(
+                "the spec changed: approved {spec_hash}, but the current spec is {}",
+                row.spec_hash
+            )));
+        }
+        if let Some(job) = self.inner.queue.latest_job_of(experiment).await?
+            && !job.state.is_terminal()
+        {
+            if !local && row.approved_hash.as_ref() == Some(spec_hash) {
+                if let Some(approval_entry) = job.approval_entry {
+                    let position = self.position(&job).await?;
+                    return Ok(Queued {
+                        job: job.id,
+                        position,
+                        approval_entry,
+                    });
+                }
+            }
+            if local {
+                return Err(LabError::Refused(format!(
+                    "{experiment} already has job {} ({}); cancel it with `glassbox jobs cancel {}` first",
+                    job.id, job.state, job.id
+                )));
+            }
+        }
+        let spec = self.spec(spec_hash).await?;
+        self.check_limits(&spec, &row.author, local).await?;
+        let body = ApprovalBody {
+            spec_hash: *spec_hash,
+            approver: approver.to_string(),
+        };
+        let exp = experiment.clone();
+        let approval_entry = self
+            .blocking(move |rec| {
+                rec.record(EntryKind::Approval, Some(&exp), Default::default(), &body)
+            })
+            .await?;
+        let proposal_entry = self.proposal_entry(experiment).await?;
+        let job = self
+            .inner
+            .queue
+            .enqueue(&NewJob {
+                kind: JobKind::Run,
+                experiment: experiment.clone(),
+                spec_hash: *spec_hash,
+                author: row.author.clone(),
+                proposal_entry: Some(proposal_entry),
+                approval_entry: Some(approval_entry),
+                priority: self.inner.config.queue.priority_of(&row.author),
+                max_attempts: self.inner.config.limits.max_attempts,
+            })
+            .await?;
+        sqlx::query(
+            "UPDATE proposals SET approved_hash = $1, approver = $2, approval_entry = $3, \
+             updated_at = $4 WHERE experiment = $5",
+        )
+        .bind(spec_hash.to_string())
+        .bind(approver.to_string())
+        .bind(approval_entry as i64)
+        .bind(self.inner.queue.clock().now_ms())
+        .bind(experiment.0.clone())
+        .execute(self.inner.queue.pool())
+        .await?;
+        let j = self.inner.queue.get(job).await?;
+        Ok(Queued {
+            job,
+            position: self.position(&j).await?,
+            approval_entry,
+        })
+    }
+
+    async fn position(&self, job: &Job) -> Result<u32, LabError> {
+        Ok(self
+            .inner
+            .queue
+            .position(job.id)
+            .await?
+            .map_or(0, |p| p as u32 + 1))
+    }
+
+    /// The lab's budget and quota rules for approving `spec` by `author`.
+    async fn check_limits(
+        &self,
+        spec: &ExperimentSpec,
+        author: &str,
+        local: bool,
+    ) -> Result<(), LabError> {
+        let limits = &self.inner.config.limits;
+        let cost = glassbox_schemas::estimate(spec);
+        let mut problems = Vec::new();
+        if cost.total_flops > limits.max_flops_per_proposal {
+            problems.push(format!(
+                "it needs about {:.3e} FLOPs; the lab's limit per proposal is {:.3e} (limits.max_flops_per_proposal)",
+                cost.total_flops, limits.max_flops_per_proposal
+            ));
+        }
+        if let Some(w) = spec.budget.max_wall_seconds
+            && w > limits.max_wall_seconds as f64
+        {
+            problems.push(format!(
+                "budget.max_wall_seconds = {w} is over the lab's limit of {} (limits.max_wall_seconds)",
+                limits.max_wall_seconds
+            ));
+        }
+        if !local {
+            let open = self.inner.queue.open_jobs_of(author).await?;
+            if open >= limits.max_open_per_author {
+                problems.push(format!(
+                    "{author} already has {open} approved runs waiting or running; the limit is {} (limits.max_open_per_author)",
+                    limits.max_open_per_author
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(LabError::Refused(problems.join("; ")))
+        }
+    }
+
+    /// Records a local proposal and its approval by the same person and queues it: the path
+    /// of `glassbox run`.
+    pub async fn submit_local(
+        &self,
+        spec: ExperimentSpec,
+        spec_toml: Option<String>,
+        user: &str,
+    ) -> Result<(Recorded, Queued), LabError> {
+        let experiment = ExperimentId(format!("local/{}", spec.experiment.slug));
+        let recorded = self
+            .propose(NewProposal {
+                experiment: experiment.clone(),
+                author: user.to_string(),
+                title: spec.experiment.name.clone(),
+                issue: None,
+                spec,
+                spec_toml,
+                snapshot: None,
+                forecast: None,
+            })
+            .await?;
+        let queued = self
+            .approve(&experiment, &recorded.spec_hash, user, true)
+            .await?;
+        Ok((recorded, queued))
+    }
+
+    /// Records a rejection; a waiting job leaves the queue.
+    pub async fn reject(
+        &self,
+        experiment: &ExperimentId,
+        by: &str,
+        reason: &str,
+    ) -> Result<u64, LabError> {
+        let row = self.row(experiment).await?.ok_or_else(|| {
+            LabError::Refused(format!("no proposal is recorded for {experiment}"))
+        })?;
+        let body = RejectionBody {
+            spec_hash: row.spec_hash,
+            by: by.to_string(),
+            reason: reason.to_string(),
+        };
+        let exp = experiment.clone();
+        let entry = self
+            .blocking(move |rec| {
+                rec.record(EntryKind::Rejection, Some(&exp), Default::default(), &body)
+            })
+            .await?;
+        self.drop_waiting_job(experiment, "rejected").await?;
+        sqlx::query(
+            "UPDATE proposals SET rejected_reason = $1, approved_hash = NULL, approver = NULL, \
+             updated_at = $2 WHERE experiment = $3",
+        )
+        .bind(reason.to_string())
+        .bind(self.inner.queue.clock().now_ms())
+        .bind(experiment.0.clone())
+        .execute(self.inner.queue.pool())
+        .await?;
+        Ok(entry)
+    }
+
+    /// Cancels a job: at once if waiting, at its next step if running (in this process) or at
+    /// its worker's next heartbeat (elsewhere).
+    pub async fn cancel_job(&self, job: JobId, by: &str) -> Result<CancelOutcome, LabError> {
+        let out = self
+            .inner
+            .queue
+            .cancel(job, &format!("cancelled by {by}"))
+            .await?;
+        if out == CancelOutcome::Requested {
+            self.inner.switches.cancel(job);
+        }
+        Ok(out)
+    }
+
+    /// Queues the approved spec of `experiment` again.
+    pub async fn rerun(&self, experiment: &ExperimentId, by: &str) -> Result<Queued, LabError> {
+        let row = self.row(experiment).await?.ok_or_else(|| {
+            LabError::Refused(format!("no proposal is recorded for {experiment}"))
+        })?;
+        let Some(h) = row.approved_hash else {
+            return Err(LabError::Refused(
+                "the current spec is not approved; /approve it first".into(),
+            ));
+        };
+        if h != row.spec_hash {
+            return Err(LabError::Refused(
+                "the spec changed since its approval; /approve the new one".into(),
+            ));
+        }
+        if let Some(job) = self.inner.queue.latest_job_of(experiment).await?
+            && !job.state.is_terminal()
+        {
+            return Err(LabError::Refused(format!(
+                "job {} is still {}; wait for it or /cancel it",
+                job.id, job.state
+            )));
+        }
+        // A re-run is a new approval by whoever asked for it.
+        self.approve(experiment, &h, by, false).await
+    }
+
+    /// Where an experiment stands, for `/status` and the bot.
+    pub async fn status(
+        &self,
+        experiment: &ExperimentId,
+    ) -> Result<Option<ExperimentStatus>, LabError> {
+        let Some(row) = self.row(experiment).await? else {
+            return Ok(None);
+        };
+        let job = self.inner.queue.latest_job_of(experiment).await?;
+        let approval = match (&row.approved_hash, &row.approver) {
+            (Some(h), Some(a)) if *h == row.spec_hash => Some(ApprovalInfo {
+                spec_hash: *h,
+                approver: Login::new(a.clone()),
+            }),
+            _ => None,
+        };
+        let state = if let Some(reason) = row.rejected_reason {
+            ExperimentState::Rejected { reason }
+        } else {
+            match job {
+                None => ExperimentState::Proposed,
+                Some(j) => match j.state {
+                    JobState::Queued => ExperimentState::Queued {
+                        position: self.position(&j).await?,
+                    },
+                    JobState::Held => ExperimentState::Held,
+                    JobState::Leased | JobState::Running => ExperimentState::Running {
+                        run: RunId(j.run_id.unwrap_or_else(|| format!("run-{:06}", j.id.0))),
+                    },
+                    JobState::Cancelled => ExperimentState::Cancelled,
+                    s => ExperimentState::Finished {
+                        status: terminal_status(s),
+                    },
+                },
+            }
+        };
+        Ok(Some(ExperimentStatus {
+            spec_hash: row.spec_hash,
+            state,
+            approval,
+        }))
+    }
+
+    /// Converts an outbox notice into the bot's event; `None` for experiments that did not
+    /// come from a GitHub issue (local runs).
+    pub fn lab_event(&self, notice: &Notice) -> Option<LabEvent> {
+        let issue = issue_key(notice.experiment())?;
+        Some(match notice {
+            Notice::RunStarted { run, spec_hash, .. } => LabEvent::RunStarted {
+                issue,
+                run: run.clone(),
+                spec_hash: *spec_hash,
+            },
+            Notice::Finished {
+                run,
+                status,
+                final_metrics,
+                forecast,
+                reason,
+                entry,
+                ..
+            } => LabEvent::Finished {
+                issue,
+                result: PortOutcome {
+                    run: run.clone(),
+                    status: *status,
+                    final_metrics: final_metrics.clone(),
+                    forecast: forecast.clone(),
+                    reason: reason.clone(),
+                    ledger_index: *entry,
+                    proof_url: format!("{}/api/v1/entries/{entry}/proof", self.inner.public_url),
+                },
+            },
+        })
+    }
+
+    /// Delivers pending notices through `deliver` (the bot), marking each delivered once it
+    /// returns `true`. Returns how many were delivered.
+    pub async fn deliver_notices<F, Fut>(&self, mut deliver: F) -> Result<usize, LabError>
+    where
+        F: FnMut(LabEvent) -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let mut n = 0;
+        for (id, notice) in outbox::pending(&self.inner.queue, 100).await? {
+            let ok = match self.lab_event(&notice) {
+                Some(event) => deliver(event).await,
+                None => true,
+            };
+            if !ok {
+                break;
+            }
+            outbox::delivered(&self.inner.queue, id).await?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+fn terminal_status(s: JobState) -> RunStatus {
+    match s {
+        JobState::Succeeded => RunStatus::Succeeded,
+        JobState::Diverged => RunStatus::Diverged,
+        JobState::BudgetExceeded => RunStatus::BudgetExceeded,
+        JobState::Cancelled => RunStatus::Cancelled,
+        _ => RunStatus::Failed,
+    }
+}
+
+/// `<owner>/<repo>#<n>` as an issue, when it is one.
+pub fn issue_key(experiment: &ExperimentId) -> Option<IssueKey> {
+    let (repo, n) = experiment.0.rsplit_once('#')?;
+    Some(IssueKey {
+        repo: RepoName::parse(repo)?,
+        number: IssueNumber(n.parse().ok()?),
+    })
+}
+
+/// Remembers a forecast entry so the worker can compare it with the result.
+pub async fn register_forecast(
+    queue: &Queue,
+    spec_hash: &SpecHash,
+    f: &Forecast,
+    entry: u64,
+) -> Result<(), LabError> {
+    sqlx::query(
+        "INSERT INTO forecasts (spec_hash, metric, value, tolerance, entry) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(spec_hash.to_string())
+    .bind(f.metric.clone())
+    .bind(f.value)
+    .bind(f.tolerance)
+    .bind(entry as i64)
+    .execute(queue.pool())
+    .await?;
+    Ok(())
+}
+
+fn port_error(e: LabError) -> PortError {
+    match e {
+        LabError::Refused(m) => PortError::InvalidState(m),
+        other => PortError::Unavailable(other.to_string()),
+    }
+}
+
+impl LabPort for Flow {
+    async fn record_proposal(&self, p: Proposal) -> Result<ProposalRecorded, PortError> {
+        let forecast = p.forecast.as_ref().map(|f| Forecast {
+            metric: f.metric.clone(),
+            value: f.value,
+            tolerance: f.tolerance,
+        });
+        let recorded = self
+            .propose(NewProposal {
+                experiment: p.experiment.clone(),
+                author: p.author.as_str().to_string(),
+                title: p.title.clone(),
+                issue: Some(p.issue.clone()),
+                spec: p.spec.clone(),
+                spec_toml: None,
+                snapshot: Some(p.issue_body.clone()),
+                forecast,
+            })
+            .await
+            .map_err(port_error)?;
+        Ok(ProposalRecorded {
+            voided_approval: recorded.voided.map(|(h, by)| ApprovalInfo {
+                spec_hash: h,
+                approver: Login::new(by),
+            }),
+        })
+    }
+
+    async fn withdraw_proposal(
+        &self,
+        experiment: &ExperimentId,
+    ) -> Result<Option<ApprovalInfo>, PortError> {
+        let Some(row) = self.row(experiment).await.map_err(port_error)? else {
+            return Ok(None);
+        };
+        let dropped = self
+            .drop_waiting_job(experiment, "the issue no longer holds a valid proposal")
+            .await
+            .map_err(port_error)?;
+        if dropped.is_none() {
+            return Ok(None);
+        }
+        sqlx::query(
+            "UPDATE proposals SET approved_hash = NULL, approver = NULL WHERE experiment = $1",
+        )
+        .bind(experiment.0.clone())
+        .execute(self.inner.queue.pool())
+        .await
+        .map_err(|e| port_error(e.into()))?;
+        Ok(match (row.approved_hash, row.approver) {
+            (Some(h), Some(a)) => Some(ApprovalInfo {
+                spec_hash: h,
+                approver: Login::new(a),
+            }),
+            _ => None,
+        })
+    }
+
+    async fn approve(&self, a: Approval) -> Result<u32, PortError> {
+        let row = self.row(&a.experiment).await.map_err(port_error)?;
+        let Some(row) = row else {
+            return Err(PortError::UnknownExperiment(a.experiment));
+        };
+        if row.spec_hash != a.spec_hash {
+            return Err(PortError::StaleHash {
+                seen: a.spec_hash,
+                current: row.spec_hash,
+            });
+        }
+        Flow::approve(
+            self,
+            &a.experiment,
+            &a.spec_hash,
+            a.approver.as_str(),
+            false,
+        )
+        .await
+        .map(|q| q.position)
+        .map_err(port_error)
+    }
+
+    async fn reject(
+        &self,
+        experiment: &ExperimentId,
+        by: &Login,
+        reason: &str,
+    ) -> Result<(), PortError> {
+        Flow::reject(self, experiment, by.as_str(), reason)
+            .await
+            .map(|_| ())
+            .map_err(port_error)
+    }
+
+    async fn set_hold(
+        &self,
+        experiment: &ExperimentId,
+        _by: &Login,
+        held: bool,
+    ) -> Result<(), PortError> {
+        let job = self
+            .inner
+            .queue
+            .latest_job_of(experiment)
+            .await
+            .map_err(|e| port_error(e.into()))?
+            .ok_or_else(|| PortError::InvalidState("nothing is queued for this issue".into()))?;
+        let r = if held {
+            self.inner.queue.hold(job.id).await
+        } else {
+            self.inner.queue.unhold(job.id).await
+        };
+        r.map_err(|e| PortError::InvalidState(e.to_string()))
+    }
+
+    async fn cancel(&self, experiment: &ExperimentId, by: &Login) -> Result<Cancelled, PortError> {
+        let job = self
+            .inner
+            .queue
+            .latest_job_of(experiment)
+            .await
+            .map_err(|e| port_error(e.into()))?
+            .ok_or_else(|| PortError::InvalidState("nothing is queued or running".into()))?;
+        match self
+            .cancel_job(job.id, by.as_str())
+            .await
+            .map_err(port_error)?
+        {
+            CancelOutcome::Cancelled => Ok(Cancelled::Queued),
+            CancelOutcome::Requested => Ok(Cancelled::Running(RunId(
+                job.run_id.unwrap_or_else(|| format!("run-{:06}", job.id.0)),
+            ))),
+            CancelOutcome::AlreadyOver(s) => Err(PortError::InvalidState(format!(
+                "the job already ended: {s}"
+            ))),
+        }
+    }
+
+    async fn rerun(&self, experiment: &ExperimentId, by: &Login) -> Result<u32, PortError> {
+        Flow::rerun(self, experiment, by.as_str())
+            .await
+            .map(|q| q.position)
+            .map_err(port_error)
+    }
+
+    async fn reproduce(&self, experiment: &ExperimentId, _by: &Login) -> Result<u32, PortError> {
+        Err(PortError::InvalidState(format!(
+            "reproductions are run with `glassbox reproduce` on {experiment}'s run; this lab does not queue them from comments"
+        )))
+    }
+
+    async fn status(
+        &self,
+        experiment: &ExperimentId,
+    ) -> Result<Option<ExperimentStatus>, PortError> {
+        Flow::status(self, experiment).await.map_err(port_error)
+    }
+
+    async fn queued_count(&self, author: &Login) -> Result<u32, PortError> {
+        let rows = sqlx::query(
+            "SELECT COUNT(*) AS n FROM jobs WHERE author = $1 AND state IN ('queued', 'held')",
+        )
+        .bind(author.as_str().to_string())
+        .fetch_one(self.inner.queue.pool())
+        .await
+        .map_err(|e| port_error(e.into()))?;
+        let n: i64 = rows.try_get("n").map_err(|e| port_error(e.into()))?;
+        Ok(n as u32)
+    }
+}

@@ -1,0 +1,138 @@
+//! The lab's pen on the ledger: puts blobs and appends entries, durably, from any process.
+//!
+//! [`Recorder`] is shared by the flow (proposals, approvals) and the workers (run records). It
+//! takes the lab's writer lock for each append and releases it right after, so the server,
+//! `glassbox run` and several `glassbox worker` processes on one machine can all write to one
+//! log in turn (the log's own group commit batches concurrent appends within a process). It
+//! also reads entries back (an approval, to check a job against it) and keeps the index in
+//! step with the log. It does not decide what to record: the flow and the worker do.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::sync::{Arc, Mutex};
+
+use glassbox_ledger::index::Index;
+use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
+use glassbox_schemas::record::refs;
+use glassbox_schemas::{Blake3Hash, BlobHash, EntryKind, ExperimentId, LedgerEntry};
+use serde::Serialize;
+
+use crate::error::LabError;
+
+/// Writes blobs and entries to one lab's ledger.
+pub struct Recorder {
+    lab: Lab,
+    blobs: Arc<dyn BlobStore>,
+    /// Serialises this process's appends (the OS lock serialises processes).
+    append_lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Recorder({})", self.lab.root().display())
+    }
+}
+
+impl Recorder {
+    /// A recorder for `lab`, storing blobs in `blobs` (the lab's directory store or an object
+    /// store shared by many machines).
+    pub fn new(lab: Lab, blobs: Arc<dyn BlobStore>) -> Self {
+        Self {
+            lab,
+            blobs,
+            append_lock: Mutex::new(()),
+        }
+    }
+
+    /// A recorder on the lab's own blob directory.
+    pub fn local(lab: Lab) -> Self {
+        let blobs: Arc<dyn BlobStore> = Arc::new(lab.blobs());
+        Self::new(lab, blobs)
+    }
+
+    /// The lab.
+    pub fn lab(&self) -> &Lab {
+        &self.lab
+    }
+
+    /// The blob store.
+    pub fn blobs(&self) -> &Arc<dyn BlobStore> {
+        &self.blobs
+    }
+
+    /// Stores `bytes`; returns their hash.
+    pub fn put_bytes(&self, bytes: &[u8]) -> Result<BlobHash, LabError> {
+        let mut r = bytes;
+        Ok(self.blobs.put(&mut r)?.hash)
+    }
+
+    /// Streams a file into the store; returns its hash and size.
+    pub fn put_file(&self, path: &std::path::Path) -> Result<(BlobHash, u64), LabError> {
+        let mut f = std::fs::File::open(path).map_err(LabError::io("cannot open", path))?;
+        let out = self.blobs.put(&mut f)?;
+        Ok((out.hash, out.bytes))
+    }
+
+    /// Reads a whole blob (for small ones: specs, metric chunks).
+    pub fn get_bytes(&self, hash: &BlobHash) -> Result<Vec<u8>, LabError> {
+        let mut out = Vec::new();
+        self.blobs
+            .get(hash)?
+            .read_to_end(&mut out)
+            .map_err(LabError::io("cannot read blob", hash.to_string()))?;
+        Ok(out)
+    }
+
+    /// Appends entries in order; returns each one's index once all are durable.
+    pub fn append(&self, entries: &[LedgerEntry]) -> Result<Vec<u64>, LabError> {
+        let mut bytes = Vec::with_capacity(entries.len());
+        for e in entries {
+            bytes.push(e.to_canonical_bytes()?);
+        }
+        let _guard = self
+            .append_lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let writer = self.lab.writer(LockMode::Wait)?;
+        let first = writer.append_batch(bytes)?.0;
+        Ok((first..first + entries.len() as u64).collect())
+    }
+
+    /// Builds and appends one entry; returns its index.
+    pub fn record(
+        &self,
+        kind: EntryKind,
+        experiment: Option<&ExperimentId>,
+        refs: BTreeMap<String, Blake3Hash>,
+        body: &impl Serialize,
+    ) -> Result<u64, LabError> {
+        let entry = LedgerEntry::new(kind, experiment.cloned(), refs, body)?;
+        Ok(self.append(std::slice::from_ref(&entry))?[0])
+    }
+
+    /// Reads entry `index` back from the log (checked against the signed checkpoint).
+    pub fn entry(&self, index: u64) -> Result<LedgerEntry, LabError> {
+        let source = DirSource {
+            root: self.lab.root().to_path_buf(),
+        };
+        let reader = LogReader::open(&source, &self.lab.verifier_key()?)?;
+        let bytes = reader.entry(glassbox_ledger::LeafIndex(index))?;
+        Ok(LedgerEntry::from_bytes(&bytes)?)
+    }
+
+    /// Catches the index up with the log, metric chunks included.
+    pub async fn sync_index(&self, index: &Index) -> Result<u64, LabError> {
+        let source = DirSource {
+            root: self.lab.root().to_path_buf(),
+        };
+        let reader = LogReader::open(&source, &self.lab.verifier_key()?)?;
+        Ok(index
+            .sync_with_blobs(&reader, Some(self.blobs.as_ref()))
+            .await?)
+    }
+}
+
+/// `refs` with a single blob.
+pub fn one_ref(name: &str, hash: &BlobHash) -> BTreeMap<String, Blake3Hash> {
+    refs([(name, hash.0)])
+}

@@ -1,0 +1,623 @@
+//! The lab's flow end to end in one process, on SQLite and on PostgreSQL: proposals and
+//! approvals become ledger entries and jobs, workers train them with the real CPU runner, and
+//! every ending (succeeded, diverged, cancelled, budget_exceeded, failed before training) is a
+//! `result` entry followed by a notice. The ledger is a real lab directory; PostgreSQL is the
+//! real server (`GLASSBOX_TEST_POSTGRES_URL`, default `postgres://postgres@127.0.0.1:5432/test`),
+//! one schema per test; the tests fail, never skip, without it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use glassbox_github_bot::lab::{Approval, LabEvent, LabPort, Proposal};
+use glassbox_github_bot::{IssueNumber, Login};
+use glassbox_lab::flow::issue_key;
+use glassbox_lab::outbox;
+use glassbox_lab::queue::{JobKind, JobState, NewJob, Queue, WorkerId};
+use glassbox_lab::worker::{JobEnd, WorkerOptions};
+use glassbox_lab::{Flow, LabConfig, NewProposal, Recorder, Worker};
+use glassbox_ledger::index::Index;
+use glassbox_ledger::{DirSource, Lab, LogReader};
+use glassbox_runner::train::Peak;
+use glassbox_schemas::record::{IssueRef, ResultBody, RunStartedBody};
+use glassbox_schemas::spec::Forecast;
+use glassbox_schemas::{EntryKind, ExperimentId, ExperimentSpec, LedgerEntry, RunStatus};
+
+fn postgres_url() -> String {
+    std::env::var("GLASSBOX_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+}
+
+/// A lab directory, a queue on `engine`, a flow and its recorder.
+struct Setup {
+    dir: tempfile::TempDir,
+    flow: Flow,
+    queue: Queue,
+    recorder: Arc<Recorder>,
+}
+
+async fn setup(engine: &str, name: &str, config: LabConfig) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let (lab, _) = Lab::init(&dir.path().join("lab"), "test.glassbox/lab").unwrap();
+    let url = match engine {
+        "sqlite" => format!("sqlite://{}", dir.path().join("queue.db").display()),
+        _ => {
+            let base = postgres_url();
+            let schema = format!("flow_{name}_{}", std::process::id());
+            sqlx::any::install_default_drivers();
+            let admin = sqlx::AnyPool::connect(&base)
+                .await
+                .unwrap_or_else(|e| panic!("PostgreSQL at {base} is required: {e}"));
+            for sql in [
+                format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
+                format!("CREATE SCHEMA {schema}"),
+            ] {
+                sqlx::query(&sql).execute(&admin).await.unwrap();
+            }
+            admin.close().await;
+            let sep = if base.contains('?') { '&' } else { '?' };
+            format!("{base}{sep}options=-c%20search_path%3D{schema}")
+        }
+    };
+    let queue = Queue::connect(&url).await.unwrap();
+    let recorder = Arc::new(Recorder::local(lab));
+    let flow = Flow::new(queue.clone(), recorder.clone(), config);
+    Setup {
+        dir,
+        flow,
+        queue,
+        recorder,
+    }
+}
+
+impl Setup {
+    fn worker(&self, name: &str) -> Worker {
+        let mut opts = WorkerOptions::new(
+            WorkerId(name.into()),
+            self.dir.path().join("scratch").join(name),
+            "test-revision".into(),
+        );
+        opts.threads = 1;
+        opts.peak = Some(Peak {
+            flops_per_second: 1e11,
+            label: "given".into(),
+        });
+        opts.settings.heartbeat_seconds = 0.2;
+        opts.settings.metrics_flush_steps = 3;
+        Worker::new(self.queue.clone(), self.recorder.clone(), opts)
+            .with_switches(self.flow.switches())
+    }
+
+    /// Every entry in the log, in order.
+    fn entries(&self) -> Vec<LedgerEntry> {
+        let lab = self.recorder.lab();
+        let source = DirSource {
+            root: lab.root().to_path_buf(),
+        };
+        let reader = LogReader::open(&source, &lab.verifier_key().unwrap()).unwrap();
+        (0..reader.size().0)
+            .map(|i| {
+                LedgerEntry::from_bytes(&reader.entry(glassbox_ledger::LeafIndex(i)).unwrap())
+                    .unwrap()
+            })
+            .collect()
+    }
+}
+
+/// A micro spec: trains in well under a second on one thread.
+fn spec(steps: u64, extra_train: &str, budget: &str) -> ExperimentSpec {
+    let text = format!(
+        r#"
+[experiment]
+name = "flow test"
+slug = "flow-test"
+hypothesis = "The lab records every run."
+[model]
+d_model = 16
+n_layers = 1
+n_heads = 2
+seq_len = 16
+[model.moe]
+n_experts = 4
+top_k = 2
+d_expert = 16
+[[data.mixture]]
+domain = "markov"
+generator = {{ kind = "markov", seed = 1, order = 1, alphabet = 8, branching = 2 }}
+[train]
+steps = {steps}
+batch_size = 2
+lr = 0.003
+eval_interval = 1000
+eval_batches = 1
+checkpoint_interval = 4
+seed = 3
+{extra_train}
+{budget}
+"#
+    );
+    // A key in `extra_train` replaces the base line of the same key.
+    let overridden: Vec<&str> = extra_train
+        .lines()
+        .filter_map(|l| l.split('=').next())
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .collect();
+    let text: String = text
+        .lines()
+        .filter(|l| {
+            let key = l.split('=').next().unwrap_or("").trim();
+            !(l.contains('=') && overridden.contains(&key) && !extra_train.contains(l))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    glassbox_schemas::parse_toml(&text).unwrap()
+}
+
+fn proposal(n: u64, author: &str, spec: ExperimentSpec, forecast: Option<Forecast>) -> NewProposal {
+    NewProposal {
+        experiment: ExperimentId(format!("octo/lab#{n}")),
+        author: author.into(),
+        title: format!("experiment {n}"),
+        issue: Some(IssueRef {
+            repo: "octo/lab".into(),
+            number: n,
+            url: format!("https://github.com/octo/lab/issues/{n}"),
+        }),
+        spec,
+        spec_toml: Some("# as written\n".into()),
+        snapshot: Some("issue body".into()),
+        forecast,
+    }
+}
+
+fn recorded(end: Option<JobEnd>) -> glassbox_lab::worker::Finished {
+    match end {
+        Some(JobEnd::Recorded(f)) => *f,
+        other => panic!("expected a recorded job end, got {other:?}"),
+    }
+}
+
+fn kinds(entries: &[LedgerEntry]) -> Vec<&'static str> {
+    entries.iter().map(|e| e.kind.as_str()).collect()
+}
+
+async fn whole_flow(engine: &str) {
+    let s = setup(engine, "whole", LabConfig::default()).await;
+    let forecast = Forecast {
+        metric: "train/loss".into(),
+        value: 2.0,
+        tolerance: 10.0,
+    };
+    let r = s
+        .flow
+        .propose(proposal(1, "alice", spec(8, "", ""), Some(forecast)))
+        .await
+        .unwrap();
+    assert!(r.new);
+    // The same proposal again (a retried delivery) writes nothing.
+    let again = s
+        .flow
+        .propose(proposal(1, "alice", spec(8, "", ""), None))
+        .await
+        .unwrap();
+    assert!(!again.new);
+    assert_eq!(again.entry, r.entry);
+    let q = s
+        .flow
+        .approve(
+            &ExperimentId("octo/lab#1".into()),
+            &r.spec_hash,
+            "maint",
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(q.position, 1);
+    let f = recorded(s.worker("w1").run_next().await.unwrap());
+    assert_eq!(f.status, RunStatus::Succeeded, "{:?}", f.reason);
+    assert_eq!(f.steps, 8);
+
+    let entries = s.entries();
+    let k = kinds(&entries);
+    assert_eq!(&k[..4], ["proposal", "forecast", "approval", "run_started"]);
+    assert_eq!(k.last(), Some(&"result"));
+    assert_eq!(k.iter().filter(|k| **k == "checkpoint").count(), 2);
+    assert!(k.iter().filter(|k| **k == "artifact").count() >= 3, "{k:?}");
+    // The proposal names the spec blob by the spec hash itself, and the TOML and issue beside.
+    assert_eq!(entries[0].refs["spec"], r.spec_hash.0);
+    assert!(entries[0].refs.contains_key("spec_toml") && entries[0].refs.contains_key("issue"));
+    let started: RunStartedBody = entries[3].body_as().unwrap();
+    assert_eq!(started.spec_hash, r.spec_hash);
+    assert_eq!(started.code_revision, "test-revision");
+    assert!(!started.kernel_hashes.is_empty());
+    let result: ResultBody = entries.last().unwrap().body_as().unwrap();
+    assert_eq!(result.status, RunStatus::Succeeded);
+    let fc = result
+        .forecast
+        .expect("the registered forecast is compared");
+    assert!(fc.hit && fc.actual.is_some());
+    assert!(entries.last().unwrap().refs.contains_key("checkpoint"));
+
+    // The notices follow the entries, and convert to the bot's events for the issue.
+    let pending = outbox::pending(&s.queue, 10).await.unwrap();
+    assert_eq!(pending.len(), 2);
+    let events: Vec<LabEvent> = pending
+        .iter()
+        .filter_map(|(_, n)| s.flow.lab_event(n))
+        .collect();
+    match &events[1] {
+        LabEvent::Finished { issue, result } => {
+            assert_eq!(issue.number, IssueNumber(1));
+            assert_eq!(result.ledger_index, entries.len() as u64 - 1);
+            assert_eq!(result.status, RunStatus::Succeeded);
+        }
+        other => panic!("expected Finished, got {other:?}"),
+    }
+    let n = s.flow.deliver_notices(|_| async { true }).await.unwrap();
+    assert_eq!(n, 2);
+    assert!(outbox::pending(&s.queue, 10).await.unwrap().is_empty());
+
+    // The index has the whole loss curve from the metric chunks.
+    let index = Index::connect(&s.dir.path().join("index.db").display().to_string())
+        .await
+        .unwrap();
+    s.recorder.sync_index(&index).await.unwrap();
+    let points = index.metric_points(&f.run.0).await.unwrap();
+    let loss: Vec<u64> = points
+        .iter()
+        .filter(|(n, _, _)| n == "train/loss")
+        .map(|(_, s, _)| *s)
+        .collect();
+    assert_eq!(loss, (1..=8).collect::<Vec<_>>());
+    assert!(
+        points
+            .iter()
+            .any(|(n, _, _)| n.starts_with("train/router/layer_0/expert_load/")),
+        "vector metrics are indexed per component"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_flow_sqlite() {
+    whole_flow("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_flow_postgres() {
+    whole_flow("postgres").await;
+}
+
+async fn two_workers_fifty_jobs(engine: &str) {
+    let cfg = LabConfig::parse("[limits]\nmax_open_per_author = 100\n").unwrap();
+    let s = setup(engine, "fifty", cfg).await;
+    let sp = spec(2, "checkpoint_interval = 0", "");
+    for n in 0..50 {
+        let r = s
+            .flow
+            .propose(proposal(n, "alice", sp.clone(), None))
+            .await
+            .unwrap();
+        s.flow
+            .approve(
+                &ExperimentId(format!("octo/lab#{n}")),
+                &r.spec_hash,
+                "maint",
+                false,
+            )
+            .await
+            .unwrap();
+    }
+    let mut tasks = Vec::new();
+    for w in 0..2 {
+        let worker = s.worker(&format!("w{w}"));
+        tasks.push(tokio::spawn(async move {
+            let mut done = Vec::new();
+            while let Some(end) = worker.run_next().await.unwrap() {
+                done.push(recorded(Some(end)).job);
+            }
+            done
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        let d = t.await.unwrap();
+        assert!(!d.is_empty(), "both workers took jobs");
+        all.extend(d);
+    }
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 50, "every job ran, none twice");
+    for job in s.queue.list(None, 100).await.unwrap() {
+        assert_eq!(job.state, JobState::Succeeded);
+        assert_eq!(job.attempts, 1);
+    }
+    let entries = s.entries();
+    let results: Vec<ResultBody> = entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::Result)
+        .map(|e| e.body_as().unwrap())
+        .collect();
+    let mut runs: Vec<String> = results.iter().map(|r| r.run.0.clone()).collect();
+    runs.sort();
+    runs.dedup();
+    assert_eq!(runs.len(), 50, "one result per run");
+    assert_eq!(
+        entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::RunStarted)
+            .count(),
+        50
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_fifty_jobs_sqlite() {
+    two_workers_fifty_jobs("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_fifty_jobs_postgres() {
+    two_workers_fifty_jobs("postgres").await;
+}
+
+async fn every_ending_is_recorded(engine: &str) {
+    let cfg = LabConfig::parse("[limits]\nmax_open_per_author = 100\n").unwrap();
+    let s = setup(engine, "endings", cfg).await;
+    let approve = |n: u64, sp: ExperimentSpec| {
+        let flow = s.flow.clone();
+        async move {
+            let r = flow.propose(proposal(n, "bob", sp, None)).await.unwrap();
+            flow.approve(
+                &ExperimentId(format!("octo/lab#{n}")),
+                &r.spec_hash,
+                "maint",
+                false,
+            )
+            .await
+            .unwrap()
+        }
+    };
+    // Over budget: a FLOP budget far below the run's cost.
+    approve(1, spec(50, "", "[budget]\nmax_flops = 2e6")).await;
+    let f = recorded(s.worker("w").run_next().await.unwrap());
+    assert_eq!(f.status, RunStatus::BudgetExceeded);
+    assert!(f.final_metrics.contains_key("train/loss"));
+
+    // Diverged: sign-Adam at lr 10 with a strong z-loss overflows (deterministically, at
+    // step 2414 of this spec on the CPU backend).
+    let wild = "grad_clip = 1000000.0\nlr = 10.0\nwarmup_steps = 0\nbeta1 = 0.0\nbeta2 = 0.0\n\
+                weight_decay = 0.0\nz_loss = 1.0\ncheckpoint_interval = 0";
+    approve(2, spec(3000, wild, "")).await;
+    let f = recorded(s.worker("w").run_next().await.unwrap());
+    assert_eq!(f.status, RunStatus::Diverged, "{:?}", f.reason);
+
+    // Cancelled while running: the request reaches the run within a step.
+    let q = approve(3, spec(100_000, "checkpoint_interval = 0", "")).await;
+    let worker = s.worker("w");
+    let run = tokio::spawn(async move { worker.run_next().await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while s.queue.get(q.job).await.unwrap().state != JobState::Running {
+        assert!(std::time::Instant::now() < deadline, "job never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    s.flow.cancel_job(q.job, "maint").await.unwrap();
+    let f = recorded(run.await.unwrap().unwrap());
+    assert_eq!(f.status, RunStatus::Cancelled);
+    assert!(f.steps < 100_000);
+
+    let entries = s.entries();
+    let statuses: Vec<RunStatus> = entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::Result)
+        .map(|e| e.body_as::<ResultBody>().unwrap().status)
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            RunStatus::BudgetExceeded,
+            RunStatus::Diverged,
+            RunStatus::Cancelled
+        ]
+    );
+    let finished = outbox::pending(&s.queue, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|(_, n)| matches!(n, outbox::Notice::Finished { .. }))
+        .count();
+    assert_eq!(finished, 3, "each ending is announced");
+    let states: BTreeMap<i64, JobState> = s
+        .queue
+        .list(None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| (j.id.0, j.state))
+        .collect();
+    assert_eq!(
+        states.values().copied().collect::<Vec<_>>(),
+        [
+            JobState::BudgetExceeded,
+            JobState::Diverged,
+            JobState::Cancelled
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_ending_is_recorded_sqlite() {
+    every_ending_is_recorded("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_ending_is_recorded_postgres() {
+    every_ending_is_recorded("postgres").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_approval_names_another_hash_never_trains() {
+    let s = setup("sqlite", "mismatch", LabConfig::default()).await;
+    let a = s
+        .flow
+        .propose(proposal(1, "carol", spec(4, "", ""), None))
+        .await
+        .unwrap();
+    let q = s
+        .flow
+        .approve(
+            &ExperimentId("octo/lab#1".into()),
+            &a.spec_hash,
+            "maint",
+            false,
+        )
+        .await
+        .unwrap();
+    // A second spec whose job claims the first spec's approval.
+    let b = s
+        .flow
+        .propose(proposal(2, "carol", spec(5, "", ""), None))
+        .await
+        .unwrap();
+    s.flow.cancel_job(q.job, "test").await.unwrap();
+    s.queue
+        .enqueue(&NewJob {
+            kind: JobKind::Run,
+            experiment: ExperimentId("octo/lab#2".into()),
+            spec_hash: b.spec_hash,
+            author: "carol".into(),
+            proposal_entry: Some(b.entry),
+            approval_entry: Some(q.approval_entry),
+            priority: 0,
+            max_attempts: 1,
+        })
+        .await
+        .unwrap();
+    let f = recorded(s.worker("w").run_next().await.unwrap());
+    assert_eq!(f.status, RunStatus::Failed);
+    let reason = f.reason.unwrap();
+    assert!(
+        reason.contains("approval") && reason.contains(&a.spec_hash.to_string()),
+        "{reason}"
+    );
+    let k = kinds(&s.entries());
+    assert!(!k.contains(&"run_started"), "it never trained: {k:?}");
+    assert_eq!(k.last(), Some(&"result"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn editing_voids_the_approval_and_limits_are_applied() {
+    let cfg = LabConfig::parse("[limits]\nmax_flops_per_proposal = 1e9\n").unwrap();
+    let s = setup("sqlite", "edit", cfg).await;
+    let id = ExperimentId("octo/lab#7".into());
+    let a = s
+        .flow
+        .propose(proposal(7, "dan", spec(4, "", ""), None))
+        .await
+        .unwrap();
+    let q = s
+        .flow
+        .approve(&id, &a.spec_hash, "maint", false)
+        .await
+        .unwrap();
+    let b = s
+        .flow
+        .propose(proposal(7, "dan", spec(6, "", ""), None))
+        .await
+        .unwrap();
+    assert_eq!(b.voided.as_ref().map(|v| v.0), Some(a.spec_hash));
+    assert_eq!(s.queue.get(q.job).await.unwrap().state, JobState::Cancelled);
+    // Approving the old hash is refused as stale, through the bot's port too.
+    let err = LabPort::approve(
+        &s.flow,
+        Approval {
+            experiment: id.clone(),
+            spec_hash: a.spec_hash,
+            approver: Login::new("maint"),
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        glassbox_github_bot::lab::LabError::StaleHash { .. }
+    ));
+    // A spec over the lab's FLOP limit is refused with the limit's key.
+    let big = s
+        .flow
+        .propose(proposal(8, "dan", spec(100_000, "", ""), None))
+        .await
+        .unwrap();
+    let err = s
+        .flow
+        .approve(
+            &ExperimentId("octo/lab#8".into()),
+            &big.spec_hash,
+            "maint",
+            false,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("limits.max_flops_per_proposal"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bot_port_records_a_proposal_from_an_issue() {
+    let s = setup("sqlite", "port", LabConfig::default()).await;
+    let sp = spec(4, "", "");
+    let hash = glassbox_schemas::spec_hash(&sp).unwrap();
+    let experiment = ExperimentId("octo/lab#42".into());
+    let p = Proposal {
+        experiment: experiment.clone(),
+        issue: IssueRef {
+            repo: "octo/lab".into(),
+            number: 42,
+            url: "https://github.com/octo/lab/issues/42".into(),
+        },
+        author: Login::new("erin"),
+        title: "Try a thing".into(),
+        spec: sp,
+        spec_hash: hash,
+        hypothesis: "It works.".into(),
+        forecast: None,
+        issue_body: "### Spec\n```toml\n...\n```".into(),
+    };
+    LabPort::record_proposal(&s.flow, p).await.unwrap();
+    let pos = LabPort::approve(
+        &s.flow,
+        Approval {
+            experiment: experiment.clone(),
+            spec_hash: hash,
+            approver: Login::new("maint"),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(pos, 1);
+    // A retried approval returns the same queued job rather than a second one.
+    let again = LabPort::approve(
+        &s.flow,
+        Approval {
+            experiment: experiment.clone(),
+            spec_hash: hash,
+            approver: Login::new("maint"),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(again, 1);
+    assert_eq!(s.queue.list(None, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        LabPort::queued_count(&s.flow, &Login::new("erin"))
+            .await
+            .unwrap(),
+        1
+    );
+    let status = LabPort::status(&s.flow, &experiment)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.spec_hash, hash);
+    assert_eq!(issue_key(&experiment).unwrap().number, IssueNumber(42));
+}

@@ -1,0 +1,117 @@
+//! `glassbox worker`: a runner worker that leases jobs from the lab's queue (SQLite on one
+//! machine, PostgreSQL shared by many) and trains them, until Ctrl-C / SIGTERM (or, with
+//! `--exit-when-idle`, until the queue is empty). One line per job start and end.
+
+use std::process::ExitCode;
+
+use glassbox_lab::worker::JobEnd;
+use glassbox_lab::{Worker, WorkerId, WorkerOptions};
+use glassbox_runner::train::Peak;
+
+use crate::GlobalOpts;
+use crate::cli::lab_context::{self, LabArgs};
+use crate::cli::run::BackendArg;
+use crate::exit;
+
+/// `glassbox worker` flags.
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    pub lab: LabArgs,
+    /// Compute backend.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendArg,
+    /// CPU threads for training. Default: all cores.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// This worker's id in the queue. Default: `<hostname>-<pid>`.
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Exit once the queue has no job to lease.
+    #[arg(long)]
+    pub exit_when_idle: bool,
+    /// Peak FLOP/s (GFLOP/s) to state MFU against instead of measuring it.
+    #[arg(long, env = "GLASSBOX_PEAK_GFLOPS")]
+    pub peak_gflops: Option<f64>,
+}
+
+pub fn run(args: WorkerArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    lab_context::runtime()?.block_on(async {
+        let ctx = lab_context::open(global, &args.lab, false).await?;
+        let id = args.id.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "worker".into());
+            format!("{host}-{}", std::process::id())
+        });
+        let mut opts = WorkerOptions::new(
+            WorkerId(id.clone()),
+            ctx.lab.root().join("scratch").join(&id),
+            crate::GIT_REVISION.to_string(),
+        );
+        opts.settings = ctx.config.worker.clone();
+        opts.backend = args.backend.into();
+        if let Some(t) = args.threads {
+            opts.threads = t.max(1);
+        }
+        opts.peak = args.peak_gflops.map(|g| Peak {
+            flops_per_second: g * 1e9,
+            label: format!("given peak {g} GFLOP/s"),
+        });
+        let worker = Worker::new(ctx.queue.clone(), ctx.recorder.clone(), opts)
+            .with_switches(ctx.flow.switches());
+        eprintln!(
+            "worker {id}: lab {}, queue {}",
+            ctx.lab.root().display(),
+            ctx.queue.engine_name()
+        );
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            eprintln!("worker: stopping after the current job");
+            let _ = tx.send(true);
+        });
+        worker
+            .serve(rx, args.exit_when_idle, |end| match end {
+                JobEnd::Recorded(f) => println!(
+                    "job {}: {} {} after {} steps (result entry {}){}",
+                    f.job,
+                    f.run,
+                    f.status,
+                    f.steps,
+                    f.result_entry,
+                    f.reason
+                        .as_deref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
+                ),
+                JobEnd::LeaseLost(job) => {
+                    println!("job {job}: lease lost; another worker continues it")
+                }
+            })
+            .await?;
+        Ok(exit::code(exit::OK))
+    })
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,161 @@
+//! The queue's PostgreSQL server restarted while a `glassbox worker` trains: the worker's
+//! heartbeats and checkpoint updates ride out the outage (the pool reconnects), the job
+//! finishes on its first attempt, and exactly one result is recorded.
+//!
+//! This restarts the real server (`pg_ctlcluster ... restart`, as root in CI), so it lives in a
+//! test binary of its own: cargo runs test binaries one after another, and no other test is
+//! using PostgreSQL while it runs.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_glassbox");
+
+fn postgres_url() -> String {
+    std::env::var("GLASSBOX_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+}
+
+fn glassbox(dir: &Path, db: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .arg("--lab")
+        .arg(dir.join("lab"))
+        .env("GLASSBOX_DATABASE_URL", db)
+        .env("GLASSBOX_CONFIG", dir.join("lab.toml"))
+        .env("GLASSBOX_PEAK_GFLOPS", "100")
+        .current_dir(dir);
+    c
+}
+
+fn jobs(dir: &Path, db: &str) -> Option<serde_json::Value> {
+    let out = glassbox(dir, db, &["jobs", "--json"]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+fn restart_postgres() {
+    let version = std::fs::read_dir("/etc/postgresql")
+        .expect("a Debian PostgreSQL cluster (/etc/postgresql) is required")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .next()
+        .expect("a PostgreSQL version directory");
+    let status = Command::new("pg_ctlcluster")
+        .args(["--skip-systemctl-redirect", &version, "main", "restart"])
+        .status()
+        .expect("pg_ctlcluster is required to restart PostgreSQL");
+    assert!(status.success(), "restarting PostgreSQL failed");
+}
+
+#[test]
+fn a_worker_rides_out_a_postgres_restart() {
+    let base = postgres_url();
+    let schema = format!("e2e_restart_{}", std::process::id());
+    let ok = Command::new("psql")
+        .arg(&base)
+        .args([
+            "-q",
+            "-c",
+            &format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema};"),
+        ])
+        .status()
+        .expect("psql is required");
+    assert!(ok.success(), "PostgreSQL at {base} is required");
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let db = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("lab.toml"),
+        "[worker]\nlease_seconds = 20\nheartbeat_seconds = 0.3\n",
+    )
+    .unwrap();
+    let spec = d.join("spec.toml");
+    std::fs::write(
+        &spec,
+        r#"
+[experiment]
+name = "db restart"
+slug = "db-restart"
+hypothesis = "A worker survives its database restarting."
+[model]
+d_model = 16
+n_layers = 1
+n_heads = 2
+seq_len = 16
+[model.moe]
+n_experts = 4
+top_k = 2
+d_expert = 16
+[[data.mixture]]
+domain = "markov"
+generator = { kind = "markov", seed = 1, order = 1, alphabet = 8, branching = 2 }
+[train]
+steps = 6000
+batch_size = 2
+lr = 0.003
+eval_interval = 1000
+eval_batches = 1
+checkpoint_interval = 25
+seed = 5
+"#,
+    )
+    .unwrap();
+    let out = glassbox(d, &db, &["run", spec.to_str().unwrap(), "--enqueue"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let worker = glassbox(
+        d,
+        &db,
+        &["worker", "--exit-when-idle", "--threads", "1", "--id", "w"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(j) = jobs(d, &db)
+            && j[0]["checkpoint_step"].as_u64().unwrap_or(0) >= 25
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the job never checkpointed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    restart_postgres();
+    // The restart happened mid-run: the job is still running once the server is back.
+    let j = loop {
+        if let Some(j) = jobs(d, &db) {
+            break j;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        j[0]["state"], "running",
+        "the run outlived the restart: {j}"
+    );
+    let out = worker.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let j = loop {
+        if let Some(j) = jobs(d, &db) {
+            break j;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(j[0]["state"], "succeeded", "{j}\n{stderr}");
+    assert_eq!(j[0]["attempts"], 1, "no takeover was needed: {j}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches("succeeded").count(), 1, "{stdout}");
+}

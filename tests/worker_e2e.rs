@@ -1,0 +1,252 @@
+//! Workers as real processes: `glassbox run --enqueue` queues a job, `glassbox worker` trains
+//! it, and a worker killed with SIGKILL mid-run loses the job to another worker, which resumes
+//! from the last checkpoint blob and ends with exactly the parameters of an uninterrupted run
+//! (the CPU backend is bitwise deterministic). On SQLite and on PostgreSQL.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use glassbox_ledger::{DirSource, Lab, LeafIndex, LogReader};
+use glassbox_schemas::record::ResultBody;
+use glassbox_schemas::{EntryKind, LedgerEntry, RunStatus};
+
+const BIN: &str = env!("CARGO_BIN_EXE_glassbox");
+
+fn postgres_url() -> String {
+    std::env::var("GLASSBOX_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+}
+
+/// A fresh PostgreSQL schema for one test, as a URL that selects it.
+fn postgres_schema(name: &str) -> String {
+    let schema = format!("e2e_{name}_{}", std::process::id());
+    let base = postgres_url();
+    let status = Command::new("psql")
+        .arg(&base)
+        .args([
+            "-q",
+            "-c",
+            &format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema};"),
+        ])
+        .status()
+        .expect("psql is needed to create a test schema");
+    assert!(status.success(), "PostgreSQL at {base} is required");
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}options=-c%20search_path%3D{schema}")
+}
+
+fn write_spec(dir: &Path, steps: u64) -> PathBuf {
+    let text = format!(
+        r#"
+[experiment]
+name = "worker takeover"
+slug = "worker-takeover"
+hypothesis = "A job whose worker dies resumes elsewhere and ends bitwise the same."
+[model]
+d_model = 16
+n_layers = 1
+n_heads = 2
+seq_len = 16
+[model.moe]
+n_experts = 4
+top_k = 2
+d_expert = 16
+[[data.mixture]]
+domain = "markov"
+generator = {{ kind = "markov", seed = 1, order = 1, alphabet = 8, branching = 2 }}
+[train]
+steps = {steps}
+batch_size = 2
+lr = 0.003
+eval_interval = 500
+eval_batches = 1
+checkpoint_interval = 25
+seed = 5
+"#
+    );
+    let p = dir.join("spec.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// `glassbox` with the test's lab, queue and a short lease.
+fn glassbox(dir: &Path, db: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .arg("--lab")
+        .arg(dir.join("lab"))
+        .env("GLASSBOX_DATABASE_URL", db)
+        .env("GLASSBOX_CONFIG", dir.join("lab.toml"))
+        .env("GLASSBOX_PEAK_GFLOPS", "100")
+        .current_dir(dir);
+    c
+}
+
+fn jobs(dir: &Path, db: &str) -> serde_json::Value {
+    let out = glassbox(dir, db, &["jobs", "--json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn spawn_worker(dir: &Path, db: &str, id: &str) -> Child {
+    glassbox(
+        dir,
+        db,
+        &["worker", "--exit-when-idle", "--threads", "1", "--id", id],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
+fn entries(lab: &Path) -> Vec<LedgerEntry> {
+    let l = Lab::open(lab).unwrap();
+    let source = DirSource {
+        root: lab.to_path_buf(),
+    };
+    let r = LogReader::open(&source, &l.verifier_key().unwrap()).unwrap();
+    (0..r.size().0)
+        .map(|i| LedgerEntry::from_bytes(&r.entry(LeafIndex(i)).unwrap()).unwrap())
+        .collect()
+}
+
+fn sigkill_takeover(db: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("lab.toml"),
+        "[worker]\nlease_seconds = 2\nheartbeat_seconds = 0.5\nmetrics_flush_steps = 100\n",
+    )
+    .unwrap();
+    let spec = write_spec(d, 1500);
+    let out = glassbox(
+        d,
+        db,
+        &["run", spec.to_str().unwrap(), "--enqueue", "--json"],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let queued: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(queued["job"], 1);
+
+    // Worker A trains until at least one checkpoint is recorded, then is killed outright.
+    let mut a = spawn_worker(d, db, "worker-a");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let j = jobs(d, db);
+        if j[0]["checkpoint_step"].as_u64().unwrap_or(0) >= 50 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint recorded: {j}");
+        assert!(a.try_wait().unwrap().is_none(), "worker A ended early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    a.kill().unwrap(); // SIGKILL
+    a.wait().unwrap();
+    let j = jobs(d, db);
+    assert_eq!(
+        j[0]["state"], "running",
+        "the dead worker still holds the lease: {j}"
+    );
+
+    // Worker B takes the job over once the lease runs out, resumes and finishes.
+    let b = spawn_worker(d, db, "worker-b");
+    let out = b.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = jobs(d, db);
+    assert_eq!(j[0]["state"], "succeeded", "{j}");
+    assert_eq!(j[0]["attempts"], 2, "{j}");
+
+    let all = entries(&d.join("lab"));
+    let started: Vec<&LedgerEntry> = all
+        .iter()
+        .filter(|e| e.kind == EntryKind::RunStarted)
+        .collect();
+    assert_eq!(started.len(), 2, "one run_started per attempt");
+    let resumed = started[1].body["resumed_from_step"].as_u64().unwrap();
+    assert!(
+        resumed >= 50,
+        "worker B resumed from the checkpoint, at {resumed}"
+    );
+    let results: Vec<ResultBody> = all
+        .iter()
+        .filter(|e| e.kind == EntryKind::Result)
+        .map(|e| e.body_as().unwrap())
+        .collect();
+    assert_eq!(results.len(), 1, "exactly one result");
+    assert_eq!(results[0].status, RunStatus::Succeeded);
+    assert_eq!(results[0].steps, 1500);
+
+    // The same spec trained without interruption and without the lab.
+    let reference = glassbox(
+        d,
+        db,
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--no-ledger",
+            "--json",
+            "--threads",
+            "1",
+            "--out",
+            d.join("reference").to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(reference.status.success());
+    let r: serde_json::Value = serde_json::from_slice(&reference.stdout).unwrap();
+    assert_eq!(
+        results[0].params_blake3.as_deref(),
+        r["outcome"]["params_blake3"].as_str(),
+        "the resumed run ends with the uninterrupted run's parameters"
+    );
+
+    // The whole ledger still verifies.
+    let v = glassbox(d, db, &["verify"]).output().unwrap();
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+}
+
+#[test]
+fn sigkilled_worker_is_taken_over_and_resumes_bitwise_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("queue.db").display());
+    sigkill_takeover(&db);
+}
+
+#[test]
+fn sigkilled_worker_is_taken_over_and_resumes_bitwise_postgres() {
+    sigkill_takeover(&postgres_schema("takeover"));
+}
+
+#[test]
+fn jobs_cancel_of_an_unknown_job_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("lab.toml"), "").unwrap();
+    let db = format!("sqlite://{}", d.join("queue.db").display());
+    let init = glassbox(d, &db, &["init"]).output().unwrap();
+    assert!(init.status.success());
+    let out = glassbox(d, &db, &["jobs", "cancel", "42"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no job 42"), "{err}");
+}
