@@ -66,6 +66,10 @@ enum Command {
     Worker(cli::worker::WorkerArgs),
     /// The job queue: list jobs (`--json`), or `jobs cancel ID`.
     Jobs(cli::jobs::JobsArgs),
+    /// Run a scaling ladder: the rungs, the fit, the forecast registered before the target runs.
+    Ladder(cli::ladder::LadderArgs),
+    /// Re-run a recorded run from the ledger and compare it bitwise (a `reproduction` entry).
+    Reproduce(cli::reproduce::ReproduceArgs),
     /// Datasets: `data import --domain NAME FILE`, `data generate --domain NAME --seed N --bytes N`.
     #[command(subcommand)]
     Data(cli::data::DataCommand),
@@ -83,6 +87,8 @@ fn main() -> ExitCode {
         Command::Worker(args) => cli::worker::run(args, &cli.global),
         Command::Jobs(args) => cli::jobs::run(args, &cli.global),
         Command::Data(cmd) => cli::data::run(cmd, &cli.global),
+        Command::Ladder(args) => cli::ladder::run(args, &cli.global),
+        Command::Reproduce(args) => cli::reproduce::run(args, &cli.global),
     };
     match result {
         Ok(code) => code,

@@ -51,13 +51,16 @@ fn check_domain(domain: &str) -> Result<(), LabError> {
 /// Stores `file` as a corpus of `domain` and records it.
 pub fn import(rec: &Recorder, domain: &str, file: &Path) -> Result<Dataset, LabError> {
     check_domain(domain)?;
-    let (hash, bytes) = rec.put_file(file)?;
-    if bytes == 0 {
+    let len = std::fs::metadata(file)
+        .map_err(LabError::io("cannot read", file))?
+        .len();
+    if len == 0 {
         return Err(LabError::Refused(format!(
             "{}: the file is empty; a corpus needs bytes to train on",
             file.display()
         )));
     }
+    let (hash, bytes) = rec.put_file(file)?;
     let name = file
         .file_name()
         .map(|n| n.to_string_lossy().to_string())

@@ -11,6 +11,8 @@
 //! - [`outbox`] — notices for the bot, written after the entries they announce;
 //! - [`dataset`] and [`corpus`] — corpora as blobs with `dataset` entries, and the runner's
 //!   corpus store over the blob store;
+//! - [`ladder`] — scaling ladders: rungs, the fit, the pre-registered forecast, the target;
+//! - [`reproduce`] — re-running a recorded run from the ledger and comparing bitwise;
 //! - [`config`] — [`LabConfig`]: budgets, quotas, job order, worker timing.
 //!
 //! The lab owns the mutable operational state (the queue database); the immutable record is
@@ -22,9 +24,11 @@ pub mod corpus;
 pub mod dataset;
 pub mod error;
 pub mod flow;
+pub mod ladder;
 pub mod outbox;
 pub mod queue;
 pub mod recorder;
+pub mod reproduce;
 pub mod worker;
 
 pub use config::LabConfig;

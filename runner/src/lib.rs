@@ -16,6 +16,7 @@ pub mod observer;
 pub mod peak;
 pub mod rng;
 pub mod scalar;
+pub mod scaling;
 pub mod train;
 
 pub use error::RunnerError;

@@ -4,8 +4,10 @@
 pub mod data;
 pub mod jobs;
 pub mod lab_context;
+pub mod ladder;
 pub mod ledger;
 pub mod publish;
+pub mod reproduce;
 pub mod run;
 pub mod spec;
 pub mod verify;

@@ -1,0 +1,292 @@
+//! Reproduction: re-run a recorded run from the ledger alone and compare.
+//!
+//! [`reproduce`] reads the run's `run_started`, metric-chunk `artifact` and `result` entries,
+//! re-hashes every blob they reference (a changed byte anywhere stops it with the blob named),
+//! loads the spec by its hash, trains it again on this machine's CPU backend, and compares the
+//! final parameters' hash and every deterministic metric at every step bitwise. Wall-clock
+//! metrics (`throughput/tokens_per_second`, `throughput/mfu`, `hw/...`) are not compared: they
+//! measure the machine, not the run. The outcome is a `reproduction` entry: `reproduced`, or
+//! `differs` with `differs at step N: metric, expected X, got Y`.
+//!
+//! Not here: choosing what to reproduce (the CLI and the bot) or training internals (runner).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use glassbox_ledger::index::METRICS_REF;
+use glassbox_ledger::{DirSource, LeafIndex, LogReader};
+use glassbox_runner::backend::Backend;
+use glassbox_runner::backend::cpu::CpuBackend;
+use glassbox_runner::data::DataPipeline;
+use glassbox_runner::observer::{MetricRecord, Observer, RecordKind};
+use glassbox_runner::train::{Peak, RunOptions, Trainer};
+use glassbox_schemas::record::{ReproductionBody, ResultBody, RunStartedBody};
+use glassbox_schemas::{
+    Blake3Hash, BlobHash, EntryKind, ExperimentId, ExperimentSpec, LedgerEntry, RunId,
+};
+use serde::Serialize;
+
+use crate::corpus::BlobCorpusStore;
+use crate::error::LabError;
+use crate::recorder::Recorder;
+
+/// What was found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reproduction {
+    /// The run.
+    pub run: RunId,
+    /// `reproduced` or `differs`.
+    pub outcome: String,
+    /// The first difference, when any.
+    pub detail: Option<String>,
+    /// The `reproduction` entry.
+    pub entry: u64,
+    /// The code revision the run was made with.
+    pub original_revision: String,
+    /// The backend the run was made with.
+    pub original_backend: String,
+    /// Steps compared.
+    pub steps: u64,
+    /// Metric values compared.
+    pub values_compared: usize,
+}
+
+/// What the ledger says about a run.
+struct RunRecord {
+    experiment: Option<ExperimentId>,
+    started: RunStartedBody,
+    result: ResultBody,
+    chunks: Vec<(u64, BlobHash)>,
+}
+
+/// Metrics that depend on the machine's speed, not on the run.
+fn is_wall_clock(name: &str) -> bool {
+    name == glassbox_schemas::metrics::TOKENS_PER_SECOND
+        || name == glassbox_schemas::metrics::MFU
+        || name.starts_with("hw/")
+}
+
+fn find_run(rec: &Recorder, run: &RunId) -> Result<RunRecord, LabError> {
+    let lab = rec.lab();
+    let source = DirSource {
+        root: lab.root().to_path_buf(),
+    };
+    let reader = LogReader::open(&source, &lab.verifier_key()?)?;
+    let mut started = None;
+    let mut result = None;
+    let mut experiment = None;
+    let mut chunks = Vec::new();
+    for i in 0..reader.size().0 {
+        let e = LedgerEntry::from_bytes(&reader.entry(LeafIndex(i))?)?;
+        if e.body.get("run").and_then(|r| r.as_str()) != Some(run.0.as_str()) {
+            continue;
+        }
+        match e.kind {
+            EntryKind::RunStarted if started.is_none() => {
+                experiment = e.experiment.clone();
+                started = Some(e.body_as::<RunStartedBody>()?);
+            }
+            EntryKind::Result => result = Some(e.body_as::<ResultBody>()?),
+            EntryKind::Artifact => {
+                if let Some(h) = e.refs.get(METRICS_REF) {
+                    chunks.push((i, BlobHash(*h)));
+                }
+            }
+            _ => {}
+        }
+    }
+    let started = started.ok_or_else(|| {
+        LabError::Refused(format!(
+            "no `run_started` entry for {run} in this ledger (see `glassbox ledger log`)"
+        ))
+    })?;
+    let result = result.ok_or_else(|| {
+        LabError::Refused(format!(
+            "{run} has no `result` entry yet; reproduce it once it has ended"
+        ))
+    })?;
+    Ok(RunRecord {
+        experiment,
+        started,
+        result,
+        chunks,
+    })
+}
+
+/// A blob's bytes, refused unless they hash to its name.
+fn verified(rec: &Recorder, hash: &BlobHash, what: &str) -> Result<Vec<u8>, LabError> {
+    let bytes = rec.get_bytes(hash)?;
+    let actual = Blake3Hash::of(&bytes);
+    if actual != hash.0 {
+        return Err(LabError::Refused(format!(
+            "{what} blob {hash} is corrupt: its bytes hash to {actual}; the ledger cannot be re-run from it"
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Collects a run's records as it trains.
+struct Collect(Vec<MetricRecord>);
+
+impl Observer for Collect {
+    fn on_metrics(&mut self, r: &MetricRecord) {
+        self.0.push(r.clone());
+    }
+}
+
+type MetricKey = (u64, bool, String);
+
+fn flatten(records: &[MetricRecord]) -> BTreeMap<MetricKey, f64> {
+    let mut out = BTreeMap::new();
+    for r in records {
+        let eval = r.kind == RecordKind::Eval;
+        for (k, v) in &r.scalars {
+            out.insert((r.step, eval, k.clone()), *v);
+        }
+        for (k, vs) in &r.vectors {
+            for (i, v) in vs.iter().enumerate() {
+                out.insert((r.step, eval, format!("{k}/{i}")), *v);
+            }
+        }
+    }
+    out
+}
+
+/// Re-runs `run` on `threads` CPU threads and records the outcome; `before_run` is told the
+/// original code revision first (so a caller can say when it differs from this binary's).
+pub async fn reproduce(
+    rec: Arc<Recorder>,
+    run: RunId,
+    threads: usize,
+    mut before_run: impl FnMut(&str, &str),
+) -> Result<Reproduction, LabError> {
+    let r2 = rec.clone();
+    let run2 = run.clone();
+    let record = tokio::task::spawn_blocking(move || find_run(&r2, &run2))
+        .await
+        .map_err(|e| LabError::Task(e.to_string()))??;
+    before_run(&record.started.code_revision, &record.started.backend);
+    let rec2 = rec.clone();
+    let (spec, expected) = tokio::task::spawn_blocking(move || {
+        let spec_bytes = verified(&rec2, &BlobHash(record.result.spec_hash.0), "spec")?;
+        let spec: ExperimentSpec =
+            serde_json::from_slice(&spec_bytes).map_err(|e| LabError::BadSpec {
+                hash: record.result.spec_hash.to_string(),
+                reason: e.to_string(),
+            })?;
+        let mut expected: Vec<MetricRecord> = Vec::new();
+        for (entry, hash) in &record.chunks {
+            let bytes = verified(&rec2, hash, &format!("metric chunk (entry {entry})"))?;
+            for line in String::from_utf8_lossy(&bytes).lines() {
+                if let Ok(r) = serde_json::from_str::<MetricRecord>(line) {
+                    expected.push(r);
+                }
+            }
+        }
+        Ok::<_, LabError>((spec, (expected, record)))
+    })
+    .await
+    .map_err(|e| LabError::Task(e.to_string()))??;
+    let (expected, record) = expected;
+
+    let spec2 = spec.clone();
+    let blobs = rec.blobs().clone();
+    let (outcome, got) = tokio::task::spawn_blocking(move || {
+        let be = CpuBackend::<f32>::new(threads.max(1))?;
+        let store = BlobCorpusStore::new(blobs);
+        let data = DataPipeline::new(&spec2, &store)?;
+        let opts = RunOptions {
+            out_dir: None,
+            resume: None,
+            peak: Peak {
+                flops_per_second: 1e12,
+                label: "reproduction (MFU not compared)".into(),
+            },
+            cancel: Arc::new(AtomicBool::new(false)),
+        };
+        let mut trainer = Trainer::new(&be, spec2, data, &opts)?;
+        let mut collect = Collect(Vec::new());
+        let outcome = be.run(|| trainer.run(&opts, &mut collect));
+        Ok::<_, LabError>((outcome, collect.0))
+    })
+    .await
+    .map_err(|e| LabError::Task(e.to_string()))??;
+
+    let want = flatten(&expected);
+    let have = flatten(&got);
+    let mut detail = None;
+    let mut compared = 0;
+    for ((step, eval, name), w) in &want {
+        if is_wall_clock(name) || !w.is_finite() {
+            continue;
+        }
+        compared += 1;
+        match have.get(&(*step, *eval, name.clone())) {
+            Some(g) if g.to_bits() == w.to_bits() => {}
+            Some(g) => {
+                detail = Some(format!(
+                    "differs at step {step}: {name}, expected {w}, got {g}"
+                ));
+                break;
+            }
+            None => {
+                detail = Some(format!(
+                    "differs at step {step}: {name}, expected {w}, got nothing"
+                ));
+                break;
+            }
+        }
+    }
+    if detail.is_none() && outcome.status != record.result.status {
+        detail = Some(format!(
+            "differs at step {}: status, expected {}, got {}",
+            outcome.steps, record.result.status, outcome.status
+        ));
+    }
+    if detail.is_none()
+        && let Some(p) = &record.result.params_blake3
+        && *p != outcome.params_blake3
+    {
+        detail = Some(format!(
+            "differs at step {}: final parameters, expected {p}, got {}",
+            outcome.steps, outcome.params_blake3
+        ));
+    }
+    let body = ReproductionBody {
+        run: run.clone(),
+        outcome: if detail.is_none() {
+            "reproduced".into()
+        } else {
+            "differs".into()
+        },
+        detail: detail.clone(),
+        backend: format!("cpu: {}", outcome.info.backend),
+    };
+    let experiment = record.experiment.clone();
+    let rec3 = rec.clone();
+    let entry = tokio::task::spawn_blocking(move || {
+        rec3.record(
+            EntryKind::Reproduction,
+            experiment.as_ref(),
+            Default::default(),
+            &body,
+        )
+    })
+    .await
+    .map_err(|e| LabError::Task(e.to_string()))??;
+    Ok(Reproduction {
+        run,
+        outcome: if detail.is_none() {
+            "reproduced".into()
+        } else {
+            "differs".into()
+        },
+        detail,
+        entry,
+        original_revision: record.started.code_revision,
+        original_backend: record.started.backend,
+        steps: outcome.steps,
+        values_compared: compared,
+    })
+}
