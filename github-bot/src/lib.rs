@@ -13,7 +13,9 @@
 //! - [`lab::LabPort`] — the trait the lab implements (record proposal, approve bound to a spec
 //!   hash, reject, hold, cancel, rerun, reproduce, status, quota); [`lab::InMemoryLab`] for tests;
 //! - [`github::GitHub`] — octocrab with the bot's retry and rate-limit policy;
-//! - [`config::BotConfig`] — the TOML section the lab config embeds.
+//! - [`config::BotConfig`] — the TOML section the lab config embeds;
+//! - [`local`] — a local stand-in for GitHub's REST routes and webhook payloads, for
+//!   `glassbox quickstart` without a network.
 //!
 //! The key design choice: acknowledge fast, process later. The webhook handler only verifies,
 //! stores and answers; everything that talks to GitHub or the lab happens in the worker, so a
@@ -30,6 +32,7 @@ pub mod handlers;
 pub mod ids;
 pub mod lab;
 pub mod labels;
+pub mod local;
 pub mod permissions;
 pub mod render;
 pub mod server;

@@ -138,24 +138,43 @@ impl LabConfig {
 
     /// Parses config text; `Err` lists every problem.
     pub fn parse(text: &str) -> Result<Self, Vec<String>> {
+        Self::parse_sections(text, &[]).map(|(cfg, _)| cfg)
+    }
+
+    /// Parses config text in which the sections named in `others` belong to someone else
+    /// (the server's `[web]`, the bot's `[github]`): those come back untouched for their owner
+    /// to read; any other unknown section is a problem. `Err` lists every problem.
+    pub fn parse_sections(
+        text: &str,
+        others: &[&str],
+    ) -> Result<(Self, toml::Table), Vec<String>> {
         let table: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| vec![e.to_string()])?;
         let mut problems = Vec::new();
         let mut cfg = LabConfig::default();
+        let mut rest = toml::Table::new();
         for (key, value) in &table {
             match key.as_str() {
                 "limits" => section(key, value, &mut cfg.limits, &mut problems),
                 "queue" => section(key, value, &mut cfg.queue, &mut problems),
                 "worker" => section(key, value, &mut cfg.worker, &mut problems),
-                other => problems.push(format!(
-                    "{other}: unknown section (known sections: limits, queue, worker)"
-                )),
+                other if others.contains(&other) => {
+                    rest.insert(key.clone(), value.clone());
+                }
+                other => {
+                    let mut known = vec!["limits", "queue", "worker"];
+                    known.extend_from_slice(others);
+                    problems.push(format!(
+                        "{other}: unknown section (known sections: {})",
+                        known.join(", ")
+                    ))
+                }
             }
         }
         cfg.check(&mut problems);
         if problems.is_empty() {
-            Ok(cfg)
+            Ok((cfg, rest))
         } else {
             Err(problems)
         }

@@ -13,6 +13,7 @@
 //!   corpus store over the blob store;
 //! - [`ladder`] — scaling ladders: rungs, the fit, the pre-registered forecast, the target;
 //! - [`reproduce`] — re-running a recorded run from the ledger and comparing bitwise;
+//! - [`service`] — the running lab (`serve`): bot + webhook route, notice delivery, worker;
 //! - [`config`] — [`LabConfig`]: budgets, quotas, job order, worker timing.
 //!
 //! The lab owns the mutable operational state (the queue database); the immutable record is
@@ -29,6 +30,7 @@ pub mod outbox;
 pub mod queue;
 pub mod recorder;
 pub mod reproduce;
+pub mod service;
 pub mod worker;
 
 pub use config::LabConfig;
