@@ -48,10 +48,9 @@ const CUBLAS_WORKSPACE_BYTES: usize = 32 << 20;
 
 /// Checks, without any call that could panic, whether CUDA can run here.
 pub fn probe() -> Result<String, String> {
-    // cudarc's dynamic loader panics when a library is missing; its presence checks do not,
-    // but catch any unwind anyway and keep the default hook from printing it.
-    let prev = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
+    // cudarc's dynamic loader panics when a library is missing; its presence checks (read in
+    // cudarc 0.19.10: a `dlopen` by each candidate name) do not, but catch any unwind anyway.
+    // (No panic-hook juggling: the hook is process-global and tests probe concurrently.)
     let r = std::panic::catch_unwind(|| -> Result<String, String> {
         // SAFETY (all three checks): they only try to dlopen the library by name.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
@@ -78,7 +77,6 @@ pub fn probe() -> Result<String, String> {
         }
         Ok(format!("{n} CUDA device(s)"))
     });
-    std::panic::set_hook(prev);
     r.unwrap_or_else(|_| Err("loading the CUDA libraries failed (cudarc panicked)".into()))
 }
 
