@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check.sh — the issue-5 GPU check of glassbox's CUDA backend, in one command.
 #
-# What it does (at most ~8 minutes on one H200): runs `gpu_check` (runner/examples/gpu_check.rs):
+# What it does (at most 8 minutes on one H200: timeouts of 330 s for gpu_check and 120 s for
+# PyTorch): runs `gpu_check` (runner/examples/gpu_check.rs):
 # per-op parity of every CUDA kernel against the CPU reference with stated tolerances, whole-step
 # parity on 20 steps of examples/tiny.toml, run-to-run bitwise determinism (two CUDA runs, same
 # parameter BLAKE3), and the ladder-rung benchmark (bench/configs/ladder-rung.toml, f32); then the
@@ -40,12 +41,12 @@ fi
 export GLASSBOX_KERNEL_CACHE="${GLASSBOX_KERNEL_CACHE:-$OUT/kernel-cache}"
 
 status=0
-timeout 360 "$BIN" --out "$OUT" --spec examples/tiny.toml --steps 20 \
+timeout 330 "$BIN" --out "$OUT" --spec examples/tiny.toml --steps 20 \
   --bench bench/configs/ladder-rung.toml --bench-steps 6 2>&1 | tee "$OUT/gpu_check.log"
 status=${PIPESTATUS[0]}
 
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  timeout 150 python3 bench/moe_torch.py bench/configs/ladder-rung.toml 4 > "$OUT/torch.json" 2> "$OUT/torch.err" \
+  timeout 120 python3 bench/moe_torch.py bench/configs/ladder-rung.toml 4 > "$OUT/torch.json" 2> "$OUT/torch.err" \
     || echo "gpu-check: the PyTorch benchmark failed (see $OUT/torch.err)" >&2
   python3 - "$OUT" <<'PY'
 import json, sys, pathlib
