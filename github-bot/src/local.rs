@@ -280,7 +280,15 @@ mod tests {
         let opened = issues.opened(1, "ada", "[experiment] tiny", "body");
         let e = WebhookEvent::parse("issues", &serde_json::to_vec(&opened).unwrap()).unwrap();
         assert!(matches!(e, WebhookEvent::Issue { .. }), "{e:?}");
-        let c = issues.comment(1, "ada", "[experiment] tiny", "body", "grace", "/approve", 7);
+        let c = issues.comment(
+            1,
+            "ada",
+            "[experiment] tiny",
+            "body",
+            "grace",
+            "/approve",
+            7,
+        );
         let e = WebhookEvent::parse("issue_comment", &serde_json::to_vec(&c).unwrap()).unwrap();
         assert!(matches!(e, WebhookEvent::Comment { .. }), "{e:?}");
     }

@@ -144,10 +144,7 @@ impl LabConfig {
     /// Parses config text in which the sections named in `others` belong to someone else
     /// (the server's `[web]`, the bot's `[github]`): those come back untouched for their owner
     /// to read; any other unknown section is a problem. `Err` lists every problem.
-    pub fn parse_sections(
-        text: &str,
-        others: &[&str],
-    ) -> Result<(Self, toml::Table), Vec<String>> {
+    pub fn parse_sections(text: &str, others: &[&str]) -> Result<(Self, toml::Table), Vec<String>> {
         let table: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| vec![e.to_string()])?;

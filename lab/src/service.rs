@@ -14,9 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use glassbox_github_bot::config::BotConfig;
-use glassbox_github_bot::{
-    Bot, GitHub, Store, WebhookSettings, start_intake, webhook_router,
-};
+use glassbox_github_bot::{Bot, GitHub, Store, WebhookSettings, start_intake, webhook_router};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 

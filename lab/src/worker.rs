@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use glassbox_runner::backend::cpu::CpuBackend;
-use glassbox_runner::backend::{self, Backend, BackendRequest};
+use glassbox_runner::backend::{self, Backend, BackendKind, BackendRequest};
 use glassbox_runner::data::DataPipeline;
 use glassbox_runner::observer::{MetricRecord, Observer, RecordKind, RunInfo};
 use glassbox_runner::train::{Peak, RunOptions, RunOutcome, Trainer};
@@ -386,16 +386,90 @@ impl Worker {
         scratch: &Path,
         cancel: Arc<AtomicBool>,
     ) -> Result<JobEnd, LabError> {
-        let kind = match backend::select(self.opts.backend) {
+        let selection = match backend::select(self.opts.backend) {
             Ok(k) => k,
             Err(e) => return self.conclude_early(job, run, e.to_string()).await,
         };
-        let threads = self.opts.threads.max(1);
-        let be = match CpuBackend::<f32>::new(threads) {
+        match selection.kind {
+            BackendKind::Cpu => {
+                let threads = self.opts.threads.max(1);
+                let be = match CpuBackend::<f32>::new(threads) {
+                    Ok(be) => be,
+                    Err(e) => return self.conclude_early(job, run, e.to_string()).await,
+                };
+                let peak = be.run(|| self.peak(threads));
+                self.train_on(&be, peak, job, run, spec, resume, scratch, cancel)
+                    .await
+            }
+            BackendKind::Cuda => {
+                self.train_cuda(job, run, spec, resume, scratch, cancel)
+                    .await
+            }
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    async fn train_cuda(
+        &self,
+        job: &Job,
+        run: &RunId,
+        spec: ExperimentSpec,
+        resume: Option<PathBuf>,
+        scratch: &Path,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<JobEnd, LabError> {
+        let be = match glassbox_runner::backend::cuda::CudaBackend::new(0) {
             Ok(be) => be,
             Err(e) => return self.conclude_early(job, run, e.to_string()).await,
         };
-        let peak = be.run(|| self.peak(threads));
+        let peak = match self.opts.peak.clone() {
+            Some(p) => p,
+            None => match be.measure_sgemm_peak(4096, 5) {
+                Ok(f) => Peak {
+                    flops_per_second: f,
+                    label: format!(
+                        "measured f32 SGEMM peak (cuBLAS 4096^3) of {}",
+                        be.describe()
+                    ),
+                },
+                Err(e) => return self.conclude_early(job, run, e.to_string()).await,
+            },
+        };
+        self.train_on(&be, peak, job, run, spec, resume, scratch, cancel)
+            .await
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    async fn train_cuda(
+        &self,
+        job: &Job,
+        run: &RunId,
+        _spec: ExperimentSpec,
+        _resume: Option<PathBuf>,
+        _scratch: &Path,
+        _cancel: Arc<AtomicBool>,
+    ) -> Result<JobEnd, LabError> {
+        self.conclude_early(
+            job,
+            run,
+            "this worker was built without the CUDA backend (cargo feature `cuda`)".into(),
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn train_on<B: Backend>(
+        &self,
+        be: &B,
+        peak: Peak,
+        job: &Job,
+        run: &RunId,
+        spec: ExperimentSpec,
+        resume: Option<PathBuf>,
+        scratch: &Path,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<JobEnd, LabError> {
+        let kind = be.kind();
         let opts = RunOptions {
             out_dir: Some(scratch.to_path_buf()),
             resume,
@@ -407,7 +481,7 @@ impl Worker {
             Ok(d) => d,
             Err(e) => return self.conclude_early(job, run, e.to_string()).await,
         };
-        let mut trainer = match Trainer::new(&be, spec.clone(), data, &opts) {
+        let mut trainer = match Trainer::new(be, spec.clone(), data, &opts) {
             Ok(t) => t,
             Err(e) => return self.conclude_early(job, run, e.to_string()).await,
         };

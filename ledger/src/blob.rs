@@ -4,7 +4,8 @@
 //! `<lab>/blobs/<first 2 hex>/<remaining 62 hex>`, written to a temp file, fsynced, renamed,
 //! and the directory fsynced, so a blob is either wholly there or absent. Puts and gets stream
 //! in fixed-size chunks (memory stays bounded for any size). The S3-compatible backend lives in
-//! `s3` behind the `aws` feature. This module knows nothing of the log or of entries.
+//! `s3` behind the `aws` feature; [`open_store`] picks a store from a location string (a
+//! directory, or `s3://bucket/prefix`). This module knows nothing of the log or of entries.
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -33,6 +34,12 @@ pub struct PutOutcome {
 pub trait BlobStore: Send + Sync {
     /// Streams `reader` into the store; returns its hash. A blob already present is not rewritten.
     fn put(&self, reader: &mut dyn Read) -> Result<PutOutcome, Error>;
+    /// Puts a file by path. Stores that can read the file twice override this to hash first
+    /// and skip the upload of a blob they already hold.
+    fn put_file(&self, path: &Path) -> Result<PutOutcome, Error> {
+        let mut f = File::open(path).map_err(Error::io("cannot open", path))?;
+        self.put(&mut f)
+    }
     /// Streams a blob out; `Error::BlobNotFound` when absent.
     fn get(&self, hash: &BlobHash) -> Result<Box<dyn Read + Send>, Error>;
     /// Whether a blob is stored.
@@ -41,6 +48,68 @@ pub trait BlobStore: Send + Sync {
     fn list(&self) -> Result<Vec<BlobHash>, Error>;
     /// A human-readable name of the store for messages.
     fn describe(&self) -> String;
+}
+
+/// Opens the blob store a location names: `s3://bucket/prefix` (bucket credentials and
+/// endpoint from the environment, see [`open_store_with_env`]), `file:///path`, or a plain
+/// directory path (the directory that holds the `<2 hex>/` shards, e.g. `<lab>/blobs`).
+pub fn open_store(location: &str) -> Result<Box<dyn BlobStore>, Error> {
+    open_store_with_env(location, &|key| std::env::var(key).ok())
+}
+
+/// [`open_store`] with the environment read through `env`. An S3 location reads
+/// `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`
+/// (`s3::S3Config::from_env`); it needs the `aws` feature, and says so without it.
+pub fn open_store_with_env(
+    location: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Box<dyn BlobStore>, Error> {
+    if let Some(rest) = location.strip_prefix("s3://") {
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(Error::ObjectStore {
+                store: location.to_string(),
+                reason: "no bucket name; write s3://BUCKET/PREFIX".into(),
+            });
+        }
+        return open_s3(bucket, prefix, env);
+    }
+    if location.contains("://") && !location.starts_with("file://") {
+        return Err(Error::ObjectStore {
+            store: location.to_string(),
+            reason: "unknown scheme; use a directory path, file:///path or s3://bucket/prefix"
+                .into(),
+        });
+    }
+    let dir = PathBuf::from(location.strip_prefix("file://").unwrap_or(location));
+    if !dir.is_dir() {
+        return Err(Error::io("cannot open blob directory", &dir)(
+            io::Error::new(io::ErrorKind::NotFound, "not a directory"),
+        ));
+    }
+    Ok(Box::new(LocalBlobStore::new(dir)))
+}
+
+#[cfg(feature = "aws")]
+fn open_s3(
+    bucket: &str,
+    prefix: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Box<dyn BlobStore>, Error> {
+    let cfg = crate::s3::S3Config::from_env(bucket, prefix, env)?;
+    Ok(Box::new(crate::s3::S3BlobStore::new(&cfg)?))
+}
+
+#[cfg(not(feature = "aws"))]
+fn open_s3(
+    bucket: &str,
+    prefix: &str,
+    _env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Box<dyn BlobStore>, Error> {
+    Err(Error::ObjectStore {
+        store: format!("s3://{bucket}/{prefix}"),
+        reason: "this build has no S3 support; rebuild glassbox-ledger with feature `aws`".into(),
+    })
 }
 
 /// The relative path of a blob: `blobs/<2 hex>/<62 hex>`.
@@ -127,6 +196,10 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
 }
 
 impl BlobStore for LocalBlobStore {
+    fn put_file(&self, path: &Path) -> Result<PutOutcome, Error> {
+        LocalBlobStore::put_file(self, path)
+    }
+
     fn put(&self, reader: &mut dyn Read) -> Result<PutOutcome, Error> {
         if !self.dir.is_dir() {
             return Err(Error::NoLab {
@@ -255,5 +328,22 @@ mod tests {
             store.get(&missing),
             Err(Error::BlobNotFound { .. })
         ));
+    }
+
+    #[test]
+    fn open_store_takes_directories_and_refuses_unknown_locations() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().to_str().unwrap().to_string();
+        for loc in [text.clone(), format!("file://{text}")] {
+            let store = open_store_with_env(&loc, &|_| None).unwrap();
+            let put = store.put(&mut &b"abc"[..]).unwrap();
+            assert!(store.has(&put.hash).unwrap(), "{loc}");
+        }
+        for bad in ["gs://bucket/x", "s3:///prefix"] {
+            let err = open_store_with_env(bad, &|_| None).err().expect(bad);
+            assert!(matches!(err, Error::ObjectStore { .. }), "{bad}: {err}");
+        }
+        let missing = dir.path().join("nope");
+        assert!(open_store_with_env(missing.to_str().unwrap(), &|_| None).is_err());
     }
 }

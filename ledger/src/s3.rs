@@ -1,26 +1,47 @@
 //! S3-compatible blob storage through the `object_store` crate (feature `aws`), for labs that
 //! outgrow one machine. Same content addressing and key layout as the local store:
-//! `<prefix>/blobs/<2 hex>/<62 hex>`.
+//! `<prefix>/blobs/<2 hex>/<62 hex>`. Tested against moto's S3 server (`ledger/tests/s3_moto.rs`);
+//! AWS, MinIO and other S3-compatible servers speak the same requests.
 //!
-//! A put streams the input in parts to a temporary key while hashing it, then copies it to its
-//! content address (skipped when that exists) and deletes the temporary key, so a blob is
-//! either wholly at its address or absent. Reads are ranged GETs of fixed-size chunks, so
-//! memory stays bounded. The trait is synchronous: this store drives its own Tokio runtime, so
-//! call it from blocking code (`spawn_blocking` inside async code), never from an async task.
+//! How a put keeps memory bounded and never exposes half a blob:
+//! - **small** (the whole input fits in one [`PART`]): hash it in memory, `HEAD` its address,
+//!   and `PUT` it only when absent (an existing blob costs one `HEAD`);
+//! - **large stream**: the content address is unknown until the last byte, so the bytes stream
+//!   as a multipart upload to a temporary key (`blobs/.tmp-<random>`), hashed on the way; then
+//!   the temporary object is copied server-side to its address (skipped when that exists) and
+//!   deleted. Copies above [`S3_COPY_LIMIT`] (S3's single-request copy limit, 5 GiB) are done
+//!   as a streamed re-upload instead. At most two parts are in flight, so memory stays below
+//!   four parts whatever the size;
+//! - **large file** ([`BlobStore::put_file`]): the file is hashed first, so an existing blob
+//!   costs one read and one `HEAD` and uploads nothing; otherwise it is uploaded straight to its
+//!   address as a multipart upload, hashed again while uploading, and the upload is completed
+//!   only if the hashes agree (a file that changed meanwhile is refused and the upload
+//!   aborted). S3 makes a multipart object visible only on completion, so no temp key is needed.
+//!
+//! Reads are ranged `GET`s of [`PART`] bytes. The [`BlobStore`] trait is synchronous: this store
+//! drives a private two-thread Tokio runtime, so call it from blocking code (`spawn_blocking`
+//! inside async code); called from inside a Tokio runtime it returns an error instead of
+//! deadlocking. Not here: bucket creation, credentials discovery beyond the environment.
 
 use std::io::Read;
+use std::path::Path;
 use std::sync::Arc;
 
+use futures::StreamExt;
 use glassbox_schemas::{Blake3Hash, BlobHash};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, WriteMultipart};
+use object_store::{ObjectStore, PutPayload, WriteMultipart};
 
 use crate::blob::{BlobStore, PutOutcome, blob_rel_path};
 use crate::error::Error;
 
 /// Part size for uploads and chunk size for ranged reads (S3's minimum part is 5 MiB).
-const PART: usize = 8 << 20;
+pub const PART: usize = 8 << 20;
+/// Largest object S3 copies in one `CopyObject` request.
+pub const S3_COPY_LIMIT: u64 = 5 << 30;
+/// Parts uploading at once.
+const IN_FLIGHT: usize = 2;
 
 /// Blobs in an S3-compatible bucket.
 #[derive(Debug)]
@@ -28,11 +49,12 @@ pub struct S3BlobStore {
     store: Arc<dyn ObjectStore>,
     prefix: String,
     name: String,
-    rt: tokio::runtime::Runtime,
+    rt: Arc<tokio::runtime::Runtime>,
+    copy_limit: u64,
 }
 
 /// Where the bucket is and how to reach it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct S3Config {
     /// Endpoint URL (`http://127.0.0.1:9000` for MinIO or moto; AWS when `None`).
     pub endpoint: Option<String>,
@@ -48,10 +70,48 @@ pub struct S3Config {
     pub secret_access_key: String,
 }
 
+impl S3Config {
+    /// The config for `bucket`/`prefix` from environment variables, read through `env` (so
+    /// tests need not mutate the process environment): `AWS_ENDPOINT_URL` (or `AWS_ENDPOINT`),
+    /// `AWS_REGION` (or `AWS_DEFAULT_REGION`, default `us-east-1`), `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY` (both required).
+    pub fn from_env(
+        bucket: &str,
+        prefix: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, Error> {
+        let need =
+            |key: &str| {
+                env(key).filter(|v| !v.is_empty()).ok_or_else(|| Error::ObjectStore {
+                store: format!("s3://{bucket}/{prefix}"),
+                reason: format!(
+                    "environment variable {key} is not set; export the bucket's credentials \
+                     (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, and AWS_ENDPOINT_URL for a \
+                     non-AWS server)"
+                ),
+            })
+            };
+        Ok(Self {
+            endpoint: env("AWS_ENDPOINT_URL")
+                .or_else(|| env("AWS_ENDPOINT"))
+                .filter(|v| !v.is_empty()),
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+            region: env("AWS_REGION")
+                .or_else(|| env("AWS_DEFAULT_REGION"))
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| "us-east-1".into()),
+            access_key_id: need("AWS_ACCESS_KEY_ID")?,
+            secret_access_key: need("AWS_SECRET_ACCESS_KEY")?,
+        })
+    }
+}
+
 impl S3BlobStore {
     /// Connects (lazily: the first request reaches the endpoint).
     pub fn new(cfg: &S3Config) -> Result<Self, Error> {
-        let name = format!("s3://{}/{}", cfg.bucket, cfg.prefix);
+        let prefix = cfg.prefix.trim_matches('/').to_string();
+        let name = format!("s3://{}/{prefix}", cfg.bucket);
         let err = |e: &dyn std::fmt::Display| Error::ObjectStore {
             store: name.clone(),
             reason: e.to_string(),
@@ -68,16 +128,29 @@ impl S3BlobStore {
                 .with_virtual_hosted_style_request(false);
         }
         let store = b.build().map_err(|e| err(&e))?;
-        let rt = tokio::runtime::Builder::new_current_thread()
+        // Two workers: uploads of earlier parts proceed while the caller's thread reads and
+        // hashes the next one.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("glassbox-s3")
             .enable_all()
             .build()
             .map_err(|e| err(&e))?;
         Ok(Self {
             store: Arc::new(store),
-            prefix: cfg.prefix.trim_matches('/').to_string(),
+            prefix,
             name,
-            rt,
+            rt: Arc::new(rt),
+            copy_limit: S3_COPY_LIMIT,
         })
+    }
+
+    /// Lowers the size above which a finished temporary upload is re-uploaded instead of
+    /// copied server-side (default [`S3_COPY_LIMIT`]; servers with a lower limit, and tests of
+    /// that path, set it).
+    pub fn with_copy_limit(mut self, bytes: u64) -> Self {
+        self.copy_limit = bytes;
+        self
     }
 
     fn key(&self, rel: &str) -> ObjectPath {
@@ -94,69 +167,275 @@ impl S3BlobStore {
             reason: e.to_string(),
         }
     }
+
+    /// Runs a future on the private runtime; refuses (instead of panicking) inside a runtime.
+    fn block_on<T>(&self, f: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(self.err(
+                "called from inside a Tokio runtime; the blob store API is blocking, \
+                 call it through tokio::task::spawn_blocking",
+            ));
+        }
+        self.rt.block_on(f)
+    }
+
+    fn head_exists(&self, key: &ObjectPath) -> Result<bool, Error> {
+        self.block_on(async {
+            match self.store.head(key).await {
+                Ok(_) => Ok(true),
+                Err(object_store::Error::NotFound { .. }) => Ok(false),
+                Err(e) => Err(self.err(e)),
+            }
+        })
+    }
+
+    /// Single-request put of a small blob already in memory.
+    fn put_small(&self, data: Vec<u8>) -> Result<PutOutcome, Error> {
+        let hash = BlobHash(Blake3Hash::of(&data));
+        let bytes = data.len() as u64;
+        let dest = self.key(&blob_rel_path(&hash));
+        if self.head_exists(&dest)? {
+            return Ok(PutOutcome {
+                hash,
+                bytes,
+                existed: true,
+            });
+        }
+        self.block_on(async {
+            self.store
+                .put(&dest, PutPayload::from(data))
+                .await
+                .map_err(|e| self.err(e))
+        })?;
+        Ok(PutOutcome {
+            hash,
+            bytes,
+            existed: false,
+        })
+    }
+
+    /// Streams `first` then the rest of `reader` as a multipart upload to `key`, hashing every
+    /// byte; calls `accept(hash)` before completing and aborts the upload when it refuses.
+    fn upload_hashed(
+        &self,
+        key: &ObjectPath,
+        first: &[u8],
+        reader: &mut dyn Read,
+        accept: &dyn Fn(&Blake3Hash) -> Result<(), Error>,
+    ) -> Result<(Blake3Hash, u64), Error> {
+        self.block_on(async {
+            let upload = self
+                .store
+                .put_multipart(key)
+                .await
+                .map_err(|e| self.err(e))?;
+            let mut w = WriteMultipart::new_with_chunk_size(upload, PART);
+            let mut hasher = blake3::Hasher::new();
+            let mut total = 0u64;
+            let mut buf = vec![0u8; PART];
+            let result: Result<(), Error> = async {
+                if !first.is_empty() {
+                    hasher.update(first);
+                    total += first.len() as u64;
+                    w.wait_for_capacity(IN_FLIGHT)
+                        .await
+                        .map_err(|e| self.err(e))?;
+                    w.write(first);
+                }
+                loop {
+                    let n = fill(reader, &mut buf).map_err(|e| self.err(e))?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    hasher.update(&buf[..n]);
+                    total += n as u64;
+                    w.wait_for_capacity(IN_FLIGHT)
+                        .await
+                        .map_err(|e| self.err(e))?;
+                    w.write(&buf[..n]);
+                }
+            }
+            .await;
+            let digest: Blake3Hash = hasher.finalize().into();
+            match result.and_then(|()| accept(&digest)) {
+                Ok(()) => {
+                    w.finish().await.map_err(|e| self.err(e))?;
+                    Ok((digest, total))
+                }
+                Err(e) => {
+                    // Best effort: the error that stopped the upload is the one to report.
+                    let _ = w.abort().await;
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    /// Moves a finished temporary object to `dest`: a server-side copy up to the copy limit,
+    /// a streamed re-upload above it.
+    fn promote(&self, tmp: &ObjectPath, dest: &ObjectPath, bytes: u64) -> Result<(), Error> {
+        if bytes <= self.copy_limit {
+            return self
+                .block_on(async { self.store.copy(tmp, dest).await.map_err(|e| self.err(e)) });
+        }
+        self.block_on(async {
+            let upload = self
+                .store
+                .put_multipart(dest)
+                .await
+                .map_err(|e| self.err(e))?;
+            let mut w = WriteMultipart::new_with_chunk_size(upload, PART);
+            let copied: Result<(), Error> = async {
+                let mut pos = 0u64;
+                while pos < bytes {
+                    let end = (pos + PART as u64).min(bytes);
+                    let chunk = self
+                        .store
+                        .get_range(tmp, pos..end)
+                        .await
+                        .map_err(|e| self.err(e))?;
+                    if chunk.is_empty() {
+                        return Err(self.err(format!("{tmp} ended at byte {pos} of {bytes}")));
+                    }
+                    pos += chunk.len() as u64;
+                    w.wait_for_capacity(IN_FLIGHT)
+                        .await
+                        .map_err(|e| self.err(e))?;
+                    w.write(&chunk);
+                }
+                Ok(())
+            }
+            .await;
+            match copied {
+                Ok(()) => w.finish().await.map(drop).map_err(|e| self.err(e)),
+                Err(e) => {
+                    let _ = w.abort().await;
+                    Err(e)
+                }
+            }
+        })
+    }
+}
+
+/// Reads until `buf` is full or the input ends; returns the bytes read.
+fn fill(reader: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
 }
 
 impl BlobStore for S3BlobStore {
     fn put(&self, reader: &mut dyn Read) -> Result<PutOutcome, Error> {
+        let mut first = vec![0u8; PART];
+        let n = fill(reader, &mut first).map_err(|e| self.err(e))?;
+        if n < PART {
+            first.truncate(n);
+            return self.put_small(first);
+        }
         let mut nonce = [0u8; 16];
         getrandom::fill(&mut nonce).map_err(|e| self.err(e))?;
         let tmp = self.key(&format!("blobs/.tmp-{}", hex::encode(nonce)));
-        let mut hasher = blake3::Hasher::new();
-        let mut total = 0u64;
-        self.rt.block_on(async {
-            let upload = self
-                .store
-                .put_multipart(&tmp)
-                .await
-                .map_err(|e| self.err(e))?;
-            let mut w = WriteMultipart::new_with_chunk_size(upload, PART);
-            let mut buf = vec![0u8; PART];
-            loop {
-                let n = reader.read(&mut buf).map_err(|e| self.err(e))?;
-                if n == 0 {
-                    break;
-                }
-                hasher.update(&buf[..n]);
-                total += n as u64;
-                w.wait_for_capacity(2).await.map_err(|e| self.err(e))?;
-                w.write(&buf[..n]);
-            }
-            w.finish().await.map_err(|e| self.err(e))?;
-            Ok::<(), Error>(())
-        })?;
-        let hash = BlobHash(Blake3Hash::from(hasher.finalize()));
+        let (digest, bytes) = self.upload_hashed(&tmp, &first, reader, &|_| Ok(()))?;
+        drop(first);
+        let hash = BlobHash(digest);
         let dest = self.key(&blob_rel_path(&hash));
-        let existed = self.has(&hash)?;
-        self.rt.block_on(async {
-            if !existed {
-                self.store
-                    .copy(&tmp, &dest)
-                    .await
-                    .map_err(|e| self.err(e))?;
-            }
-            self.store.delete(&tmp).await.map_err(|e| self.err(e))
-        })?;
+        let existed = self.head_exists(&dest)?;
+        let promoted = if existed {
+            Ok(())
+        } else {
+            self.promote(&tmp, &dest, bytes)
+        };
+        let deleted =
+            self.block_on(async { self.store.delete(&tmp).await.map_err(|e| self.err(e)) });
+        promoted?;
+        deleted?;
         Ok(PutOutcome {
             hash,
-            bytes: total,
+            bytes,
             existed,
+        })
+    }
+
+    fn put_file(&self, path: &Path) -> Result<PutOutcome, Error> {
+        let open = || std::fs::File::open(path).map_err(Error::io("cannot open", path));
+        let size = open()?
+            .metadata()
+            .map_err(Error::io("cannot stat", path))?
+            .len();
+        if size < PART as u64 {
+            let mut data = Vec::with_capacity(size as usize);
+            open()?
+                .read_to_end(&mut data)
+                .map_err(Error::io("cannot read", path))?;
+            return self.put_small(data);
+        }
+        // First pass: the address, so an existing blob uploads nothing.
+        let mut hasher = blake3::Hasher::new();
+        let mut buf = vec![0u8; PART];
+        let mut f = open()?;
+        loop {
+            let n = fill(&mut f, &mut buf).map_err(Error::io("cannot read", path))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+        drop(buf);
+        let expected = BlobHash(hasher.finalize().into());
+        let dest = self.key(&blob_rel_path(&expected));
+        if self.head_exists(&dest)? {
+            return Ok(PutOutcome {
+                hash: expected,
+                bytes: size,
+                existed: true,
+            });
+        }
+        // Second pass: upload straight to the address, completing only if the bytes sent hash
+        // to it.
+        let mut f = open()?;
+        let (_, bytes) = self.upload_hashed(&dest, &[], &mut f, &|got| {
+            if *got == expected.0 {
+                Ok(())
+            } else {
+                Err(Error::ObjectStore {
+                    store: self.name.clone(),
+                    reason: format!(
+                        "{} changed while it was being stored (hashed {expected}, uploaded \
+                         blake3:{}); the upload was aborted, try again",
+                        path.display(),
+                        got.to_hex()
+                    ),
+                })
+            }
+        })?;
+        Ok(PutOutcome {
+            hash: expected,
+            bytes,
+            existed: false,
         })
     }
 
     fn get(&self, hash: &BlobHash) -> Result<Box<dyn Read + Send>, Error> {
         let key = self.key(&blob_rel_path(hash));
-        let meta = self
-            .rt
-            .block_on(self.store.head(&key))
-            .map_err(|e| match e {
+        let meta = self.block_on(async {
+            self.store.head(&key).await.map_err(|e| match e {
                 object_store::Error::NotFound { .. } => Error::BlobNotFound {
                     hash: hash.to_string(),
                     store: self.name.clone(),
                 },
                 other => self.err(other),
-            })?;
+            })
+        })?;
         Ok(Box::new(RangedReader {
             store: Arc::clone(&self.store),
+            rt: Arc::clone(&self.rt),
             key,
             size: meta.size,
             pos: 0,
@@ -167,39 +446,28 @@ impl BlobStore for S3BlobStore {
     }
 
     fn has(&self, hash: &BlobHash) -> Result<bool, Error> {
-        match self
-            .rt
-            .block_on(self.store.head(&self.key(&blob_rel_path(hash))))
-        {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(self.err(e)),
-        }
+        self.head_exists(&self.key(&blob_rel_path(hash)))
     }
 
     fn list(&self) -> Result<Vec<BlobHash>, Error> {
         let prefix = self.key("blobs");
-        let listing = self
-            .rt
-            .block_on(self.store.list_with_delimiter(Some(&prefix)))
-            .map_err(|e| self.err(e))?;
-        let mut out = Vec::new();
-        for dir in listing.common_prefixes {
-            let inner = self
-                .rt
-                .block_on(self.store.list_with_delimiter(Some(&dir)))
-                .map_err(|e| self.err(e))?;
-            for obj in inner.objects {
+        self.block_on(async {
+            // One flat, paginated listing (1,000 keys per request) instead of one per shard.
+            let mut stream = self.store.list(Some(&prefix));
+            let mut out = Vec::new();
+            while let Some(obj) = stream.next().await {
+                let obj = obj.map_err(|e| self.err(e))?;
                 let parts: Vec<&str> = obj.location.as_ref().rsplitn(3, '/').collect();
                 if let [rest, two, ..] = parts.as_slice() {
+                    // Temporary uploads and stray keys do not parse as hashes and are skipped.
                     if let Ok(h) = format!("blake3:{two}{rest}").parse::<BlobHash>() {
                         out.push(h);
                     }
                 }
             }
-        }
-        out.sort();
-        Ok(out)
+            out.sort();
+            Ok(out)
+        })
     }
 
     fn describe(&self) -> String {
@@ -207,9 +475,10 @@ impl BlobStore for S3BlobStore {
     }
 }
 
-/// Streams an object by ranged GETs of [`PART`] bytes, each on a small private runtime.
+/// Streams an object by ranged GETs of [`PART`] bytes on the store's runtime.
 struct RangedReader {
     store: Arc<dyn ObjectStore>,
+    rt: Arc<tokio::runtime::Runtime>,
     key: ObjectPath,
     size: u64,
     pos: u64,
@@ -224,16 +493,26 @@ impl Read for RangedReader {
             if self.pos >= self.size {
                 return Ok(0);
             }
+            if tokio::runtime::Handle::try_current().is_ok() {
+                return Err(std::io::Error::other(format!(
+                    "{}: blob reader used inside a Tokio runtime; read it in spawn_blocking",
+                    self.name
+                )));
+            }
             let end = (self.pos + PART as u64).min(self.size);
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let bytes = rt
+            let bytes = self
+                .rt
                 .block_on(self.store.get_range(&self.key, self.pos..end))
                 .map_err(|e| std::io::Error::other(format!("{}: {e}", self.name)))?;
+            if bytes.is_empty() {
+                return Err(std::io::Error::other(format!(
+                    "{}: object {} ended at byte {} of {}",
+                    self.name, self.key, self.pos, self.size
+                )));
+            }
+            self.pos += bytes.len() as u64;
             self.buf = bytes.to_vec();
             self.buf_pos = 0;
-            self.pos = end;
         }
         let n = out.len().min(self.buf.len() - self.buf_pos);
         out[..n].copy_from_slice(&self.buf[self.buf_pos..self.buf_pos + n]);

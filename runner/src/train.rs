@@ -197,6 +197,9 @@ impl<'a, B: Backend> Trainer<'a, B> {
         if let Some(path) = &opts.resume {
             t.restore(path)?;
         }
+        if let Some(err) = be.take_error() {
+            return Err(RunnerError::Backend(err));
+        }
         Ok(t)
     }
 
@@ -404,7 +407,21 @@ impl<'a, B: Backend> Trainer<'a, B> {
                 }
             }
             let t0 = Instant::now();
-            let record = match self.train_step() {
+            let attempted = self.step + 1;
+            let stepped = self.train_step();
+            // A device failure (out of memory, a failed launch) ends the run `failed`, whatever
+            // the step's numbers say: they were computed by ops that did not run.
+            if let Some(err) = self.be.take_error() {
+                let o = end(
+                    self,
+                    RunStatus::Failed,
+                    Some(format!("backend failure at step {attempted}: {err}")),
+                    &last,
+                    last_ckpt,
+                );
+                return finish(self, obs, o);
+            }
+            let record = match stepped {
                 Ok(r) => r,
                 Err(reason) => {
                     let o = end(self, RunStatus::Diverged, Some(reason), &last, last_ckpt);

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use glassbox_runner::backend::cpu::CpuBackend;
-use glassbox_runner::backend::{self, Backend, BackendRequest};
+use glassbox_runner::backend::{self, Backend, BackendKind, BackendRequest};
 use glassbox_runner::data::{DataPipeline, DirCorpusStore};
 use glassbox_runner::observer::{
     Fanout, JsonlObserver, MetricRecord, Observer, RecordKind, RunInfo,
@@ -100,14 +100,74 @@ pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
         }
     };
     // A backend that cannot run here is an operational error before anything is recorded.
-    let kind = backend::select(args.backend.into())?;
+    let selection = backend::select(args.backend.into())?;
+    if !args.json {
+        eprintln!("backend: {} ({})", selection.kind, selection.why);
+    }
     if !(args.no_ledger || args.resume.is_some()) {
         return run_through_lab(args, global, spec, text);
     }
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let be = CpuBackend::<f32>::new(threads)?;
+    match selection.kind {
+        BackendKind::Cpu => {
+            let threads = args
+                .threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let be = CpuBackend::<f32>::new(threads)?;
+            let peak = match args.peak_gflops {
+                Some(g) => given_peak(g),
+                None => be.run(|| glassbox_runner::peak::measure_gemm_peak(threads, 0.3)),
+            };
+            train_on(&be, peak, spec, &args, global)
+        }
+        BackendKind::Cuda => run_cuda(spec, &args, global),
+    }
+}
+
+fn given_peak(g: f64) -> Peak {
+    Peak {
+        flops_per_second: g * 1e9,
+        label: format!("given peak {g} GFLOP/s"),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(
+    spec: glassbox_schemas::spec::ExperimentSpec,
+    args: &RunArgs,
+    global: &GlobalOpts,
+) -> anyhow::Result<ExitCode> {
+    let be = glassbox_runner::backend::cuda::CudaBackend::new(0)?;
+    let peak = match args.peak_gflops {
+        Some(g) => given_peak(g),
+        None => Peak {
+            flops_per_second: be.measure_sgemm_peak(4096, 5)?,
+            label: format!(
+                "measured f32 SGEMM peak (cuBLAS 4096^3) of {}",
+                be.describe()
+            ),
+        },
+    };
+    train_on(&be, peak, spec, args, global)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(
+    _spec: glassbox_schemas::spec::ExperimentSpec,
+    _args: &RunArgs,
+    _global: &GlobalOpts,
+) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("this binary was built without the CUDA backend (cargo feature `cuda`)")
+}
+
+/// Trains `spec` on `be`, writing the run directory, and maps the outcome to an exit code.
+fn train_on<B: Backend>(
+    be: &B,
+    peak: Peak,
+    spec: glassbox_schemas::spec::ExperimentSpec,
+    args: &RunArgs,
+    global: &GlobalOpts,
+) -> anyhow::Result<ExitCode> {
+    let kind = be.kind();
     let out_dir = args
         .out
         .clone()
@@ -116,20 +176,13 @@ pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot create {}", out_dir.display()))?;
     let store = DirCorpusStore::new(global.lab.join("blobs"));
     let data = DataPipeline::new(&spec, &store)?;
-    let peak = match args.peak_gflops {
-        Some(g) => Peak {
-            flops_per_second: g * 1e9,
-            label: format!("given peak {g} GFLOP/s"),
-        },
-        None => be.run(|| glassbox_runner::peak::measure_gemm_peak(threads, 0.3)),
-    };
     let opts = RunOptions {
         out_dir: Some(out_dir.clone()),
         resume: args.resume.clone(),
         peak,
         cancel: Arc::new(AtomicBool::new(false)),
     };
-    let mut trainer = Trainer::new(&be, spec.clone(), data, &opts)?;
+    let mut trainer = Trainer::new(be, spec.clone(), data, &opts)?;
     let resumed_at = args.resume.as_ref().map(|_| trainer.step());
     let mut jsonl = JsonlObserver::open(&out_dir.join("metrics.jsonl"), resumed_at)?;
     let mut progress = Progress::new(args.json);

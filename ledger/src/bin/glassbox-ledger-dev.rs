@@ -209,11 +209,26 @@ fn bench_ingest(args: &[String]) -> Res {
         return Err(format!("hash mismatch: b3sum {b3hex}, ours {}", put.hash).into());
     }
     let mib = len as f64 / (1 << 20) as f64;
+    // The floor for any durable ingest on this disk: a plain copy made durable the same way
+    // (`dd ... conv=fsync`), into the same directory, in the same run.
+    let copy = dir.path().join("dd-copy.bin");
+    let t = Instant::now();
+    let dd = std::process::Command::new("dd")
+        .arg(format!("if={}", file.display()))
+        .arg(format!("of={}", copy.display()))
+        .args(["bs=4M", "conv=fsync", "status=none"])
+        .status()?;
+    let dd_s = t.elapsed().as_secs_f64();
+    if !dd.success() {
+        return Err("dd failed".into());
+    }
     println!(
-        "bench-ingest: {mib:.0} MiB; b3sum (hash only) {b3:.2} s = {:.0} MiB/s; glassbox put (hash + durable write) {ours:.2} s = {:.0} MiB/s; ratio {:.2}x; peak RSS {} KiB",
+        "bench-ingest: {mib:.0} MiB; b3sum (hash only) {b3:.2} s = {:.0} MiB/s; glassbox put (hash + durable write) {ours:.2} s = {:.0} MiB/s; ratio vs b3sum {:.2}x; durable copy (dd conv=fsync) {dd_s:.2} s = {:.0} MiB/s; ratio vs durable copy {:.2}x; peak RSS {} KiB",
         mib / b3,
         mib / ours,
         b3 / ours,
+        mib / dd_s,
+        dd_s / ours,
         vm_hwm_kib().unwrap_or(0)
     );
     Ok(())

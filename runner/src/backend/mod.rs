@@ -17,10 +17,11 @@
 //! `F` d_expert, `S` kept expert assignments (slots) after routing.
 //!
 //! Not here: what the model is (that is [`crate::model`]), optimisation policy, data, I/O.
-//! Backend choice for the CLI is [`BackendKind`]; the CUDA backend (issue 5) is not built yet
-//! and [`select`] says so instead of failing later.
+//! Backend choice for the CLI is [`select`] (`auto|cpu|cuda`), which probes for CUDA without
+//! touching a missing library and says which backend it chose and why.
 
 pub mod cpu;
+pub mod cuda;
 
 use std::fmt;
 
@@ -32,7 +33,7 @@ use crate::scalar::Real;
 pub enum BackendKind {
     /// The CPU reference backend (deterministic for any thread count).
     Cpu,
-    /// The CUDA backend (issue 5).
+    /// The CUDA backend (`cuda::CudaBackend`, cargo feature `cuda`).
     Cuda,
 }
 
@@ -63,16 +64,43 @@ pub enum BackendRequest {
     Cuda,
 }
 
-/// Resolve a request to a backend that can run here. `auto` falls back to CPU; an explicit
-/// `cuda` request fails with [`RunnerError::BackendUnavailable`] until issue 5 lands.
-pub fn select(request: BackendRequest) -> Result<BackendKind, RunnerError> {
+/// The backend [`select`] chose, and why (printed by the CLI, so a run says what it ran on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    /// The backend to run.
+    pub kind: BackendKind,
+    /// Why this one, e.g. `auto: CUDA not usable (no libcuda.so); using the CPU`.
+    pub why: String,
+}
+
+/// Resolve a request to a backend that can run here. `auto` picks CUDA when this binary has it
+/// and [`cuda::probe`] finds a usable device, else the CPU; an explicit `cuda` request that
+/// cannot be met fails with [`RunnerError::BackendUnavailable`] naming the reason.
+pub fn select(request: BackendRequest) -> Result<Selection, RunnerError> {
     match request {
-        BackendRequest::Auto | BackendRequest::Cpu => Ok(BackendKind::Cpu),
-        BackendRequest::Cuda => Err(RunnerError::BackendUnavailable {
-            backend: "cuda",
-            reason: "this binary was not built with the CUDA backend (issue 5); \
-                     use --backend cpu or --backend auto"
-                .into(),
+        BackendRequest::Cpu => Ok(Selection {
+            kind: BackendKind::Cpu,
+            why: "requested with --backend cpu".into(),
+        }),
+        BackendRequest::Cuda => match cuda::probe() {
+            Ok(found) => Ok(Selection {
+                kind: BackendKind::Cuda,
+                why: format!("requested with --backend cuda; {found}"),
+            }),
+            Err(reason) => Err(RunnerError::BackendUnavailable {
+                backend: "cuda",
+                reason: format!("{reason}; use --backend cpu or --backend auto"),
+            }),
+        },
+        BackendRequest::Auto => Ok(match cuda::probe() {
+            Ok(found) => Selection {
+                kind: BackendKind::Cuda,
+                why: format!("auto: {found}"),
+            },
+            Err(reason) => Selection {
+                kind: BackendKind::Cpu,
+                why: format!("auto: CUDA is not usable here ({reason}); using the CPU"),
+            },
         }),
     }
 }
@@ -218,6 +246,12 @@ pub trait Backend: Send + Sync {
     fn describe(&self) -> String;
     /// The BLAKE3 of every kernel source this backend runs.
     fn kernel_sources(&self) -> Vec<KernelSource>;
+    /// The first failure since the last call, for backends whose ops can fail (a device out of
+    /// memory, a failed launch). Ops after a failure do nothing; the trainer checks after each
+    /// step and ends the run `failed` with this message. The CPU backend never fails so.
+    fn take_error(&self) -> Option<String> {
+        None
+    }
 
     // ---- memory ----
     /// A zero-filled buffer of `n` elements.
@@ -463,4 +497,39 @@ pub trait Backend: Send + Sync {
 
     /// Run `f` inside this backend's execution context (the CPU backend's thread pool).
     fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn select_says_what_it_picked_and_why() {
+        let cpu = select(BackendRequest::Cpu).unwrap();
+        assert_eq!(cpu.kind, BackendKind::Cpu);
+        let auto = select(BackendRequest::Auto).unwrap();
+        assert!(auto.why.starts_with("auto: "), "{}", auto.why);
+        match cuda::probe() {
+            // A machine with a usable GPU (and a binary built with `cuda`).
+            Ok(_) => {
+                assert_eq!(auto.kind, BackendKind::Cuda);
+                assert_eq!(
+                    select(BackendRequest::Cuda).unwrap().kind,
+                    BackendKind::Cuda
+                );
+            }
+            // The CPU-only machines: auto falls back, an explicit request is a clear error.
+            Err(reason) => {
+                assert_eq!(auto.kind, BackendKind::Cpu);
+                assert!(auto.why.contains(&reason), "{}", auto.why);
+                match select(BackendRequest::Cuda) {
+                    Err(RunnerError::BackendUnavailable { backend, reason: r }) => {
+                        assert_eq!(backend, "cuda");
+                        assert!(r.contains("--backend cpu"), "{r}");
+                    }
+                    other => panic!("expected BackendUnavailable, got {other:?}"),
+                }
+            }
+        }
+    }
 }

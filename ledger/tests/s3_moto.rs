@@ -1,0 +1,223 @@
+//! The S3 blob store against a real S3-compatible server on loopback: moto in server mode
+//! (`pip install 'moto[server]'`, which CI's `.ci/run` does). Each test starts its own
+//! `moto_server` on a free port, creates a bucket with a plain HTTP `PUT` (moto does not check
+//! signatures), and drives `S3BlobStore` through the `BlobStore` trait exactly as the local
+//! store is driven. A missing `moto_server` fails the test with the install command; it never
+//! skips. Not here: AWS itself, credentials discovery.
+#![cfg(feature = "aws")]
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use glassbox_ledger::blob::{BlobStore, open_store_with_env};
+use glassbox_ledger::s3::{PART, S3BlobStore, S3Config};
+use glassbox_ledger::{Error, LocalBlobStore};
+use glassbox_schemas::{Blake3Hash, BlobHash};
+
+/// A moto server process, killed on drop.
+struct Moto {
+    child: Child,
+    endpoint: String,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_moto() -> Moto {
+    // Port 0 makes the kernel pick a free port; moto then binds it (a tiny race with other
+    // processes, acceptable on a test machine).
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("pick a free port")
+        .port();
+    let child = Command::new("moto_server")
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start moto_server ({e}): the S3 tests need moto's S3 server on PATH; \
+                 install it with `pip install 'moto[server]'`"
+            )
+        });
+    let moto = Moto {
+        child,
+        endpoint: format!("http://127.0.0.1:{port}"),
+    };
+    // moto takes a second or two to import; poll the port (the only readiness signal it gives)
+    // for up to 60 s on a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "moto_server did not listen on port {port} within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    moto
+}
+
+fn create_bucket(moto: &Moto, bucket: &str) {
+    ureq::put(&format!("{}/{bucket}", moto.endpoint))
+        .send_empty()
+        .expect("create bucket");
+}
+
+/// Every key in the bucket, from moto's ListObjectsV2 XML.
+fn raw_keys(moto: &Moto, bucket: &str) -> Vec<String> {
+    let body = ureq::get(&format!("{}/{bucket}?list-type=2", moto.endpoint))
+        .call()
+        .expect("list bucket")
+        .into_body()
+        .read_to_string()
+        .expect("list body");
+    body.split("<Key>")
+        .skip(1)
+        .filter_map(|s| s.split("</Key>").next())
+        .map(str::to_string)
+        .collect()
+}
+
+fn config(moto: &Moto, bucket: &str, prefix: &str) -> S3Config {
+    S3Config {
+        endpoint: Some(moto.endpoint.clone()),
+        bucket: bucket.into(),
+        prefix: prefix.into(),
+        region: "us-east-1".into(),
+        access_key_id: "testing".into(),
+        secret_access_key: "testing".into(),
+    }
+}
+
+fn read_all(store: &dyn BlobStore, hash: &BlobHash) -> Vec<u8> {
+    let mut out = Vec::new();
+    store
+        .get(hash)
+        .expect("get")
+        .read_to_end(&mut out)
+        .expect("read");
+    out
+}
+
+/// Deterministic, non-repeating bytes (so a part boundary bug changes the hash).
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3] ^ seed)
+        .collect()
+}
+
+#[test]
+fn small_and_multipart_blobs_round_trip_with_local_store_addresses() {
+    let moto = start_moto();
+    create_bucket(&moto, "lab");
+    let store = S3BlobStore::new(&config(&moto, "lab", "team/lab1")).unwrap();
+    let local_dir = tempfile::tempdir().unwrap();
+    let local = LocalBlobStore::new(local_dir.path());
+
+    // Small (one request), exactly one part, and multipart (three parts, the last short).
+    for (len, seed) in [(0usize, 0u8), (1000, 1), (PART, 2), (2 * PART + 12_345, 3)] {
+        let data = pattern(len, seed);
+        let put = store.put(&mut data.as_slice()).unwrap();
+        assert_eq!(put.hash.0, Blake3Hash::of(&data), "len {len}");
+        assert_eq!(put.bytes, len as u64);
+        assert!(!put.existed, "len {len}");
+        // Same address as the local store gives the same bytes.
+        assert_eq!(local.put(&mut data.as_slice()).unwrap().hash, put.hash);
+        assert!(store.has(&put.hash).unwrap());
+        assert_eq!(read_all(&store, &put.hash), data, "len {len}");
+        // A second put is a no-op that reports the existing blob.
+        let again = store.put(&mut data.as_slice()).unwrap();
+        assert_eq!(again.hash, put.hash);
+        assert!(again.existed, "len {len}");
+    }
+    let listed = store.list().unwrap();
+    assert_eq!(listed, local.list().unwrap());
+    assert_eq!(listed.len(), 4);
+
+    // Keys follow `<prefix>/blobs/<2 hex>/<62 hex>` and no temporary upload is left behind.
+    let keys = raw_keys(&moto, "lab");
+    assert_eq!(keys.len(), 4, "{keys:?}");
+    for h in &listed {
+        let hex = h.0.to_hex();
+        let want = format!("team/lab1/blobs/{}/{}", &hex[..2], &hex[2..]);
+        assert!(keys.contains(&want), "{want} not in {keys:?}");
+    }
+
+    let missing = BlobHash(Blake3Hash::of(b"never stored"));
+    assert!(!store.has(&missing).unwrap());
+    match store.get(&missing) {
+        Err(Error::BlobNotFound { hash, store }) => {
+            assert_eq!(hash, missing.to_string());
+            assert_eq!(store, "s3://lab/team/lab1");
+        }
+        other => panic!("expected BlobNotFound, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn put_file_skips_the_upload_of_an_existing_blob_and_large_copies_stream() {
+    let moto = start_moto();
+    create_bucket(&moto, "files");
+    // Copy limit 0: every finished temporary upload takes the streamed re-upload path that
+    // S3 needs above 5 GiB.
+    let store = S3BlobStore::new(&config(&moto, "files", ""))
+        .unwrap()
+        .with_copy_limit(0);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.bin");
+    let data = pattern(PART + 777, 9);
+    std::fs::write(&path, &data).unwrap();
+
+    let first = store.put_file(&path).unwrap();
+    assert!(!first.existed);
+    assert_eq!(first.hash.0, Blake3Hash::of(&data));
+    assert_eq!(read_all(&store, &first.hash), data);
+    let second = store.put_file(&path).unwrap();
+    assert!(second.existed);
+    assert_eq!(second.hash, first.hash);
+
+    let other = pattern(2 * PART + 1, 4);
+    let put = store.put(&mut other.as_slice()).unwrap();
+    assert!(!put.existed);
+    assert_eq!(read_all(&store, &put.hash), other);
+    let keys = raw_keys(&moto, "files");
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys.iter().all(|k| k.starts_with("blobs/")), "{keys:?}");
+}
+
+#[test]
+fn open_store_reads_s3_locations_from_the_environment() {
+    let moto = start_moto();
+    create_bucket(&moto, "envbucket");
+    let endpoint = moto.endpoint.clone();
+    let env = move |key: &str| match key {
+        "AWS_ENDPOINT_URL" => Some(endpoint.clone()),
+        "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" => Some("testing".into()),
+        _ => None,
+    };
+    let store = open_store_with_env("s3://envbucket/some/prefix", &env).unwrap();
+    assert_eq!(store.describe(), "s3://envbucket/some/prefix");
+    let put = store.put(&mut &b"hello"[..]).unwrap();
+    assert_eq!(read_all(store.as_ref(), &put.hash), b"hello");
+    let hex = put.hash.0.to_hex();
+    assert_eq!(
+        raw_keys(&moto, "envbucket"),
+        vec![format!("some/prefix/blobs/{}/{}", &hex[..2], &hex[2..])]
+    );
+
+    // No credentials: a clear error naming the variable, before any request.
+    let err = open_store_with_env("s3://envbucket/x", &|_| None)
+        .err()
+        .expect("missing credentials must fail");
+    assert!(err.to_string().contains("AWS_ACCESS_KEY_ID"), "{err}");
+}

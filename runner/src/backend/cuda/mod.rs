@@ -1,0 +1,46 @@
+//! The CUDA backend (issue 5): the CPU reference's ops as CUDA C kernels (`runner/kernels/*.cu`,
+//! compiled at run time by NVRTC for the device's architecture) plus cuBLAS for every matmul,
+//! through `cudarc` with dynamic loading — the binary builds and runs on machines with no CUDA
+//! at all, and [`probe`] says why CUDA cannot be used before anything touches the driver.
+//!
+//! - [`sources`] — the embedded `.cu` texts and their BLAKE3 (always built);
+//! - `probe` — library-presence checks (cudarc's loader panics on a missing library; we check
+//!   first and also catch any unwind), device count;
+//! - `nvrtc` — compile a kernel file for an architecture, with an on-disk cache keyed by
+//!   BLAKE3(source, options, NVRTC version); the log is returned so tests fail on warnings;
+//! - `blas` — row-major (grouped and strided-batched) SGEMM on cuBLAS (the transpose trick);
+//! - `device` — [`CudaBackend`]: one context, one stream, one cuBLAS handle with a fixed
+//!   workspace, a caching buffer pool (allocate once per run, reuse every step), and the
+//!   [`Backend`](crate::backend::Backend) impl.
+//!
+//! Determinism: one stream; every reduction is a fixed tree or a fixed serial order; no float
+//! atomics (checked by a test over the sources); cuBLAS is bitwise reproducible on the same
+//! GPU, toolkit and workspace. Not bitwise equal to the CPU backend: parity is within the
+//! tolerances stated in `examples/gpu_check.rs`.
+//! Not here: bf16 storage (`precision = "bf16"` is still refused by `ModelDims::from_spec`),
+//! NVML telemetry, fused flash attention.
+
+pub mod sources;
+
+#[cfg(feature = "cuda")]
+mod blas;
+#[cfg(feature = "cuda")]
+mod device;
+#[cfg(feature = "cuda")]
+pub mod nvrtc;
+
+#[cfg(feature = "cuda")]
+pub use device::{CudaBackend, CudaBuf, CudaIds, DevBuf, Pooled};
+
+/// Whether the CUDA backend can run here: `Ok(description)` of the device(s) found, or why not
+/// (with what to install). Never panics and never calls into a library that is absent.
+pub fn probe() -> Result<String, String> {
+    #[cfg(feature = "cuda")]
+    {
+        device::probe()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err("this binary was built without the CUDA backend (cargo feature `cuda`)".into())
+    }
+}
