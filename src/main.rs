@@ -62,6 +62,8 @@ enum Command {
     Verify(cli::verify::VerifyArgs),
     /// Mirror the ledger into a git repository.
     Publish(cli::publish::PublishArgs),
+    /// Serve the dashboard, JSON API, live metrics and the log's static read API.
+    Serve(cli::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
         Command::Ledger(cmd) => cli::ledger::run(cmd, &cli.global),
         Command::Verify(args) => cli::verify::run(args, &cli.global),
         Command::Publish(args) => cli::publish::run(args, &cli.global),
+        Command::Serve(args) => cli::serve::run(args, &cli.global),
     };
     match result {
         Ok(code) => code,

@@ -4,5 +4,6 @@
 pub mod ledger;
 pub mod publish;
 pub mod run;
+pub mod serve;
 pub mod spec;
 pub mod verify;
