@@ -214,9 +214,13 @@ pub struct CatalogData {
 /// The in-memory catalog, shared by all requests.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    refresh: tokio::sync::Mutex<()>,
+    refresh: tokio::sync::Mutex<Option<std::time::Instant>>,
     data: RwLock<CatalogData>,
 }
+
+/// How stale the catalog may be: a request within this long of the last catch-up, or while
+/// another request is catching up, reads what is folded instead of queueing behind it.
+const REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl ExperimentRow {
     /// `running`, the latest run's status, `rejected`, `approved` or `proposed`.
@@ -257,7 +261,18 @@ impl Catalog {
 
     /// Catches up with the index.
     pub async fn refresh(&self, pool: &AnyPool, lab: &Lab) -> Result<(), WebError> {
-        let _one_at_a_time = self.refresh.lock().await;
+        let mut last = match self.refresh.try_lock() {
+            Ok(guard) => guard,
+            // Someone is catching up; once anything is folded, do not queue behind them.
+            Err(_) if self.data.read().unwrap_or_else(|p| p.into_inner()).next > 0 => {
+                return Ok(());
+            }
+            Err(_) => self.refresh.lock().await,
+        };
+        if last.is_some_and(|t| t.elapsed() < REFRESH_INTERVAL) {
+            return Ok(());
+        }
+        *last = Some(std::time::Instant::now());
         loop {
             let next = self.data.read().unwrap_or_else(|p| p.into_inner()).next;
             let rows = sqlx::query(

@@ -356,7 +356,7 @@ pub async fn page(
     Path(id): Path<String>,
     Query(q): Query<RunQuery>,
 ) -> Result<Markup, WebError> {
-    let (exp, runs, forecasts) = {
+    let (exp, runs, forecasts, status) = {
         let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
         let exp = cat
             .experiments
@@ -373,7 +373,8 @@ pub async fn page(
             .iter()
             .filter_map(|i| cat.forecasts.get(i).cloned())
             .collect();
-        (exp, runs, forecasts)
+        let status = exp.status(&cat);
+        (exp, runs, forecasts, status)
     };
     let selected = match &q.run {
         Some(r) => Some(
@@ -415,10 +416,6 @@ pub async fn page(
         }
     }
     let title = exp.title.clone().unwrap_or_else(|| exp.id.clone());
-    let status = {
-        let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
-        exp.status(&cat)
-    };
     let body = html! {
         h1 { (title) " " (status_badge(&status)) }
         p.meta {
