@@ -73,6 +73,12 @@ enum Command {
     /// Datasets: `data import --domain NAME FILE`, `data generate --domain NAME --seed N --bytes N`.
     #[command(subcommand)]
     Data(cli::data::DataCommand),
+    /// The whole path on a fresh lab, with no network: an experiment issue is proposed,
+    /// validated, approved, trained, recorded and audited; then the dashboard stays up.
+    Quickstart(cli::quickstart::QuickstartArgs),
+    /// Serve the lab: dashboard, JSON API, live metrics, the log's static read API, the GitHub
+    /// webhook and bot, and an in-process worker.
+    Serve(cli::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -89,6 +95,8 @@ fn main() -> ExitCode {
         Command::Data(cmd) => cli::data::run(cmd, &cli.global),
         Command::Ladder(args) => cli::ladder::run(args, &cli.global),
         Command::Reproduce(args) => cli::reproduce::run(args, &cli.global),
+        Command::Serve(args) => cli::serve::run(args, &cli.global),
+        Command::Quickstart(args) => cli::quickstart::run(args, &cli.global),
     };
     match result {
         Ok(code) => code,

@@ -396,6 +396,38 @@ impl LiveSink for CliSink {
     }
 }
 
+/// The terminal progress display alone, as a live sink (`glassbox quickstart`).
+pub(crate) struct ProgressSink {
+    inner: std::sync::Mutex<Progress>,
+}
+
+impl ProgressSink {
+    pub(crate) fn new() -> Self {
+        Self {
+            inner: std::sync::Mutex::new(Progress::new(false)),
+        }
+    }
+}
+
+impl LiveSink for ProgressSink {
+    fn started(&self, _e: &ExperimentId, _r: &RunId, step: u64, total: u64, info: &RunInfo) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.on_start(step, total, info);
+    }
+
+    fn metrics(&self, _e: &ExperimentId, _r: &RunId, record: &MetricRecord) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.on_metrics(record);
+    }
+
+    fn status(&self, _e: &ExperimentId, _r: &RunId, status: &str) {
+        if status != "running" {
+            let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            g.finish();
+        }
+    }
+}
+
 /// Peak resident set size from `/proc/self/status` (`VmHWM`), where available.
 fn peak_rss_bytes() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;

@@ -1,6 +1,169 @@
-//! glassbox-web: the public dashboard, JSON API, live metrics and the log's static read API
-//! (issue 8), served by `glassbox serve`.
+//! glassbox-web: the public dashboard of an open lab, served by `glassbox serve`.
 //!
-//! Not built yet: this crate holds no code so far, and nothing depends on it. It will know the
-//! lab (and through it the ledger) but never write to either; its only write route will be the
-//! signed GitHub webhook, mounted from `glassbox-github-bot`.
+//! - [`WebState`] — what the server reads: the lab directory ([`glassbox_ledger::Lab`]: the
+//!   static log and blobs), the index database ([`glassbox_ledger::index::Index`]), optionally
+//!   the job queue, the [`LiveHub`] of live metric points, and an optional extra router (the
+//!   GitHub webhook, mounted by the binary);
+//! - [`app`] — the axum router: HTML pages (`pages`), the JSON API under `/api/v1` with its
+//!   OpenAPI document (`api`), the log's static read API `/log/...`, `/vkey`, `/blobs/...`
+//!   (`static_log`), and operations `/healthz`, `/metrics` (`ops`);
+//! - [`serve`] — binds a socket and serves [`app`] until a shutdown future resolves, letting
+//!   running requests finish.
+//!
+//! Pages are rendered on the server (maud templates escape everything interpolated) with charts
+//! drawn by plotters as inline SVG, each line downsampled by [`lttb`]; they need no JavaScript
+//! except `/assets/live.js`, which follows a live run over Server-Sent Events. A strict
+//! Content-Security-Policy forbids inline scripts and styles.
+//!
+//! The key design choice: the dashboard is read-only. It never writes the log, the blob store,
+//! the index or the queue; everything it shows comes from the index (derived from the log), the
+//! blobs, or the in-process [`LiveHub`]. Its only write route is whatever the caller merges in
+//! (the signed webhook of `glassbox-github-bot`).
+
+pub mod api;
+pub mod catalog;
+pub mod chart;
+pub mod error;
+pub mod live;
+pub mod lttb;
+pub mod ops;
+pub mod pages;
+pub mod series;
+pub mod static_log;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use glassbox_lab::queue::Queue;
+use glassbox_ledger::Lab;
+use glassbox_ledger::index::Index;
+
+pub use error::WebError;
+pub use live::{LiveEvent, LiveHub};
+
+/// Largest request body the server accepts (the dashboard is read-only; the webhook sets its
+/// own, larger cap on its route).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Everything the handlers read. Cheap to clone (all shared).
+#[derive(Clone)]
+pub struct WebState {
+    /// The lab directory: `log/`, `blobs/`, `vkey` are served from it.
+    pub lab: Lab,
+    /// The index database (read-only queries through [`Index::pool`]).
+    pub index: Index,
+    /// The job queue, for queue depth and running jobs in `/metrics`; `None` when the server
+    /// runs without one.
+    pub queue: Option<Queue>,
+    /// Live metric points and run-status changes.
+    pub live: LiveHub,
+    /// Routes merged into [`app`] as they are (the GitHub webhook).
+    pub extra: Option<Router>,
+    pub(crate) catalog: Arc<catalog::Catalog>,
+    pub(crate) metrics: Arc<ops::RequestMetrics>,
+    /// Set when the server starts shutting down, so endless responses (SSE) end and the
+    /// graceful shutdown can complete.
+    pub(crate) closing: tokio::sync::watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for WebState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebState")
+            .field("lab", &self.lab.root())
+            .field("index", &self.index.url())
+            .field("queue", &self.queue.is_some())
+            .field("extra", &self.extra.is_some())
+            .finish()
+    }
+}
+
+impl WebState {
+    /// State for a lab and its index, without a queue or extra routes.
+    pub fn new(lab: Lab, index: Index, live: LiveHub) -> Self {
+        WebState {
+            lab,
+            index,
+            queue: None,
+            live,
+            extra: None,
+            catalog: Arc::new(catalog::Catalog::default()),
+            metrics: Arc::new(ops::RequestMetrics::default()),
+            closing: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    /// Adds the job queue (for `/metrics`).
+    pub fn with_queue(mut self, queue: Queue) -> Self {
+        self.queue = Some(queue);
+        self
+    }
+
+    /// Adds routes to merge into the app (e.g. the webhook).
+    pub fn with_extra(mut self, router: Router) -> Self {
+        self.extra = Some(router);
+        self
+    }
+}
+
+/// The whole router: pages, API, static log, operations, the extra routes; with request
+/// logging, metrics, a body cap and security headers.
+pub fn app(state: WebState) -> Router {
+    let extra = state.extra.clone();
+    let mut router = Router::new()
+        .merge(pages::routes())
+        .merge(api::routes())
+        .merge(static_log::routes())
+        .merge(ops::routes())
+        .with_state(state.clone())
+        // The dashboard's own routes are read-only: no request body is needed, so any is
+        // capped small (413). Merged routes (the webhook) keep their own cap.
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(
+            MAX_BODY_BYTES,
+        ));
+    if let Some(extra) = extra {
+        router = router.merge(extra);
+    }
+    ops::layers(router, state)
+}
+
+/// Serves [`app`] on `listener` until `shutdown` resolves; requests in flight then finish
+/// (graceful shutdown) before this returns.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    state: WebState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), WebError> {
+    let closing = state.closing.clone();
+    let shutdown = async move {
+        shutdown.await;
+        tracing::info!("shutting down: finishing requests in flight");
+        // Live streams end now; other requests run to completion.
+        closing.send_replace(true);
+    };
+    let app = app(state);
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+    .map_err(WebError::Io)
+}
+
+/// Binds `bind` and serves until `shutdown` resolves (see [`serve_on`]).
+pub async fn serve(
+    state: WebState,
+    bind: SocketAddr,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), WebError> {
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|e| WebError::Bind {
+            addr: bind.to_string(),
+            reason: e.to_string(),
+        })?;
+    tracing::info!(addr = %bind, "serving the dashboard");
+    serve_on(listener, state, shutdown).await
+}

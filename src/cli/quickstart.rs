@@ -1,0 +1,339 @@
+//! `glassbox quickstart`: the whole open-lab path on a fresh lab, on this machine, with no
+//! network — then the dashboard stays up.
+//!
+//! Stages, one line each: create `./glassbox-lab`; generate the built-in Markov corpus (a
+//! `dataset` entry); start the lab server (dashboard, webhook, bot, in-process worker) with a
+//! local stand-in for GitHub mounted at `/local-github` (the bot talks to it through its real
+//! octocrab client; the dashboard labels it as local); deliver a signed `issues.opened` webhook
+//! whose body is the experiment form filled with the built-in `examples/tiny.toml`; wait for the
+//! bot's validation comment; deliver a maintainer's `/approve`; train with a progress bar; wait
+//! for the result comment; audit the running server over HTTP (`verified: ...`).
+//!
+//! Glue over `cli::serve` and the library crates; the example spec is compiled into the binary
+//! so this works from any directory.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use glassbox_github_bot::config::{BotConfig, BudgetConfig, GitHubAuth, RetryConfig};
+use glassbox_github_bot::form::render_issue_form;
+use glassbox_github_bot::local::{LOCAL_GITHUB_PREFIX, LocalGitHub, LocalIssues};
+use glassbox_github_bot::{Login, WEBHOOK_PATH};
+use glassbox_lab::{LiveSink, dataset};
+use glassbox_ledger::Lab;
+use glassbox_schemas::ExperimentId;
+
+use crate::GlobalOpts;
+use crate::cli::lab_context::{self, LabArgs};
+use crate::cli::serve::{self, ServeParts};
+use crate::exit;
+
+/// The example experiment, built into the binary.
+const TINY: &str = include_str!("../../examples/tiny.toml");
+/// The quickstart's pretend repository, proposer and maintainer.
+const REPO: &str = "local/glassbox-quickstart";
+const PROPOSER: &str = "ada";
+const MAINTAINER: &str = "grace";
+
+#[derive(Debug, Args)]
+pub struct QuickstartArgs {
+    /// Address the dashboard listens on.
+    #[arg(long, default_value = serve::DEFAULT_BIND)]
+    pub bind: SocketAddr,
+    /// Replace an existing lab directory.
+    #[arg(long)]
+    pub force: bool,
+    /// CPU threads for training. Default: all cores.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Stop after the audit instead of keeping the dashboard up (for scripts and tests).
+    #[arg(long)]
+    pub exit: bool,
+}
+
+/// The first line of a comment that a person would read (not the bot's hidden marker).
+fn first_line(body: &str) -> &str {
+    body.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("<!--"))
+        .unwrap_or_default()
+}
+
+fn stage(name: &str, text: impl std::fmt::Display) {
+    eprintln!("{name:>9}  {text}");
+}
+
+/// Posts a signed webhook delivery to the running server, as GitHub would.
+async fn deliver(
+    addr: SocketAddr,
+    secret: &str,
+    event: &str,
+    delivery: &str,
+    payload: &serde_json::Value,
+) -> anyhow::Result<u16> {
+    let body = serde_json::to_vec(payload)?;
+    let sig = glassbox_github_bot::signature::sign(secret.as_bytes(), &body);
+    let url = format!("http://{addr}{WEBHOOK_PATH}");
+    let (event, delivery) = (event.to_string(), delivery.to_string());
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let resp = agent
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("x-github-event", &event)
+            .header("x-github-delivery", &delivery)
+            .header("x-hub-signature-256", &sig)
+            .send(&body[..])
+            .with_context(|| format!("cannot deliver the webhook to {url}"))?;
+        Ok(resp.status().as_u16())
+    })
+    .await?
+}
+
+/// Waits (polling every 100 ms) until `check` yields, or fails after `limit`.
+async fn wait_for<T>(
+    what: &str,
+    limit: Duration,
+    mut check: impl AsyncFnMut() -> anyhow::Result<Option<T>>,
+) -> anyhow::Result<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("timed out after {} s waiting for {what}", limit.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let dir = &global.lab;
+    if dir.exists()
+        && std::fs::read_dir(dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
+        if !args.force {
+            eprintln!(
+                "error: {} already exists; quickstart makes a fresh lab. Use --force to replace it, or --lab DIR for another place",
+                dir.display()
+            );
+            return Ok(exit::code(exit::CHECK_FAILED));
+        }
+        if Lab::open(dir).is_err() {
+            eprintln!(
+                "error: {} exists and is not a glassbox lab; refusing to delete it even with --force",
+                dir.display()
+            );
+            return Ok(exit::code(exit::CHECK_FAILED));
+        }
+        std::fs::remove_dir_all(dir).with_context(|| format!("cannot remove {}", dir.display()))?;
+    }
+    let origin = format!(
+        "glassbox-quickstart/{}",
+        crate::cli::ledger::default_origin()?.trim_start_matches("glassbox-lab/")
+    );
+    let (lab, _) = Lab::init(dir, &origin)?;
+    stage(
+        "lab",
+        format!("created {} (log origin {origin})", lab.root().display()),
+    );
+    let spec = glassbox_schemas::parse_toml(TINY)
+        .map_err(|e| anyhow::anyhow!("the built-in example spec is invalid: {e}"))?;
+
+    lab_context::runtime()?.block_on(async move {
+        let lab_args = LabArgs {
+            database_url: None,
+            config: None,
+        };
+        let mut ctx = lab_context::open(global, &lab_args, false).await?;
+        // The built-in corpus: the example's Markov source, recorded as a dataset.
+        let generator = spec.data.mixture[0]
+            .generator
+            .clone()
+            .context("the example spec has a generator domain")?;
+        let rec = ctx.recorder.clone();
+        let ds = tokio::task::spawn_blocking(move || {
+            dataset::generate(&rec, "markov", &generator, 1 << 20)
+        })
+        .await??;
+        stage(
+            "data",
+            format!(
+                "generated the built-in Markov corpus {} ({} bytes, entropy {:.4} bits/byte), dataset entry {}",
+                ds.hash,
+                ds.bytes,
+                ds.body.entropy_bits_per_byte.unwrap_or(f64::NAN),
+                ds.entry
+            ),
+        );
+
+        let listener = tokio::net::TcpListener::bind(args.bind)
+            .await
+            .with_context(|| format!("cannot listen on {} (try --bind 127.0.0.1:0)", args.bind))?;
+        let addr = listener.local_addr()?;
+        let base = format!("http://{addr}");
+        let secret = crate::cli::ledger::default_origin()?;
+        let github = LocalGitHub::new(&[MAINTAINER]);
+        let bot = BotConfig {
+            bot_login: Login::new("glassbox-bot"),
+            webhook_secrets: vec![secret.clone()],
+            max_body_bytes: glassbox_github_bot::config::DEFAULT_MAX_BODY_BYTES,
+            maintainers: vec![Login::new(MAINTAINER)],
+            collaborators_are_maintainers: false,
+            allow_self_approval: false,
+            flops_per_second: 5.0e10,
+            dashboard_url: base.clone(),
+            api_base_url: format!("{base}{LOCAL_GITHUB_PREFIX}"),
+            auth: GitHubAuth::Token {
+                token: "local-stand-in".into(),
+            },
+            budget: BudgetConfig::default(),
+            retry: RetryConfig {
+                max_attempts: 3,
+                base_backoff_ms: 100,
+                max_wait_seconds: 5,
+            },
+        };
+        ctx.flow = glassbox_lab::Flow::new(ctx.queue.clone(), ctx.recorder.clone(), ctx.config.clone())
+            .with_public_url(&base);
+        let queue = ctx.queue.clone();
+        let progress: Arc<dyn LiveSink> = Arc::new(crate::cli::run::ProgressSink::new());
+        let running = serve::start(
+            ServeParts {
+                ctx,
+                github: Some(bot),
+                extra: Some(axum::Router::new().nest(LOCAL_GITHUB_PREFIX, github.router())),
+                worker: true,
+                threads: args.threads,
+                live_sinks: vec![progress],
+            },
+            listener,
+        )
+        .await?;
+        stage(
+            "server",
+            format!("dashboard at {base}/ (GitHub is a local stand-in at {base}{LOCAL_GITHUB_PREFIX}; nothing leaves this machine)"),
+        );
+
+        // 1. An outsider opens an experiment issue through the form.
+        let issues = LocalIssues { repo: REPO.into() };
+        let title = format!("[experiment] {}", spec.experiment.name);
+        let body = render_issue_form(
+            &spec.experiment.hypothesis,
+            Some("eval/markov/loss = 1.35 +- 0.10"),
+            TINY,
+            true,
+        );
+        let status = deliver(addr, &secret, "issues", "quickstart-1", &issues.opened(1, PROPOSER, &title, &body)).await?;
+        stage("issue", format!("#1 opened by {PROPOSER}: signed webhook delivered ({status})"));
+        let gh = github.clone();
+        let first = wait_for("the bot's validation comment", Duration::from_secs(30), async || {
+            Ok(gh.comments().into_iter().find(|c| c.issue == 1))
+        })
+        .await?;
+        stage(
+            "bot",
+            format!(
+                "validated #1 and commented: {}",
+                first_line(&first.body)
+            ),
+        );
+
+        // 2. A maintainer approves it.
+        let status = deliver(
+            addr,
+            &secret,
+            "issue_comment",
+            "quickstart-2",
+            &issues.comment(1, PROPOSER, &title, &body, MAINTAINER, "/approve", 2),
+        )
+        .await?;
+        let experiment = ExperimentId(format!("{REPO}#1"));
+        let q = queue.clone();
+        let e2 = experiment.clone();
+        let job = wait_for("the approved job", Duration::from_secs(30), async || {
+            Ok(q.latest_job_of(&e2).await?)
+        })
+        .await?;
+        stage("approve", format!("{MAINTAINER}: /approve ({status}) → approval entry {}, job {} queued", job.approval_entry.unwrap_or_default(), job.id));
+
+        // 3. The in-process worker trains it (progress bar), records the result.
+        let q = queue.clone();
+        let id = job.id;
+        let done = wait_for("the run to finish", Duration::from_secs(900), async || {
+            let j = q.get(id).await?;
+            Ok(j.state.is_terminal().then_some(j))
+        })
+        .await?;
+        stage(
+            "run",
+            format!(
+                "{} {}{}",
+                done.run_id.clone().unwrap_or_default(),
+                done.state,
+                done.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+            ),
+        );
+        let gh = github.clone();
+        let result = wait_for("the bot's result comment", Duration::from_secs(60), async || {
+            Ok(gh
+                .comments()
+                .into_iter()
+                .filter(|c| c.issue == 1)
+                .find(|c| c.body.contains(done.run_id.as_deref().unwrap_or("run-")) && c.body.contains("ledger")))
+        })
+        .await?;
+        stage(
+            "result",
+            format!(
+                "recorded and commented on #1: {}",
+                first_line(&result.body)
+            ),
+        );
+
+        // 4. Anyone audits the running lab over HTTP.
+        let url = format!("{base}/");
+        let g = global.clone();
+        let verified = tokio::task::spawn_blocking(move || {
+            crate::cli::verify::run(
+                crate::cli::verify::VerifyArgs {
+                    target: Some(url),
+                    vkey: None,
+                    prev: None,
+                    no_blobs: false,
+                    index_url: None,
+                    state_dir: None,
+                },
+                &g,
+            )
+        })
+        .await??;
+        if verified != exit::code(exit::OK) {
+            anyhow::bail!("the audit of {base}/ failed (see above)");
+        }
+        stage(
+            "done",
+            format!(
+                "the whole path took {:.0} s. Dashboard: {base}/  ·  audit it yourself: glassbox verify {base}/",
+                started.elapsed().as_secs_f64()
+            ),
+        );
+        if !args.exit {
+            eprintln!("           serving until Ctrl-C");
+            crate::cli::worker::shutdown_signal().await;
+        }
+        running.shutdown().await?;
+        Ok(exit::code(exit::OK))
+    })
+}

@@ -1,0 +1,467 @@
+//! `glassbox serve [--bind ADDR] [--config FILE]`: the whole lab on one process — the dashboard,
+//! JSON API, live metrics and the log's static read API of `glassbox-web`; the GitHub webhook
+//! and the bot (when the config has a `[github]` section); the delivery of result comments; and
+//! an in-process worker (unless `--no-worker`: then `glassbox worker` processes train).
+//!
+//! Glue only: read the config (every problem reported at once, with its key), open the lab,
+//! its queue and its index, start `glassbox_lab::service::LabService`, serve `glassbox_web::app`,
+//! and keep the index following the log (every second) while serving, since workers in other
+//! processes append. Ctrl-C or SIGTERM starts a graceful shutdown: the running job is
+//! recorded, live streams end, requests in flight finish. Request logs go to stderr
+//! (`GLASSBOX_LOG=debug|info|warn|error`, default `info`).
+//!
+//! Exit 0 after a clean shutdown; 1 for an invalid config; 3 when the lab, a database or the
+//! socket cannot be used.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use glassbox_github_bot::config::BotConfig;
+use glassbox_lab::worker::{JobEnd, LiveSink};
+use glassbox_lab::{LabConfig, Worker, WorkerId, WorkerOptions};
+use glassbox_ledger::index::Index;
+use glassbox_runner::observer::{MetricRecord, RunInfo};
+use glassbox_schemas::{ExperimentId, RunId};
+use glassbox_web::{LiveEvent, LiveHub, WebState};
+
+use crate::GlobalOpts;
+use crate::cli::lab_context::{self, LabArgs, LabContext};
+use crate::exit;
+
+/// Listen address when neither `--bind` nor the config file names one.
+pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
+
+/// How often the index is brought up to date with the log while serving.
+const SYNC_INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on [default: the config's `web.bind`, else 127.0.0.1:8080].
+    #[arg(long)]
+    pub bind: Option<SocketAddr>,
+    /// The lab configuration (TOML): `[web]`, `[github]` and the lab's `[limits]`, `[queue]`,
+    /// `[worker]` sections (see docs/deploy.md).
+    #[arg(long, env = "GLASSBOX_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The queue database (`sqlite://PATH` or `postgres://...`). Default: `sqlite://<lab>/queue.db`.
+    #[arg(long, env = "GLASSBOX_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Do not train here: leave the queue to `glassbox worker` processes.
+    #[arg(long)]
+    pub no_worker: bool,
+    /// CPU threads for the in-process worker. Default: all cores.
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// The `[web]` section.
+#[derive(Debug, Default, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebSection {
+    /// Listen address.
+    pub bind: Option<SocketAddr>,
+    /// The public base URL (links in comments, proof URLs).
+    pub public_url: Option<String>,
+}
+
+/// The whole serve configuration: the lab's sections plus `[web]` and `[github]`.
+#[derive(Debug, Clone, Default)]
+pub struct ServeConfig {
+    /// `[limits]`, `[queue]`, `[worker]`.
+    pub lab: LabConfig,
+    /// `[web]`.
+    pub web: WebSection,
+    /// `[github]`, with secrets resolved from the environment or files.
+    pub github: Option<BotConfig>,
+}
+
+/// Reads a serve config; every problem is reported at once, each with its key.
+pub fn read_config(path: &std::path::Path) -> anyhow::Result<Result<ServeConfig, Vec<String>>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config {}", path.display()))?;
+    let (lab, extra) = match LabConfig::parse_sections(&text, &["web", "github"]) {
+        Ok(x) => x,
+        Err(problems) => return Ok(Err(problems)),
+    };
+    let mut problems = Vec::new();
+    let mut cfg = ServeConfig {
+        lab,
+        ..Default::default()
+    };
+    if let Some(web) = extra.get("web") {
+        match web.clone().try_into::<WebSection>() {
+            Ok(w) => cfg.web = w,
+            Err(e) => problems.push(format!("web: {}", e.message().trim())),
+        }
+    }
+    if let Some(gh) = extra.get("github") {
+        match resolve_secrets(gh.clone()) {
+            Ok(v) => match v.try_into::<BotConfig>() {
+                Ok(b) => match b.validate() {
+                    Ok(()) => cfg.github = Some(b),
+                    Err(e) => problems.push(e.to_string()),
+                },
+                Err(e) => problems.push(format!("github: {}", e.message().trim())),
+            },
+            Err(mut p) => problems.append(&mut p),
+        }
+    }
+    Ok(if problems.is_empty() {
+        Ok(cfg)
+    } else {
+        Err(problems)
+    })
+}
+
+/// Secrets never live in the config file: `webhook_secrets_env = ["VAR", ...]` /
+/// `webhook_secrets_file = "PATH"` (one per line) and, under `[github.auth]`, `token_env`,
+/// `private_key_file` are read here into the fields the bot expects.
+fn resolve_secrets(mut gh: toml::Value) -> Result<toml::Value, Vec<String>> {
+    let mut problems = Vec::new();
+    let Some(t) = gh.as_table_mut() else {
+        return Err(vec!["github: must be a table ([github])".into()]);
+    };
+    let mut secrets: Vec<String> = Vec::new();
+    if let Some(v) = t.remove("webhook_secrets_env") {
+        for name in v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.as_str())
+        {
+            match std::env::var(name) {
+                Ok(s) if !s.is_empty() => secrets.push(s),
+                _ => problems.push(format!(
+                    "github.webhook_secrets_env: environment variable {name} is not set"
+                )),
+            }
+        }
+    }
+    if let Some(v) = t.remove("webhook_secrets_file") {
+        let path = v.as_str().unwrap_or_default().to_string();
+        match std::fs::read_to_string(&path) {
+            Ok(s) => secrets.extend(
+                s.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(String::from),
+            ),
+            Err(e) => problems.push(format!("github.webhook_secrets_file = {path:?}: {e}")),
+        }
+    }
+    if !secrets.is_empty() {
+        let list = t
+            .entry("webhook_secrets")
+            .or_insert_with(|| toml::Value::Array(Vec::new()));
+        if let Some(a) = list.as_array_mut() {
+            a.extend(secrets.into_iter().map(toml::Value::String));
+        }
+    }
+    if let Some(auth) = t.get_mut("auth").and_then(|a| a.as_table_mut()) {
+        if let Some(v) = auth.remove("token_env") {
+            let name = v.as_str().unwrap_or_default().to_string();
+            match std::env::var(&name) {
+                Ok(s) if !s.is_empty() => {
+                    auth.insert("token".into(), toml::Value::String(s));
+                }
+                _ => problems.push(format!(
+                    "github.auth.token_env: environment variable {name} is not set"
+                )),
+            }
+        }
+        if let Some(v) = auth.remove("private_key_file") {
+            let path = v.as_str().unwrap_or_default().to_string();
+            match std::fs::read_to_string(&path) {
+                Ok(s) => {
+                    auth.insert("private_key_pem".into(), toml::Value::String(s));
+                }
+                Err(e) => problems.push(format!("github.auth.private_key_file = {path:?}: {e}")),
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(gh)
+    } else {
+        Err(problems)
+    }
+}
+
+fn init_logs() {
+    let level = match std::env::var("GLASSBOX_LOG").as_deref() {
+        Ok("debug") => tracing::Level::DEBUG,
+        Ok("warn") => tracing::Level::WARN,
+        Ok("error") => tracing::Level::ERROR,
+        Ok("trace") => tracing::Level::TRACE,
+        _ => tracing::Level::INFO,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Live telemetry into the dashboard's hub.
+pub struct HubSink(pub LiveHub);
+
+impl LiveSink for HubSink {
+    fn metrics(&self, _e: &ExperimentId, run: &RunId, r: &MetricRecord) {
+        for (name, value) in &r.scalars {
+            self.0.publish(LiveEvent::Point {
+                run: run.0.clone(),
+                step: r.step,
+                name: name.clone(),
+                value: *value,
+            });
+        }
+        for (name, values) in &r.vectors {
+            for (i, value) in values.iter().enumerate() {
+                self.0.publish(LiveEvent::Point {
+                    run: run.0.clone(),
+                    step: r.step,
+                    name: format!("{name}/{i}"),
+                    value: *value,
+                });
+            }
+        }
+    }
+
+    fn status(&self, _e: &ExperimentId, run: &RunId, status: &str) {
+        self.0.publish(LiveEvent::Status {
+            run: run.0.clone(),
+            status: status.to_string(),
+        });
+    }
+}
+
+/// Several sinks as one.
+pub struct FanoutSink(pub Vec<Arc<dyn LiveSink>>);
+
+impl LiveSink for FanoutSink {
+    fn started(&self, e: &ExperimentId, r: &RunId, step: u64, total: u64, info: &RunInfo) {
+        for s in &self.0 {
+            s.started(e, r, step, total, info);
+        }
+    }
+    fn metrics(&self, e: &ExperimentId, r: &RunId, m: &MetricRecord) {
+        for s in &self.0 {
+            s.metrics(e, r, m);
+        }
+    }
+    fn status(&self, e: &ExperimentId, r: &RunId, st: &str) {
+        for s in &self.0 {
+            s.status(e, r, st);
+        }
+    }
+}
+
+/// What a running server needs from its caller.
+pub struct ServeParts {
+    /// The open lab.
+    pub ctx: LabContext,
+    /// The bot's configuration, when GitHub is wired.
+    pub github: Option<BotConfig>,
+    /// Extra routes (the quickstart's local GitHub stand-in).
+    pub extra: Option<axum::Router>,
+    /// Train in this process.
+    pub worker: bool,
+    /// Threads for that worker.
+    pub threads: Option<usize>,
+    /// More live sinks (the quickstart's progress bar).
+    pub live_sinks: Vec<Arc<dyn LiveSink>>,
+}
+
+/// A running lab server.
+pub struct Running {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    server: tokio::task::JoinHandle<Result<(), glassbox_web::WebError>>,
+    follow: tokio::task::JoinHandle<()>,
+    service: glassbox_lab::service::LabService,
+    stop: tokio::sync::watch::Sender<bool>,
+    index: Index,
+}
+
+/// Starts everything on `listener`; returns once the server accepts connections.
+pub async fn start(
+    parts: ServeParts,
+    listener: tokio::net::TcpListener,
+) -> anyhow::Result<Running> {
+    let ServeParts {
+        ctx,
+        github,
+        extra,
+        worker,
+        threads,
+        live_sinks,
+    } = parts;
+    let index_url = ctx.lab.index_path().display().to_string();
+    let index = Index::connect(&index_url).await?;
+    let added = ctx.recorder.sync_index(&index).await?;
+    tracing::info!(entries_indexed = added, lab = %ctx.lab.root().display(), "index up to date");
+    let live = LiveHub::default();
+    let worker = worker.then(|| {
+        let id = format!("serve-{}", std::process::id());
+        let mut opts = WorkerOptions::new(
+            WorkerId(id.clone()),
+            ctx.lab.root().join("scratch").join(&id),
+            crate::GIT_REVISION.to_string(),
+        );
+        opts.settings = ctx.config.worker.clone();
+        if let Some(t) = threads {
+            opts.threads = t.max(1);
+        }
+        let mut sinks: Vec<Arc<dyn LiveSink>> = vec![Arc::new(HubSink(live.clone()))];
+        sinks.extend(live_sinks);
+        Worker::new(ctx.queue.clone(), ctx.recorder.clone(), opts)
+            .with_switches(ctx.flow.switches())
+            .with_live(Arc::new(FanoutSink(sinks)))
+    });
+    let bot = github.map(|g| {
+        (
+            g,
+            format!("sqlite://{}", ctx.lab.root().join("bot.db").display()),
+        )
+    });
+    let service = glassbox_lab::service::LabService::start(
+        ctx.flow.clone(),
+        bot,
+        worker,
+        |end: &JobEnd| {
+            if let JobEnd::Recorded(f) = end {
+                tracing::info!(job = %f.job, run = %f.run, status = %f.status, entry = f.result_entry, "job recorded");
+            }
+        },
+    )
+    .await?;
+    let mut router = axum::Router::new();
+    if let Some(w) = &service.webhook {
+        router = router.merge(w.clone());
+    }
+    if let Some(x) = extra {
+        router = router.merge(x);
+    }
+    let state = WebState::new(ctx.lab.clone(), index.clone(), live.clone())
+        .with_queue(ctx.queue.clone())
+        .with_extra(router);
+    let addr = listener.local_addr()?;
+    let (stop, mut stop_rx) = tokio::sync::watch::channel(false);
+    let mut server_stop = stop_rx.clone();
+    let server = tokio::spawn(glassbox_web::serve_on(listener, state, async move {
+        let _ = server_stop.wait_for(|s| *s).await;
+    }));
+    // The index follows the log (appended by this process's worker or by others).
+    let (recorder, follow_index) = (ctx.recorder.clone(), index.clone());
+    // (A log reader is not `Send`, so the loop runs on a thread of its own.)
+    let handle = tokio::runtime::Handle::current();
+    let follow = tokio::task::spawn_blocking(move || {
+        handle.block_on(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(SYNC_INTERVAL) => {}
+                    _ = stop_rx.changed() => return,
+                }
+                if let Err(e) = recorder.sync_index(&follow_index).await {
+                    tracing::warn!(error = %e, "index sync failed; retrying");
+                }
+            }
+        })
+    });
+    Ok(Running {
+        addr,
+        server,
+        follow,
+        service,
+        stop,
+        index,
+    })
+}
+
+impl Running {
+    /// Graceful shutdown: the worker records its job, requests in flight finish.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.service.shutdown().await?;
+        let _ = self.stop.send(true);
+        self.server.await.context("the server task failed")??;
+        let _ = self.follow.await;
+        self.index.close().await;
+        Ok(())
+    }
+}
+
+pub fn run(args: ServeArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    init_logs();
+    let config = match &args.config {
+        Some(p) => match read_config(p)? {
+            Ok(c) => c,
+            Err(problems) => {
+                eprintln!("invalid config {}:", p.display());
+                for p in problems {
+                    eprintln!("  {p}");
+                }
+                return Ok(exit::code(exit::CHECK_FAILED));
+            }
+        },
+        None => ServeConfig::default(),
+    };
+    let bind = args
+        .bind
+        .or(config.web.bind)
+        .unwrap_or_else(|| DEFAULT_BIND.parse().unwrap_or_else(|_| unreachable!()));
+    lab_context::runtime()?.block_on(async move {
+        let lab_args = LabArgs {
+            database_url: args.database_url.clone(),
+            config: None,
+        };
+        let mut ctx = lab_context::open(global, &lab_args, false).await?;
+        ctx.config = config.lab.clone();
+        let public = config
+            .web
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{bind}"));
+        ctx.flow =
+            glassbox_lab::Flow::new(ctx.queue.clone(), ctx.recorder.clone(), config.lab.clone())
+                .with_public_url(&public);
+        let listener = tokio::net::TcpListener::bind(bind)
+            .await
+            .with_context(|| format!("cannot listen on {bind}"))?;
+        let github = config.github.clone();
+        let has_bot = github.is_some();
+        let running = start(
+            ServeParts {
+                ctx,
+                github,
+                extra: None,
+                worker: !args.no_worker,
+                threads: args.threads,
+                live_sinks: Vec::new(),
+            },
+            listener,
+        )
+        .await?;
+        eprintln!(
+            "serving the lab at http://{}/ ({}, {}; Ctrl-C to stop)",
+            running.addr,
+            if has_bot {
+                "GitHub webhook at /github/webhook"
+            } else {
+                "no [github] section: no webhook"
+            },
+            if args.no_worker {
+                "no in-process worker"
+            } else {
+                "training in this process"
+            }
+        );
+        crate::cli::worker::shutdown_signal().await;
+        eprintln!("shutting down: recording the running job, finishing requests");
+        running.shutdown().await?;
+        Ok(exit::code(exit::OK))
+    })
+}

@@ -1,0 +1,555 @@
+//! The JSON API under `/api/v1`: everything the pages show (experiments, runs, metric series
+//! with a step range and downsampling, entries, inclusion proofs, datasets, the ladder,
+//! negative results, comparisons, the checkpoint), the live stream of a run as Server-Sent
+//! Events, and the OpenAPI document (utoipa) at `/api/v1/openapi.json`.
+//!
+//! Handlers are thin: they read through `catalog`, `series` and the page modules' loaders, so
+//! a page and its API answer agree. Read-only, like the rest of the crate.
+
+use std::convert::Infallible;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, Query, RawQuery, State};
+use axum::http::header;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures_util::Stream;
+use glassbox_ledger::merkle::{LeafIndex, TreeSize, leaf_hash};
+use glassbox_ledger::{DirSource, LogReader};
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+use tokio::sync::broadcast::error::RecvError;
+use utoipa::{IntoParams, OpenApi, ToSchema};
+
+use crate::WebState;
+use crate::catalog::{
+    DatasetRow, ExperimentFilter, ExperimentRow, ForecastCheck, ForecastRow, ListPage, ListRow,
+    MixtureRow, RunRow, SpecFacts, SpecForecast,
+};
+use crate::error::WebError;
+use crate::live::LiveEvent;
+use crate::pages::compare::{self, CompareRun};
+use crate::pages::ladder::{self, Ladder, Law, Rung};
+use crate::pages::ledger::{self, LedgerSummary};
+use crate::series::{self, MAX_POINTS_PER_LINE};
+
+/// The API's routes.
+pub fn routes() -> Router<WebState> {
+    Router::new()
+        .route("/api/v1/openapi.json", get(openapi))
+        .route("/api/v1/experiments", get(experiments))
+        .route("/api/v1/experiments/{*id}", get(experiment))
+        .route("/api/v1/runs", get(runs))
+        .route("/api/v1/runs/{run}", get(run))
+        .route("/api/v1/runs/{run}/metrics", get(metric_names))
+        .route("/api/v1/runs/{run}/metrics/{*name}", get(metric_series))
+        .route("/api/v1/runs/{run}/live", get(live))
+        .route("/api/v1/entries", get(entries))
+        .route("/api/v1/entries/{idx}", get(entry))
+        .route("/api/v1/entries/{idx}/proof", get(proof))
+        .route("/api/v1/datasets", get(datasets))
+        .route("/api/v1/ladder", get(ladders))
+        .route("/api/v1/negative", get(negative))
+        .route("/api/v1/compare", get(compare_runs))
+        .route("/api/v1/ledger", get(ledger_summary))
+}
+
+/// The OpenAPI document.
+#[derive(Debug, OpenApi)]
+#[openapi(
+    info(
+        title = "glassbox dashboard API",
+        description = "Read-only JSON view of an open lab: experiments, runs, metric curves, ledger entries and proofs. The log itself is served in the C2SP tlog-tiles layout at /log/ and blobs at /blobs/."
+    ),
+    paths(
+        experiments,
+        experiment,
+        runs,
+        run,
+        metric_names,
+        metric_series,
+        live,
+        entries,
+        entry,
+        proof,
+        datasets,
+        ladders,
+        negative,
+        compare_runs,
+        ledger_summary
+    ),
+    components(schemas(
+        ListPage,
+        ListRow,
+        ExperimentDetail,
+        ExperimentRow,
+        SpecFacts,
+        SpecForecast,
+        MixtureRow,
+        RunRow,
+        ForecastRow,
+        ForecastCheck,
+        MetricNames,
+        MetricSeries,
+        EntryRow,
+        InclusionProof,
+        DatasetRow,
+        Ladder,
+        Rung,
+        Law,
+        CompareRun,
+        LedgerSummary,
+        LiveEvent
+    ))
+)]
+pub struct ApiDoc;
+
+async fn openapi() -> Response {
+    match ApiDoc::openapi().to_pretty_json() {
+        Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
+        Err(e) => {
+            WebError::BadRequest(format!("cannot render the OpenAPI document: {e}")).into_response()
+        }
+    }
+}
+
+/// List experiments.
+#[utoipa::path(get, path = "/api/v1/experiments", params(ExperimentFilter),
+    responses((status = 200, body = ListPage), (status = 400, description = "bad filter")))]
+async fn experiments(
+    State(st): State<WebState>,
+    Query(f): Query<ExperimentFilter>,
+) -> Result<Json<ListPage>, WebError> {
+    let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+    Ok(Json(cat.list(&f)?))
+}
+
+/// One experiment with its runs, forecasts and entries.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExperimentDetail {
+    /// The experiment.
+    pub experiment: ExperimentRow,
+    /// Its status.
+    pub status: String,
+    /// Its runs.
+    pub runs: Vec<RunRow>,
+    /// Forecast entries about it.
+    pub forecasts: Vec<ForecastRow>,
+    /// Its ledger entries, in log order.
+    pub entries: Vec<EntryRow>,
+}
+
+/// One experiment (the id may contain `/` and `#`, percent-encode `#`).
+#[utoipa::path(get, path = "/api/v1/experiments/{id}", params(("id" = String, Path, description = "experiment id")),
+    responses((status = 200, body = ExperimentDetail), (status = 404)))]
+async fn experiment(
+    State(st): State<WebState>,
+    Path(id): Path<String>,
+) -> Result<Json<ExperimentDetail>, WebError> {
+    let (experiment, status, runs, forecasts) = {
+        let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+        let e = cat
+            .experiments
+            .get(&id)
+            .ok_or_else(|| WebError::not_found(format!("experiment {id:?}")))?;
+        (
+            e.clone(),
+            e.status(&cat),
+            e.runs
+                .iter()
+                .filter_map(|r| cat.runs.get(r).cloned())
+                .collect(),
+            e.forecasts
+                .iter()
+                .filter_map(|i| cat.forecasts.get(i).cloned())
+                .collect(),
+        )
+    };
+    let entries = query_entries(
+        &st,
+        &EntryFilter {
+            experiment: Some(id),
+            limit: Some(MAX_ENTRIES),
+            ..EntryFilter::default()
+        },
+    )
+    .await?;
+    Ok(Json(ExperimentDetail {
+        experiment,
+        status,
+        runs,
+        forecasts,
+        entries,
+    }))
+}
+
+/// Run filters.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RunFilter {
+    /// Only runs with this status.
+    pub status: Option<String>,
+    /// Only runs of this experiment.
+    pub experiment: Option<String>,
+}
+
+/// List runs.
+#[utoipa::path(get, path = "/api/v1/runs", params(RunFilter), responses((status = 200, body = Vec<RunRow>)))]
+async fn runs(
+    State(st): State<WebState>,
+    Query(f): Query<RunFilter>,
+) -> Result<Json<Vec<RunRow>>, WebError> {
+    let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+    Ok(Json(
+        cat.runs
+            .values()
+            .filter(|r| f.status.as_deref().is_none_or(|s| r.status == s))
+            .filter(|r| {
+                f.experiment
+                    .as_deref()
+                    .is_none_or(|x| r.experiment.as_deref() == Some(x))
+            })
+            .cloned()
+            .collect(),
+    ))
+}
+
+/// One run.
+#[utoipa::path(get, path = "/api/v1/runs/{run}", params(("run" = String, Path)),
+    responses((status = 200, body = RunRow), (status = 404)))]
+async fn run(
+    State(st): State<WebState>,
+    Path(run): Path<String>,
+) -> Result<Json<RunRow>, WebError> {
+    let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+    cat.runs
+        .get(&run)
+        .cloned()
+        .map(Json)
+        .ok_or_else(|| WebError::not_found(format!("run {run:?}")))
+}
+
+/// A run's metric names.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MetricNames {
+    /// Run.
+    pub run: String,
+    /// Metric names (vector metrics one per component: `.../expert_load/3`).
+    pub names: Vec<String>,
+}
+
+/// A run's metric names.
+#[utoipa::path(get, path = "/api/v1/runs/{run}/metrics", params(("run" = String, Path)),
+    responses((status = 200, body = MetricNames)))]
+async fn metric_names(
+    State(st): State<WebState>,
+    Path(run): Path<String>,
+) -> Result<Json<MetricNames>, WebError> {
+    let names = series::metric_names(st.index.pool(), &st.live, &run).await?;
+    Ok(Json(MetricNames { run, names }))
+}
+
+/// Step range and downsampling.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SeriesQuery {
+    /// First step (inclusive).
+    pub from: Option<u64>,
+    /// Last step (inclusive).
+    pub to: Option<u64>,
+    /// Points at most, LTTB-downsampled (default 2000, at most 100000).
+    pub max_points: Option<usize>,
+}
+
+/// One metric series.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MetricSeries {
+    /// Run.
+    pub run: String,
+    /// Metric.
+    pub name: String,
+    /// Points in the range before downsampling.
+    pub total_points: usize,
+    /// `[step, value]` pairs, by step.
+    pub points: Vec<(u64, f64)>,
+}
+
+/// One metric of a run over a step range, downsampled.
+#[utoipa::path(get, path = "/api/v1/runs/{run}/metrics/{name}",
+    params(("run" = String, Path), ("name" = String, Path, description = "metric name, slashes included"), SeriesQuery),
+    responses((status = 200, body = MetricSeries), (status = 404)))]
+async fn metric_series(
+    State(st): State<WebState>,
+    Path((run, name)): Path<(String, String)>,
+    Query(q): Query<SeriesQuery>,
+) -> Result<Json<MetricSeries>, WebError> {
+    let (from, to) = (q.from.unwrap_or(0), q.to.unwrap_or(u64::MAX));
+    if from > to {
+        return Err(WebError::BadRequest(format!(
+            "from={from} is after to={to}"
+        )));
+    }
+    let max = q
+        .max_points
+        .unwrap_or(MAX_POINTS_PER_LINE)
+        .clamp(3, 100_000);
+    let pts = series::one_series(st.index.pool(), &st.live, &run, &name, from, to).await?;
+    if pts.is_empty() {
+        return Err(WebError::not_found(format!(
+            "metric {name:?} of run {run:?} in steps {from}..={to}"
+        )));
+    }
+    Ok(Json(MetricSeries {
+        total_points: pts.len(),
+        points: series::downsample(&pts, max),
+        run,
+        name,
+    }))
+}
+
+/// Live updates of a run.
+#[utoipa::path(get, path = "/api/v1/runs/{run}/live", params(("run" = String, Path)),
+    responses((status = 200, content_type = "text/event-stream", body = LiveEvent,
+        description = "Server-Sent Events: `point` and `status` events whose data is a LiveEvent; `lagged` when events were skipped")))]
+async fn live(
+    State(st): State<WebState>,
+    Path(run): Path<String>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let rx = st.live.subscribe();
+    let closing = st.closing.subscribe();
+    let stream = futures_util::stream::unfold(
+        (rx, closing, run),
+        |(mut rx, mut closing, run)| async move {
+            loop {
+                let got = tokio::select! {
+                    _ = closing.wait_for(|c| *c) => None,
+                    got = rx.recv() => Some(got),
+                };
+                let event = match got? {
+                    Ok(ev) if ev.run() == run => {
+                        let kind = match &ev {
+                            LiveEvent::Point { .. } => "point",
+                            LiveEvent::Status { .. } => "status",
+                        };
+                        let data = serde_json::to_string(&ev).unwrap_or_default();
+                        Event::default().event(kind).data(data)
+                    }
+                    Ok(_) => continue,
+                    Err(RecvError::Lagged(n)) => {
+                        Event::default().event("lagged").data(n.to_string())
+                    }
+                    Err(RecvError::Closed) => return None,
+                };
+                return Some((Ok(event), (rx, closing, run)));
+            }
+        },
+    );
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+/// Entries returned at most per request.
+const MAX_ENTRIES: u32 = 1000;
+
+/// Entry filters.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EntryFilter {
+    /// Kind (`proposal`, `result`, ...).
+    pub kind: Option<String>,
+    /// Experiment.
+    pub experiment: Option<String>,
+    /// Run.
+    pub run: Option<String>,
+    /// Only entries with a larger index (paging forward).
+    pub after: Option<u64>,
+    /// At most this many (default and cap 1000).
+    pub limit: Option<u32>,
+}
+
+/// One ledger entry as indexed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EntryRow {
+    /// Leaf index.
+    pub idx: u64,
+    /// Kind.
+    pub kind: String,
+    /// Experiment.
+    pub experiment: Option<String>,
+    /// Run.
+    pub run: Option<String>,
+    /// Time.
+    pub time: String,
+    /// The entry (canonical JSON, parsed).
+    #[schema(value_type = Object)]
+    pub entry: serde_json::Value,
+}
+
+async fn query_entries(st: &WebState, f: &EntryFilter) -> Result<Vec<EntryRow>, WebError> {
+    // Portable SQL: each optional filter is `($n IS NULL OR column = $n)`-free, built instead,
+    // so both engines use their indexes.
+    let mut sql =
+        String::from("SELECT idx, kind, experiment, run, time, entry FROM entries WHERE idx >= $1");
+    let mut binds: Vec<String> = Vec::new();
+    for (col, v) in [
+        ("kind", &f.kind),
+        ("experiment", &f.experiment),
+        ("run", &f.run),
+    ] {
+        if let Some(v) = v {
+            binds.push(v.clone());
+            sql.push_str(&format!(" AND {col} = ${}", binds.len() + 1));
+        }
+    }
+    sql.push_str(&format!(" ORDER BY idx LIMIT ${}", binds.len() + 2));
+    let mut q = sqlx::query(&sql).bind(
+        f.after
+            .map(|a| a.saturating_add(1))
+            .unwrap_or(0)
+            .min(i64::MAX as u64) as i64,
+    );
+    for b in binds {
+        q = q.bind(b);
+    }
+    let limit = f.limit.unwrap_or(MAX_ENTRIES).clamp(1, MAX_ENTRIES);
+    let rows = q.bind(i64::from(limit)).fetch_all(st.index.pool()).await?;
+    rows.iter()
+        .map(|r| {
+            let text: String = r.try_get("entry")?;
+            Ok(EntryRow {
+                idx: r.try_get::<i64, _>("idx")? as u64,
+                kind: r.try_get("kind")?,
+                experiment: r.try_get("experiment")?,
+                run: r.try_get("run")?,
+                time: r.try_get("time")?,
+                entry: serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+            })
+        })
+        .collect()
+}
+
+/// Ledger entries, in log order.
+#[utoipa::path(get, path = "/api/v1/entries", params(EntryFilter), responses((status = 200, body = Vec<EntryRow>)))]
+async fn entries(
+    State(st): State<WebState>,
+    Query(f): Query<EntryFilter>,
+) -> Result<Json<Vec<EntryRow>>, WebError> {
+    Ok(Json(query_entries(&st, &f).await?))
+}
+
+/// One ledger entry.
+#[utoipa::path(get, path = "/api/v1/entries/{idx}", params(("idx" = u64, Path)),
+    responses((status = 200, body = EntryRow), (status = 404)))]
+async fn entry(
+    State(st): State<WebState>,
+    Path(idx): Path<u64>,
+) -> Result<Json<EntryRow>, WebError> {
+    let mut v = query_entries(
+        &st,
+        &EntryFilter {
+            after: idx.checked_sub(1),
+            limit: Some(1),
+            ..EntryFilter::default()
+        },
+    )
+    .await?;
+    match v.pop() {
+        Some(e) if e.idx == idx => Ok(Json(e)),
+        _ => Err(WebError::not_found(format!("entry {idx}"))),
+    }
+}
+
+/// An RFC 6962 inclusion proof of one entry in the tree of the current checkpoint.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InclusionProof {
+    /// Leaf index.
+    pub index: u64,
+    /// Tree size the proof is for (the checkpoint's).
+    pub tree_size: u64,
+    /// SHA-256 leaf hash (`0x00 || entry`), hex.
+    pub leaf_hash: String,
+    /// Sibling hashes from the leaf up, base64.
+    pub proof: Vec<String>,
+    /// The Merkle root, base64 (as in the checkpoint).
+    pub root: String,
+    /// The signed checkpoint the proof leads to.
+    pub checkpoint: String,
+}
+
+/// Inclusion proof of an entry in the current checkpoint's tree.
+#[utoipa::path(get, path = "/api/v1/entries/{idx}/proof", params(("idx" = u64, Path)),
+    responses((status = 200, body = InclusionProof), (status = 404)))]
+async fn proof(
+    State(st): State<WebState>,
+    Path(idx): Path<u64>,
+) -> Result<Json<InclusionProof>, WebError> {
+    let lab = st.lab.clone();
+    tokio::task::spawn_blocking(move || -> Result<InclusionProof, WebError> {
+        let vkey = lab.verifier_key()?;
+        let source = DirSource {
+            root: lab.root().to_path_buf(),
+        };
+        let reader = LogReader::open(&source, &vkey)?;
+        let size = reader.size();
+        if idx >= size.0 {
+            return Err(WebError::not_found(format!(
+                "entry {idx} (the log has {} entries)",
+                size.0
+            )));
+        }
+        let bytes = reader.entry(LeafIndex(idx))?;
+        let path = reader
+            .inclusion_proof(LeafIndex(idx), TreeSize(size.0))?
+            .map_err(|e| WebError::BadRequest(e.to_string()))?;
+        Ok(InclusionProof {
+            index: idx,
+            tree_size: size.0,
+            leaf_hash: leaf_hash(&bytes).to_hex(),
+            proof: path.iter().map(|h| h.to_base64()).collect(),
+            root: reader.checkpoint.checkpoint.root.to_base64(),
+            checkpoint: String::from_utf8_lossy(&reader.checkpoint.to_bytes()).into_owned(),
+        })
+    })
+    .await
+    .map_err(|e| WebError::Io(std::io::Error::other(e)))?
+    .map(Json)
+}
+
+/// Dataset entries.
+#[utoipa::path(get, path = "/api/v1/datasets", responses((status = 200, body = Vec<DatasetRow>)))]
+async fn datasets(State(st): State<WebState>) -> Result<Json<Vec<DatasetRow>>, WebError> {
+    let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+    Ok(Json(cat.datasets.clone()))
+}
+
+/// Scaling ladders: rungs, forecasts, fitted law.
+#[utoipa::path(get, path = "/api/v1/ladder", responses((status = 200, body = Vec<Ladder>)))]
+async fn ladders(State(st): State<WebState>) -> Result<Json<Vec<Ladder>>, WebError> {
+    let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+    Ok(Json(ladder::ladders(&cat)))
+}
+
+/// Diverged, failed, over-budget and refuted-forecast runs.
+#[utoipa::path(get, path = "/api/v1/negative", responses((status = 200, body = Vec<RunRow>)))]
+async fn negative(State(st): State<WebState>) -> Result<Json<Vec<RunRow>>, WebError> {
+    let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+    Ok(Json(cat.negative().into_iter().cloned().collect()))
+}
+
+/// Runs side by side with their flattened specs (`?run=a&run=b`, 2-8 runs).
+#[utoipa::path(get, path = "/api/v1/compare", params(("run" = Vec<String>, Query, description = "repeat for each run")),
+    responses((status = 200, body = Vec<CompareRun>), (status = 400), (status = 404)))]
+async fn compare_runs(
+    State(st): State<WebState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Vec<CompareRun>>, WebError> {
+    let q = compare::parse_query(raw.as_deref())?;
+    Ok(Json(compare::load(&st, &q.runs).await?))
+}
+
+/// The current checkpoint and verifier key.
+#[utoipa::path(get, path = "/api/v1/ledger", responses((status = 200, body = LedgerSummary)))]
+async fn ledger_summary(State(st): State<WebState>) -> Result<Json<LedgerSummary>, WebError> {
+    Ok(Json(ledger::summary(&st).await?))
+}

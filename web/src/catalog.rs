@@ -1,0 +1,772 @@
+//! The catalog: experiments, runs, datasets and forecasts as the dashboard lists them, folded
+//! from the index's `entries` table and kept in memory.
+//!
+//! Listing 10,000 experiments with their author, tags, status and final loss would otherwise
+//! parse every proposal, result and spec on each request. The catalog reads each entry once:
+//! [`Catalog::refresh`] fetches the entries past the last one folded (one indexed query that
+//! returns nothing when the log has not grown) and folds them into [`CatalogData`]. Specs are
+//! read from their blobs once per blob hash. The catalog is derived from the index, which is
+//! derived from the log; it is never written back anywhere.
+//!
+//! This module does not render anything and does not read metric curves (that is `series`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use glassbox_ledger::{BlobStore, Lab};
+use glassbox_schemas::record::{
+    ApprovalBody, DatasetBody, ForecastBody, IssueRef, ProposalBody, RejectionBody, ResultBody,
+    RunStartedBody,
+};
+use glassbox_schemas::{BlobHash, EntryKind, ExperimentSpec, LedgerEntry};
+use serde::Serialize;
+use sqlx::{AnyPool, Row};
+use utoipa::ToSchema;
+
+use crate::error::WebError;
+
+/// Entries fetched per query while catching up.
+const FETCH_BATCH: i64 = 5000;
+
+/// One component of a spec's data mixture.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct MixtureRow {
+    /// Domain name.
+    pub domain: String,
+    /// Sampling weight.
+    pub weight: f64,
+    /// The corpus blob, or a description of the built-in generator.
+    pub source: String,
+}
+
+/// What the dashboard shows of a spec without re-reading its blob.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SpecFacts {
+    /// `experiment.name`.
+    pub name: String,
+    /// `experiment.hypothesis`.
+    pub hypothesis: String,
+    /// `experiment.tags`.
+    pub tags: Vec<String>,
+    /// `data.mixture`.
+    pub mixture: Vec<MixtureRow>,
+    /// Training FLOPs of the full run (the schemas cost model).
+    pub train_flops: f64,
+    /// Training steps asked for.
+    pub steps: u64,
+    /// The forecast pre-registered in the spec.
+    pub forecast: Option<SpecForecast>,
+}
+
+/// A spec's own `[forecast]`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SpecForecast {
+    /// Metric.
+    pub metric: String,
+    /// Predicted value.
+    pub value: f64,
+    /// Allowed absolute difference.
+    pub tolerance: f64,
+}
+
+/// A forecast entry.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ForecastRow {
+    /// Its entry index.
+    pub entry: u64,
+    /// RFC 3339 time.
+    pub time: String,
+    /// Experiment, if any.
+    pub experiment: Option<String>,
+    /// The spec whose outcome is predicted.
+    pub spec_hash: String,
+    /// Metric.
+    pub metric: String,
+    /// Predicted value.
+    pub value: f64,
+    /// Allowed absolute difference.
+    pub tolerance: f64,
+    /// `author`, `scaling_law`, ...
+    pub method: String,
+    /// Method details (for a scaling law: fitted parameters and uncertainty).
+    #[schema(value_type = Object)]
+    pub details: serde_json::Value,
+}
+
+/// A forecast compared with what happened.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ForecastCheck {
+    /// Metric name.
+    pub metric: String,
+    /// Predicted value.
+    pub predicted: f64,
+    /// Allowed absolute difference.
+    pub tolerance: f64,
+    /// Observed value.
+    pub actual: Option<f64>,
+    /// Within tolerance.
+    pub hit: bool,
+}
+
+/// One run.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RunRow {
+    /// Run id.
+    pub id: String,
+    /// Its experiment.
+    pub experiment: Option<String>,
+    /// Spec trained.
+    pub spec_hash: String,
+    /// `running` until a result, then the result's status.
+    pub status: String,
+    /// Steps completed (from the result).
+    pub steps: Option<u64>,
+    /// `run_started` entry.
+    pub started_entry: Option<u64>,
+    /// `result` entry.
+    pub result_entry: Option<u64>,
+    /// Start time.
+    pub started: Option<String>,
+    /// End time.
+    pub ended: Option<String>,
+    /// `cpu` / `cuda`.
+    pub backend: Option<String>,
+    /// Hardware description.
+    pub hardware: Option<String>,
+    /// Last value of each metric (from the result).
+    pub final_metrics: BTreeMap<String, f64>,
+    /// Forecast vs outcome.
+    pub forecast: Option<ForecastCheck>,
+    /// Why it ended that way (anything but success).
+    pub reason: Option<String>,
+}
+
+/// One experiment.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ExperimentRow {
+    /// Experiment id (`owner/repo#12`, or a spec slug).
+    pub id: String,
+    /// Proposal title.
+    pub title: Option<String>,
+    /// Who proposed it.
+    pub author: Option<String>,
+    /// Current spec hash.
+    pub spec_hash: Option<String>,
+    /// The spec blob.
+    pub spec_blob: Option<String>,
+    /// GitHub issue.
+    pub issue_url: Option<String>,
+    /// Facts from the spec, when its blob could be read.
+    pub spec: Option<SpecFacts>,
+    /// Who approved the current spec.
+    pub approved_by: Option<String>,
+    /// Why it was rejected.
+    pub rejected: Option<String>,
+    /// Runs, oldest first.
+    pub runs: Vec<String>,
+    /// Forecast entries about it, by entry index.
+    pub forecasts: Vec<u64>,
+    /// First and last entry.
+    pub first_entry: u64,
+    /// Last entry.
+    pub last_entry: u64,
+    /// Time of the last entry.
+    pub updated: String,
+}
+
+/// A dataset entry.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DatasetRow {
+    /// Entry index.
+    pub entry: u64,
+    /// Time.
+    pub time: String,
+    /// Domain.
+    pub domain: String,
+    /// Bytes.
+    pub bytes: u64,
+    /// Tokenizer.
+    pub tokenizer: String,
+    /// `import:...` or `generator:...`.
+    pub source: String,
+    /// The corpus blob.
+    pub corpus: Option<String>,
+    /// Known entropy rate.
+    pub entropy_bits_per_byte: Option<f64>,
+}
+
+/// Everything folded so far.
+#[derive(Debug, Default)]
+pub struct CatalogData {
+    /// Entries with index below this are folded.
+    pub next: u64,
+    /// By id.
+    pub experiments: BTreeMap<String, ExperimentRow>,
+    /// By id.
+    pub runs: BTreeMap<String, RunRow>,
+    /// In log order.
+    pub datasets: Vec<DatasetRow>,
+    /// By entry index.
+    pub forecasts: BTreeMap<u64, ForecastRow>,
+    specs: HashMap<String, Option<Arc<SpecFacts>>>,
+}
+
+/// The in-memory catalog, shared by all requests.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    refresh: tokio::sync::Mutex<Option<std::time::Instant>>,
+    data: RwLock<CatalogData>,
+}
+
+/// How stale the catalog may be: a request within this long of the last catch-up, or while
+/// another request is catching up, reads what is folded instead of queueing behind it.
+const REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl ExperimentRow {
+    /// `running`, the latest run's status, `rejected`, `approved` or `proposed`.
+    pub fn status(&self, data: &CatalogData) -> String {
+        if let Some(run) = self.runs.last().and_then(|r| data.runs.get(r)) {
+            return run.status.clone();
+        }
+        if self.rejected.is_some() {
+            "rejected".into()
+        } else if self.approved_by.is_some() {
+            "approved".into()
+        } else {
+            "proposed".into()
+        }
+    }
+
+    /// The latest run.
+    pub fn latest_run<'a>(&self, data: &'a CatalogData) -> Option<&'a RunRow> {
+        self.runs.last().and_then(|r| data.runs.get(r))
+    }
+
+    /// Tags from the spec.
+    pub fn tags(&self) -> &[String] {
+        self.spec.as_ref().map(|s| s.tags.as_slice()).unwrap_or(&[])
+    }
+}
+
+impl Catalog {
+    /// Folds entries added to the index since the last call, then returns a read guard.
+    pub async fn read(
+        &self,
+        pool: &AnyPool,
+        lab: &Lab,
+    ) -> Result<RwLockReadGuard<'_, CatalogData>, WebError> {
+        self.refresh(pool, lab).await?;
+        Ok(self.data.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Catches up with the index.
+    pub async fn refresh(&self, pool: &AnyPool, lab: &Lab) -> Result<(), WebError> {
+        let mut last = match self.refresh.try_lock() {
+            Ok(guard) => guard,
+            // Someone is catching up; once anything is folded, do not queue behind them.
+            Err(_) if self.data.read().unwrap_or_else(|p| p.into_inner()).next > 0 => {
+                return Ok(());
+            }
+            Err(_) => self.refresh.lock().await,
+        };
+        if last.is_some_and(|t| t.elapsed() < REFRESH_INTERVAL) {
+            return Ok(());
+        }
+        *last = Some(std::time::Instant::now());
+        loop {
+            let next = self.data.read().unwrap_or_else(|p| p.into_inner()).next;
+            let rows = sqlx::query(
+                "SELECT idx, entry FROM entries WHERE idx >= $1 AND kind IN \
+                 ('dataset', 'proposal', 'approval', 'rejection', 'forecast', 'run_started', 'result') \
+                 ORDER BY idx LIMIT $2",
+            )
+            .bind(next as i64)
+            .bind(FETCH_BATCH)
+            .fetch_all(pool)
+            .await?;
+            let mut parsed = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let idx: i64 = r.try_get("idx")?;
+                let text: String = r.try_get("entry")?;
+                parsed.push((idx as u64, text));
+            }
+            // Specs are read outside the lock (file I/O).
+            let mut new_specs: Vec<(String, Option<Arc<SpecFacts>>)> = Vec::new();
+            let entries: Vec<(u64, LedgerEntry)> = parsed
+                .into_iter()
+                .filter_map(|(i, t)| LedgerEntry::from_bytes(t.as_bytes()).ok().map(|e| (i, e)))
+                .collect();
+            {
+                let known = self.data.read().unwrap_or_else(|p| p.into_inner());
+                for (_, e) in &entries {
+                    if e.kind == EntryKind::Proposal {
+                        if let Some(h) = e.refs.get("spec") {
+                            let key = h.to_string();
+                            if !known.specs.contains_key(&key)
+                                && !new_specs.iter().any(|(k, _)| k == &key)
+                            {
+                                new_specs.push((key, read_spec(lab, h).map(Arc::new)));
+                            }
+                        }
+                    }
+                }
+            }
+            let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
+            data.specs.extend(new_specs);
+            for (idx, e) in &entries {
+                data.fold(*idx, e);
+            }
+            let last = rows.len() as i64;
+            if let Some((idx, _)) = entries.last() {
+                data.next = data.next.max(idx + 1);
+            }
+            if last < FETCH_BATCH {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Reads and summarises a spec blob (canonical JSON or TOML); `None` when it cannot.
+fn read_spec(lab: &Lab, hash: &glassbox_schemas::Blake3Hash) -> Option<SpecFacts> {
+    let mut r = lab.blobs().get(&BlobHash(*hash)).ok()?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut r, &mut text).ok()?;
+    let spec = parse_spec_text(&text)?;
+    Some(spec_facts(&spec))
+}
+
+/// Parses a spec blob: canonical JSON, else TOML.
+pub fn parse_spec_text(text: &str) -> Option<ExperimentSpec> {
+    if text.trim_start().starts_with('{') {
+        glassbox_schemas::validate::parse_json(text).ok()
+    } else {
+        glassbox_schemas::parse_toml(text).ok()
+    }
+}
+
+fn spec_facts(spec: &ExperimentSpec) -> SpecFacts {
+    let cost = glassbox_schemas::estimate(spec);
+    SpecFacts {
+        name: spec.experiment.name.clone(),
+        hypothesis: spec.experiment.hypothesis.clone(),
+        tags: spec.experiment.tags.clone(),
+        mixture: spec
+            .data
+            .mixture
+            .iter()
+            .map(|m| MixtureRow {
+                domain: m.domain.clone(),
+                weight: m.weight,
+                source: match (&m.corpus, &m.generator) {
+                    (Some(c), _) => c.to_string(),
+                    (None, Some(g)) => format!(
+                        "generator {} seed={} order={} alphabet={} branching={}",
+                        serde_json::to_value(g.kind)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_default(),
+                        g.seed,
+                        g.order,
+                        g.alphabet,
+                        g.branching
+                    ),
+                    (None, None) => "unspecified".into(),
+                },
+            })
+            .collect(),
+        train_flops: cost.train_flops,
+        steps: spec.train.steps,
+        forecast: spec.forecast.as_ref().map(|f| SpecForecast {
+            metric: f.metric.clone(),
+            value: f.value,
+            tolerance: f.tolerance,
+        }),
+    }
+}
+
+fn rfc3339(t: &time::OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+impl CatalogData {
+    fn experiment(&mut self, id: &str, idx: u64, time: &str) -> &mut ExperimentRow {
+        let e = self
+            .experiments
+            .entry(id.to_string())
+            .or_insert_with(|| ExperimentRow {
+                id: id.to_string(),
+                title: None,
+                author: None,
+                spec_hash: None,
+                spec_blob: None,
+                issue_url: None,
+                spec: None,
+                approved_by: None,
+                rejected: None,
+                runs: Vec::new(),
+                forecasts: Vec::new(),
+                first_entry: idx,
+                last_entry: idx,
+                updated: time.to_string(),
+            });
+        e.last_entry = idx;
+        e.updated = time.to_string();
+        e
+    }
+
+    fn run(&mut self, id: &str, experiment: Option<&str>, spec_hash: String) -> &mut RunRow {
+        if let Some(exp) = experiment.and_then(|x| self.experiments.get_mut(x)) {
+            if !exp.runs.iter().any(|r| r == id) {
+                exp.runs.push(id.to_string());
+            }
+        }
+        self.runs.entry(id.to_string()).or_insert_with(|| RunRow {
+            id: id.to_string(),
+            experiment: experiment.map(str::to_string),
+            spec_hash,
+            status: "running".into(),
+            steps: None,
+            started_entry: None,
+            result_entry: None,
+            started: None,
+            ended: None,
+            backend: None,
+            hardware: None,
+            final_metrics: BTreeMap::new(),
+            forecast: None,
+            reason: None,
+        })
+    }
+
+    fn fold(&mut self, idx: u64, e: &LedgerEntry) {
+        let time = rfc3339(&e.time);
+        let exp_id = e.experiment.as_ref().map(|x| x.0.clone());
+        if let Some(x) = &exp_id {
+            self.experiment(x, idx, &time);
+        }
+        match e.kind {
+            EntryKind::Proposal => {
+                let (Some(x), Ok(p)) = (&exp_id, e.body_as::<ProposalBody>()) else {
+                    return;
+                };
+                let spec_blob = e.refs.get("spec").map(|h| h.to_string());
+                let facts = spec_blob
+                    .as_ref()
+                    .and_then(|k| self.specs.get(k).cloned().flatten());
+                let exp = self.experiment(x, idx, &time);
+                let new_hash = p.spec_hash.to_string();
+                if exp.spec_hash.as_deref() != Some(new_hash.as_str()) {
+                    // A new spec voids an approval of the old one.
+                    exp.approved_by = None;
+                }
+                exp.title = Some(p.title);
+                exp.author = Some(p.author);
+                exp.spec_hash = Some(new_hash);
+                exp.issue_url = p.issue.map(|IssueRef { url, .. }| url);
+                exp.spec_blob = spec_blob;
+                exp.spec = facts.map(|f| (*f).clone());
+            }
+            EntryKind::Approval => {
+                if let (Some(x), Ok(a)) = (&exp_id, e.body_as::<ApprovalBody>()) {
+                    let exp = self.experiment(x, idx, &time);
+                    if exp.spec_hash.is_none()
+                        || exp.spec_hash.as_deref() == Some(a.spec_hash.to_string().as_str())
+                    {
+                        exp.approved_by = Some(a.approver);
+                    }
+                }
+            }
+            EntryKind::Rejection => {
+                if let (Some(x), Ok(r)) = (&exp_id, e.body_as::<RejectionBody>()) {
+                    self.experiment(x, idx, &time).rejected = Some(r.reason);
+                }
+            }
+            EntryKind::Forecast => {
+                if let Ok(f) = e.body_as::<ForecastBody>() {
+                    if let Some(x) = &exp_id {
+                        self.experiment(x, idx, &time).forecasts.push(idx);
+                    }
+                    self.forecasts.insert(
+                        idx,
+                        ForecastRow {
+                            entry: idx,
+                            time,
+                            experiment: exp_id,
+                            spec_hash: f.spec_hash.to_string(),
+                            metric: f.metric,
+                            value: f.value,
+                            tolerance: f.tolerance,
+                            method: f.method,
+                            details: f.details,
+                        },
+                    );
+                }
+            }
+            EntryKind::RunStarted => {
+                if let Ok(b) = e.body_as::<RunStartedBody>() {
+                    let run = self.run(&b.run.0, exp_id.as_deref(), b.spec_hash.to_string());
+                    run.started_entry = Some(idx);
+                    run.started = Some(time);
+                    run.backend = Some(b.backend);
+                    run.hardware = Some(b.hardware);
+                }
+            }
+            EntryKind::Result => {
+                if let Ok(b) = e.body_as::<ResultBody>() {
+                    let run = self.run(&b.run.0, exp_id.as_deref(), b.spec_hash.to_string());
+                    run.status = b.status.as_str().to_string();
+                    run.steps = Some(b.steps);
+                    run.result_entry = Some(idx);
+                    run.ended = Some(time);
+                    run.final_metrics = b.final_metrics;
+                    run.reason = b.reason;
+                    run.forecast = b.forecast.map(|f| ForecastCheck {
+                        metric: f.metric,
+                        predicted: f.predicted,
+                        tolerance: f.tolerance,
+                        actual: f.actual,
+                        hit: f.hit,
+                    });
+                }
+            }
+            EntryKind::Dataset => {
+                if let Ok(d) = e.body_as::<DatasetBody>() {
+                    self.datasets.push(DatasetRow {
+                        entry: idx,
+                        time,
+                        domain: d.domain,
+                        bytes: d.bytes,
+                        tokenizer: d.tokenizer,
+                        source: d.source,
+                        corpus: e.refs.get("corpus").map(|h| h.to_string()),
+                        entropy_bits_per_byte: d.entropy_bits_per_byte,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Filters for the experiments list.
+#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ExperimentFilter {
+    /// Exact status (`running`, `succeeded`, `diverged`, `proposed`, ...).
+    pub status: Option<String>,
+    /// A tag the spec carries.
+    pub tag: Option<String>,
+    /// Proposer (case-insensitive).
+    pub author: Option<String>,
+    /// Text to find in the id, title, hypothesis or author (case-insensitive).
+    pub q: Option<String>,
+    /// Column: `id`, `title`, `status`, `author`, `runs`, `final_loss`, `forecast`, `spec_hash`,
+    /// `updated` (default).
+    pub sort: Option<String>,
+    /// `asc` or `desc` (default `desc`).
+    pub dir: Option<String>,
+    /// Page, from 1.
+    pub page: Option<u32>,
+    /// Rows per page (default 50, at most 500).
+    pub per_page: Option<u32>,
+}
+
+/// One row of the experiments list.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ListRow {
+    /// Experiment id.
+    pub id: String,
+    /// Title.
+    pub title: Option<String>,
+    /// Status.
+    pub status: String,
+    /// Author.
+    pub author: Option<String>,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Spec hash.
+    pub spec_hash: Option<String>,
+    /// Number of runs.
+    pub runs: usize,
+    /// Latest run.
+    pub latest_run: Option<String>,
+    /// Latest run's final `train/loss`.
+    pub final_loss: Option<f64>,
+    /// Latest run's forecast outcome.
+    pub forecast_hit: Option<bool>,
+    /// Time of the last entry.
+    pub updated: String,
+}
+
+/// A page of rows.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ListPage {
+    /// Rows matching the filter, in all pages.
+    pub total: usize,
+    /// This page, from 1.
+    pub page: u32,
+    /// Rows per page.
+    pub per_page: u32,
+    /// The rows.
+    pub items: Vec<ListRow>,
+}
+
+/// Sort columns accepted by [`ExperimentFilter::sort`].
+pub const SORT_COLUMNS: &[&str] = &[
+    "id",
+    "title",
+    "status",
+    "author",
+    "runs",
+    "final_loss",
+    "forecast",
+    "spec_hash",
+    "updated",
+];
+
+impl CatalogData {
+    /// The experiments list: filtered, sorted, one page.
+    pub fn list(&self, f: &ExperimentFilter) -> Result<ListPage, WebError> {
+        let sort = f.sort.as_deref().unwrap_or("updated");
+        if !SORT_COLUMNS.contains(&sort) {
+            return Err(WebError::BadRequest(format!(
+                "sort={sort:?} is not a column; use one of {}",
+                SORT_COLUMNS.join(", ")
+            )));
+        }
+        let desc = match f.dir.as_deref().unwrap_or("desc") {
+            "asc" => false,
+            "desc" => true,
+            other => {
+                return Err(WebError::BadRequest(format!(
+                    "dir={other:?}: use asc or desc"
+                )));
+            }
+        };
+        let per_page = f.per_page.unwrap_or(50).clamp(1, 500);
+        let page = f.page.unwrap_or(1).max(1);
+        let q =
+            f.q.as_deref()
+                .map(str::to_lowercase)
+                .filter(|s| !s.is_empty());
+        let author = f
+            .author
+            .as_deref()
+            .map(str::to_lowercase)
+            .filter(|s| !s.is_empty());
+        let status = f.status.as_deref().filter(|s| !s.is_empty());
+        let tag = f.tag.as_deref().filter(|s| !s.is_empty());
+        let mut rows: Vec<ListRow> = self
+            .experiments
+            .values()
+            .filter(|e| tag.is_none_or(|t| e.tags().iter().any(|x| x == t)))
+            .filter(|e| {
+                author.as_deref().is_none_or(|a| {
+                    e.author.as_deref().map(str::to_lowercase).as_deref() == Some(a)
+                })
+            })
+            .filter(|e| {
+                q.as_deref().is_none_or(|q| {
+                    e.id.to_lowercase().contains(q)
+                        || e.title
+                            .as_deref()
+                            .is_some_and(|t| t.to_lowercase().contains(q))
+                        || e.author
+                            .as_deref()
+                            .is_some_and(|t| t.to_lowercase().contains(q))
+                        || e.spec
+                            .as_ref()
+                            .is_some_and(|s| s.hypothesis.to_lowercase().contains(q))
+                })
+            })
+            .map(|e| self.list_row(e))
+            .filter(|r| status.is_none_or(|s| r.status == s))
+            .collect();
+        let key_f = |r: &ListRow| -> Option<f64> {
+            match sort {
+                "final_loss" => r.final_loss,
+                "runs" => Some(r.runs as f64),
+                "forecast" => r.forecast_hit.map(|h| if h { 1.0 } else { 0.0 }),
+                _ => None,
+            }
+        };
+        let key_s = |r: &ListRow| -> String {
+            match sort {
+                "id" => r.id.clone(),
+                "title" => r.title.clone().unwrap_or_default().to_lowercase(),
+                "status" => r.status.clone(),
+                "author" => r.author.clone().unwrap_or_default().to_lowercase(),
+                "spec_hash" => r.spec_hash.clone().unwrap_or_default(),
+                _ => r.updated.clone(),
+            }
+        };
+        if matches!(sort, "final_loss" | "runs" | "forecast") {
+            // Missing values sort last whatever the direction.
+            rows.sort_by(|a, b| match (key_f(a), key_f(b)) {
+                (Some(x), Some(y)) => {
+                    let o = x.total_cmp(&y);
+                    if desc { o.reverse() } else { o }
+                }
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => a.id.cmp(&b.id),
+            });
+        } else {
+            rows.sort_by(|a, b| {
+                let o = key_s(a).cmp(&key_s(b)).then_with(|| a.id.cmp(&b.id));
+                if desc { o.reverse() } else { o }
+            });
+        }
+        let total = rows.len();
+        let start = ((page - 1) as usize).saturating_mul(per_page as usize);
+        let items = rows
+            .into_iter()
+            .skip(start)
+            .take(per_page as usize)
+            .collect();
+        Ok(ListPage {
+            total,
+            page,
+            per_page,
+            items,
+        })
+    }
+
+    /// The list row of one experiment.
+    pub fn list_row(&self, e: &ExperimentRow) -> ListRow {
+        let latest = e.latest_run(self);
+        ListRow {
+            id: e.id.clone(),
+            title: e.title.clone(),
+            status: e.status(self),
+            author: e.author.clone(),
+            tags: e.tags().to_vec(),
+            spec_hash: e.spec_hash.clone(),
+            runs: e.runs.len(),
+            latest_run: latest.map(|r| r.id.clone()),
+            final_loss: latest.and_then(|r| {
+                r.final_metrics
+                    .get(glassbox_schemas::metrics::TRAIN_LOSS)
+                    .copied()
+            }),
+            forecast_hit: latest.and_then(|r| r.forecast.as_ref().map(|f| f.hit)),
+            updated: e.updated.clone(),
+        }
+    }
+
+    /// Runs that diverged, failed, ran out of budget, or missed their forecast, newest first.
+    pub fn negative(&self) -> Vec<&RunRow> {
+        let mut v: Vec<&RunRow> = self
+            .runs
+            .values()
+            .filter(|r| {
+                matches!(r.status.as_str(), "diverged" | "failed" | "budget_exceeded")
+                    || r.forecast.as_ref().is_some_and(|f| !f.hit)
+            })
+            .collect();
+        v.sort_by_key(|r| std::cmp::Reverse(r.result_entry));
+        v
+    }
+}

@@ -1,0 +1,239 @@
+//! [`LiveHub`]: the in-process fan-out of live metric points and run-status changes.
+//!
+//! The lab's workers call [`LiveHub::publish`] as steps complete; the Live page's SSE endpoint
+//! (`/api/v1/runs/{run}/live`) calls [`LiveHub::subscribe`]. Underneath is a tokio broadcast
+//! channel: publishing never blocks and never fails, and a subscriber that falls more than
+//! `capacity` events behind skips ahead (it is told how many it missed) instead of slowing the
+//! trainer. The hub also keeps the most recent points of each live run (a bounded window), so a
+//! page opened mid-run draws the curve so far, and the last tokens/s per run for `/metrics`.
+//!
+//! The hub is not a record: nothing here is durable, and the ledger (metric-chunk blobs, result
+//! entries) stays the source of truth for curves once they are indexed.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+/// Points kept per live series (the newest ones).
+pub const RECENT_POINTS: usize = 4096;
+/// Runs whose recent points are kept; the least recently updated is dropped first.
+pub const MAX_LIVE_RUNS: usize = 64;
+
+/// One live update.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LiveEvent {
+    /// A metric value at a step.
+    Point {
+        /// The run.
+        run: String,
+        /// Step.
+        step: u64,
+        /// Metric name (`train/loss`, ...).
+        name: String,
+        /// Value (non-finite values are sent as `null`).
+        value: f64,
+    },
+    /// The run's status changed (`running`, `succeeded`, `diverged`, ...).
+    Status {
+        /// The run.
+        run: String,
+        /// The new status.
+        status: String,
+    },
+}
+
+impl LiveEvent {
+    /// The run the event is about.
+    pub fn run(&self) -> &str {
+        match self {
+            LiveEvent::Point { run, .. } | LiveEvent::Status { run, .. } => run,
+        }
+    }
+}
+
+/// What the hub remembers about one live run.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LiveRun {
+    /// Recent points per metric, oldest first.
+    pub series: BTreeMap<String, VecDeque<(u64, f64)>>,
+    /// Last status published.
+    pub status: Option<String>,
+    /// Last `throughput/tokens_per_second`.
+    pub tokens_per_second: Option<f64>,
+    updated: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    tx: broadcast::Sender<LiveEvent>,
+    runs: Mutex<HashMap<String, LiveRun>>,
+}
+
+/// The live fan-out. Clones share one hub.
+#[derive(Debug, Clone)]
+pub struct LiveHub {
+    inner: Arc<Inner>,
+}
+
+impl Default for LiveHub {
+    fn default() -> Self {
+        LiveHub::new(4096)
+    }
+}
+
+impl LiveHub {
+    /// A hub whose subscribers may fall up to `capacity` events behind (at least 1).
+    pub fn new(capacity: usize) -> Self {
+        let (tx, _) = broadcast::channel(capacity.max(1));
+        LiveHub {
+            inner: Arc::new(Inner {
+                tx,
+                runs: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Sends `event` to every subscriber and remembers it in the run's recent window. Never
+    /// blocks; with no subscriber the event is only remembered.
+    pub fn publish(&self, event: LiveEvent) {
+        {
+            let mut runs = self
+                .inner
+                .runs
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if !runs.contains_key(event.run()) && runs.len() >= MAX_LIVE_RUNS {
+                let oldest = runs
+                    .iter()
+                    .min_by_key(|(_, r)| r.updated)
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = oldest {
+                    runs.remove(&k);
+                }
+            }
+            let run = runs.entry(event.run().to_string()).or_default();
+            run.updated = Some(Instant::now());
+            match &event {
+                LiveEvent::Point {
+                    step, name, value, ..
+                } => {
+                    if name == glassbox_schemas::metrics::TOKENS_PER_SECOND {
+                        run.tokens_per_second = Some(*value);
+                    }
+                    let s = run.series.entry(name.clone()).or_default();
+                    if s.len() >= RECENT_POINTS {
+                        s.pop_front();
+                    }
+                    s.push_back((*step, *value));
+                }
+                LiveEvent::Status { status, .. } => {
+                    run.status = Some(status.clone());
+                    if status != "running" {
+                        run.tokens_per_second = None;
+                    }
+                }
+            }
+        }
+        // An error only means nobody is listening right now.
+        let _ = self.inner.tx.send(event);
+    }
+
+    /// A receiver of every event published from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<LiveEvent> {
+        self.inner.tx.subscribe()
+    }
+
+    /// Number of live subscribers (SSE connections).
+    pub fn subscribers(&self) -> usize {
+        self.inner.tx.receiver_count()
+    }
+
+    /// What the hub remembers of `run`, if anything.
+    pub(crate) fn recent(&self, run: &str) -> Option<LiveRun> {
+        let runs = self
+            .inner
+            .runs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        runs.get(run).cloned()
+    }
+
+    /// Sum of the last tokens/s of every run still running.
+    pub(crate) fn tokens_per_second(&self) -> f64 {
+        let runs = self
+            .inner
+            .runs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        runs.values().filter_map(|r| r.tokens_per_second).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(run: &str, step: u64, value: f64) -> LiveEvent {
+        LiveEvent::Point {
+            run: run.into(),
+            step,
+            name: "train/loss".into(),
+            value,
+        }
+    }
+
+    #[tokio::test]
+    async fn subscribers_receive_published_events_in_order() {
+        let hub = LiveHub::new(16);
+        let mut rx = hub.subscribe();
+        hub.publish(point("r1", 1, 2.0));
+        hub.publish(LiveEvent::Status {
+            run: "r1".into(),
+            status: "succeeded".into(),
+        });
+        assert_eq!(rx.recv().await.unwrap(), point("r1", 1, 2.0));
+        assert!(matches!(rx.recv().await.unwrap(), LiveEvent::Status { .. }));
+        let recent = hub.recent("r1").unwrap();
+        assert_eq!(recent.series["train/loss"], [(1, 2.0)]);
+        assert_eq!(recent.status.as_deref(), Some("succeeded"));
+    }
+
+    #[test]
+    fn recent_window_and_run_count_are_bounded() {
+        let hub = LiveHub::new(1);
+        for s in 0..(RECENT_POINTS as u64 + 10) {
+            hub.publish(point("r", s, s as f64));
+        }
+        let r = hub.recent("r").unwrap();
+        assert_eq!(r.series["train/loss"].len(), RECENT_POINTS);
+        assert_eq!(r.series["train/loss"][0].0, 10);
+        for i in 0..(MAX_LIVE_RUNS + 5) {
+            hub.publish(point(&format!("x{i}"), 0, 0.0));
+        }
+        let n = hub.inner.runs.lock().unwrap().len();
+        assert_eq!(n, MAX_LIVE_RUNS);
+    }
+
+    #[test]
+    fn tokens_per_second_sums_running_runs() {
+        let hub = LiveHub::new(4);
+        for (run, v) in [("a", 100.0), ("b", 50.0)] {
+            hub.publish(LiveEvent::Point {
+                run: run.into(),
+                step: 1,
+                name: glassbox_schemas::metrics::TOKENS_PER_SECOND.into(),
+                value: v,
+            });
+        }
+        assert_eq!(hub.tokens_per_second(), 150.0);
+        hub.publish(LiveEvent::Status {
+            run: "a".into(),
+            status: "succeeded".into(),
+        });
+        assert_eq!(hub.tokens_per_second(), 50.0);
+    }
+}

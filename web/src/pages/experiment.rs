@@ -1,0 +1,594 @@
+//! One experiment: hypothesis and forecast against outcome, its runs, the charts of the
+//! selected run, the spec (pretty TOML) with its hash, the timeline of its ledger entries with
+//! links to their inclusion proofs, and its artifacts. Also the Live page, whose charts the
+//! live script refreshes as Server-Sent Events arrive, and the chart panels both share.
+//!
+//! Charts are grouped into panels by metric name (loss, learning rate, norms, throughput, MFU,
+//! router telemetry) with one x range per run, so a spike in one panel lines up with the
+//! others step for step. Expert load (one series per expert) is a heatmap per layer.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use glassbox_schemas::metrics as m;
+use maud::{Markup, PreEscaped, html};
+use sqlx::Row;
+
+use super::{
+    Nav, encode_path, experiment_href, frame, num, query, safe_link, short_hash, status_badge,
+};
+use crate::WebState;
+use crate::catalog::{ExperimentRow, ForecastRow, RunRow, parse_spec_text};
+use crate::chart::{self, Axes, Line};
+use crate::error::WebError;
+use crate::series::{self, MAX_POINTS_PER_LINE, RunSeries};
+
+/// Columns of an expert-load heatmap at most.
+const HEATMAP_COLUMNS: usize = 150;
+
+/// A chart panel: a title, the y unit, and which metric names it draws.
+struct Panel {
+    title: &'static str,
+    unit: &'static str,
+    pick: fn(&str) -> bool,
+}
+
+fn is_layer_metric(n: &str, metric: &str) -> bool {
+    n.strip_prefix("train/router/layer_")
+        .and_then(|r| r.split_once('/'))
+        .is_some_and(|(l, rest)| l.parse::<u32>().is_ok() && rest == metric)
+}
+
+const PANELS: &[Panel] = &[
+    Panel {
+        title: "Loss (train and eval per domain)",
+        unit: "nats/token",
+        pick: |n| {
+            n == m::TRAIN_LOSS
+                || n == m::TRAIN_CROSS_ENTROPY
+                || (n.starts_with("eval/") && n.ends_with("/loss"))
+        },
+    },
+    Panel {
+        title: "Eval bits per byte",
+        unit: "bits/byte",
+        pick: |n| n.starts_with("eval/") && n.ends_with("/bpb"),
+    },
+    Panel {
+        title: "Learning rate",
+        unit: "lr",
+        pick: |n| n == m::LEARNING_RATE,
+    },
+    Panel {
+        title: "Gradient norm",
+        unit: "L2 norm",
+        pick: |n| n == m::GRAD_NORM_TOTAL,
+    },
+    Panel {
+        title: "Parameter norm",
+        unit: "L2 norm",
+        pick: |n| n == m::PARAMS_NORM_TOTAL,
+    },
+    Panel {
+        title: "Throughput",
+        unit: "tokens/s",
+        pick: |n| n == m::TOKENS_PER_SECOND,
+    },
+    Panel {
+        title: "Model FLOPs utilisation",
+        unit: "MFU",
+        pick: |n| n == m::MFU,
+    },
+    Panel {
+        title: "Router: routing entropy",
+        unit: "nats",
+        pick: |n| n == m::ROUTING_ENTROPY_MEAN,
+    },
+    Panel {
+        title: "Router: balancing and z losses",
+        unit: "loss",
+        pick: |n| n == m::LOAD_BALANCING_LOSS || n == m::ROUTER_Z_LOSS || n == m::TRAIN_Z_LOSS,
+    },
+    Panel {
+        title: "Router: bias norm per layer",
+        unit: "L2 norm",
+        pick: |n| is_layer_metric(n, "bias_norm"),
+    },
+    Panel {
+        title: "MoE: dropped assignments",
+        unit: "count",
+        pick: |n| n == m::DROPPED_ASSIGNMENTS,
+    },
+];
+
+/// Splits `train/router/layer_<l>/expert_load/<e>` into (l, e).
+fn expert_load_component(n: &str) -> Option<(u32, u32)> {
+    let rest = n.strip_prefix("train/router/layer_")?;
+    let (l, rest) = rest.split_once('/')?;
+    let e = rest.strip_prefix("expert_load/")?;
+    Some((l.parse().ok()?, e.parse().ok()?))
+}
+
+/// Averages each expert's load into at most [`HEATMAP_COLUMNS`] step bins.
+fn heatmap_columns(experts: &BTreeMap<u32, &Vec<(u64, f64)>>) -> Vec<(f64, f64, Vec<f64>)> {
+    let (mut lo, mut hi) = (u64::MAX, 0u64);
+    for pts in experts.values() {
+        if let (Some(a), Some(b)) = (pts.first(), pts.last()) {
+            lo = lo.min(a.0);
+            hi = hi.max(b.0);
+        }
+    }
+    if lo > hi {
+        return Vec::new();
+    }
+    let n_experts = experts.keys().max().map(|k| *k as usize + 1).unwrap_or(0);
+    let span = (hi - lo + 1) as f64;
+    let cols = (HEATMAP_COLUMNS as u64).min(hi - lo + 1) as usize;
+    let width = span / cols as f64;
+    let mut sums = vec![vec![(0.0f64, 0u32); n_experts]; cols];
+    for (&e, pts) in experts {
+        for &(s, v) in pts.iter() {
+            if !v.is_finite() {
+                continue;
+            }
+            let c = (((s - lo) as f64 / width) as usize).min(cols - 1);
+            let cell = &mut sums[c][e as usize];
+            cell.0 += v;
+            cell.1 += 1;
+        }
+    }
+    sums.into_iter()
+        .enumerate()
+        .filter(|(_, col)| col.iter().any(|c| c.1 > 0))
+        .map(|(c, col)| {
+            let a = lo as f64 + c as f64 * width;
+            let vals = col
+                .into_iter()
+                .map(|(s, k)| if k > 0 { s / k as f64 } else { f64::NAN })
+                .collect();
+            (a, a + width, vals)
+        })
+        .collect()
+}
+
+/// The chart panels of one run's series (already restricted to the step range).
+pub fn charts(all: &RunSeries) -> Markup {
+    let (mut lo, mut hi) = (u64::MAX, 0u64);
+    for pts in all.values() {
+        if let (Some(a), Some(b)) = (pts.first(), pts.last()) {
+            lo = lo.min(a.0);
+            hi = hi.max(b.0);
+        }
+    }
+    let x_range = (lo <= hi).then_some((lo as f64, hi.max(lo + 1) as f64));
+    let mut out = Vec::new();
+    for p in PANELS {
+        let lines: Vec<Line> = all
+            .iter()
+            .filter(|(n, _)| (p.pick)(n))
+            .map(|(n, pts)| Line {
+                label: n.clone(),
+                points: series::downsample(pts, MAX_POINTS_PER_LINE)
+                    .into_iter()
+                    .map(|(s, v)| (s as f64, v))
+                    .collect(),
+                markers: pts.len() == 1,
+            })
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let svg = chart::line_chart(
+            p.title,
+            &lines,
+            &Axes {
+                x_desc: "step".into(),
+                y_desc: p.unit.into(),
+                x_range,
+                ..Axes::default()
+            },
+        );
+        out.push((p.title.to_string(), svg));
+    }
+    type Experts<'a> = BTreeMap<u32, &'a Vec<(u64, f64)>>;
+    let mut layers: BTreeMap<u32, Experts> = BTreeMap::new();
+    for (n, pts) in all {
+        if let Some((l, e)) = expert_load_component(n) {
+            layers.entry(l).or_default().insert(e, pts);
+        }
+    }
+    for (l, experts) in &layers {
+        let title = format!("Router: expert load, layer {l}");
+        let svg = chart::heatmap(&title, "expert", &heatmap_columns(experts));
+        out.push((title, svg));
+    }
+    html! {
+        @if out.is_empty() {
+            p.empty { "No metric points recorded for this run yet." }
+        }
+        @for (title, svg) in &out {
+            figure.chart data-title=(title) { (PreEscaped(svg)) }
+        }
+    }
+}
+
+/// Step range query.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct RunQuery {
+    /// Which run's charts to show (default: the latest).
+    pub run: Option<String>,
+    /// First step.
+    pub from: Option<u64>,
+    /// Last step.
+    pub to: Option<u64>,
+}
+
+/// One timeline row.
+struct TimelineRow {
+    idx: u64,
+    kind: String,
+    run: Option<String>,
+    time: String,
+    refs: Vec<(String, String)>,
+}
+
+async fn timeline(st: &WebState, experiment: &str) -> Result<Vec<TimelineRow>, WebError> {
+    let rows = sqlx::query(
+        "SELECT idx, kind, run, time, entry FROM entries WHERE experiment = $1 ORDER BY idx LIMIT 2000",
+    )
+    .bind(experiment.to_string())
+    .fetch_all(st.index.pool())
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let entry: String = r.try_get("entry")?;
+        let refs = serde_json::from_str::<serde_json::Value>(&entry)
+            .ok()
+            .and_then(|v| {
+                v.get("refs").and_then(|r| r.as_object()).map(|o| {
+                    o.iter()
+                        .filter_map(|(k, v)| v.as_str().map(|h| (k.clone(), h.to_string())))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .unwrap_or_default();
+        out.push(TimelineRow {
+            idx: r.try_get::<i64, _>("idx")? as u64,
+            kind: r.try_get("kind")?,
+            run: r.try_get("run")?,
+            time: r.try_get("time")?,
+            refs,
+        });
+    }
+    Ok(out)
+}
+
+/// The size of a stored blob, if it is stored locally.
+async fn blob_size(st: &WebState, hash: &str) -> Option<u64> {
+    let hex = hash.strip_prefix("blake3:")?;
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let p = st.lab.blobs_dir().join(&hex[..2]).join(&hex[2..]);
+    tokio::fs::metadata(p).await.ok().map(|m| m.len())
+}
+
+/// The spec as people read it: the TOML blob as stored, or canonical JSON turned into TOML.
+pub async fn spec_text(st: &WebState, blob: &str) -> Option<String> {
+    let hex = blob.strip_prefix("blake3:")?;
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let p = st.lab.blobs_dir().join(&hex[..2]).join(&hex[2..]);
+    let text = tokio::fs::read_to_string(p).await.ok()?;
+    if text.trim_start().starts_with('{') {
+        let spec = parse_spec_text(&text)?;
+        toml::to_string_pretty(&spec).ok()
+    } else {
+        Some(text)
+    }
+}
+
+fn forecast_block(exp: &ExperimentRow, forecasts: &[ForecastRow], run: Option<&RunRow>) -> Markup {
+    let spec_fc = exp.spec.as_ref().and_then(|s| s.forecast.clone());
+    html! {
+        section.forecast {
+            h2 { "Forecast vs outcome" }
+            @if spec_fc.is_none() && forecasts.is_empty() {
+                p.empty { "No forecast was registered." }
+            }
+            dl {
+                @if let Some(f) = &spec_fc {
+                    dt { "Pre-registered in the spec" }
+                    dd { code { (f.metric) } " = " (num(Some(f.value))) " ± " (num(Some(f.tolerance))) }
+                }
+                @for f in forecasts {
+                    dt { "Forecast entry " a href={ "/api/v1/entries/" (f.entry) } { "#" (f.entry) } " (" (f.method) ")" }
+                    dd { code { (f.metric) } " = " (num(Some(f.value))) " ± " (num(Some(f.tolerance))) }
+                }
+                @if let Some(fc) = run.and_then(|r| r.forecast.as_ref()) {
+                    dt { "Outcome" }
+                    dd {
+                        code { (fc.metric) } " = " (num(fc.actual)) " "
+                        @if fc.hit { span.badge.ok { "hit" } } @else { span.badge.bad { "miss" } }
+                    }
+                } @else if let Some(r) = run {
+                    dt { "Outcome" }
+                    dd { (status_badge(&r.status)) " " @if let Some(f) = &spec_fc {
+                        code { (f.metric) } " = " (num(r.final_metrics.get(&f.metric).copied()))
+                    } }
+                }
+            }
+        }
+    }
+}
+
+fn runs_table(exp: &ExperimentRow, runs: &[RunRow], selected: Option<&str>) -> Markup {
+    html! {
+        form method="get" action="/compare" {
+            table.list #runs {
+                thead { tr { th {} th { "Run" } th { "Status" } th { "Steps" } th { "Final loss" } th { "Backend" } th { "Started" } th { "Ended" } th {} } }
+                tbody {
+                    @for r in runs {
+                        tr class=[(Some(r.id.as_str()) == selected).then_some("selected")] {
+                            td { input type="checkbox" name="run" value=(r.id) aria-label={ "compare " (r.id) }; }
+                            td { a href={ (experiment_href(&exp.id)) "?" (query(&[("run", &r.id)])) } { (r.id) } }
+                            td { (status_badge(&r.status)) }
+                            td.n { (r.steps.map(|s| s.to_string()).unwrap_or_default()) }
+                            td.n { (num(r.final_metrics.get(m::TRAIN_LOSS).copied())) }
+                            td { (r.backend.as_deref().unwrap_or("")) }
+                            td { (r.started.as_deref().unwrap_or("")) }
+                            td { (r.ended.as_deref().unwrap_or("")) }
+                            td { a href={ "/live/" (encode_path(&r.id)) } { "live" } }
+                        }
+                    }
+                }
+            }
+            @if runs.len() > 1 { button type="submit" { "Compare selected runs" } }
+        }
+    }
+}
+
+/// `GET /experiments/{*id}`.
+pub async fn page(
+    State(st): State<WebState>,
+    Path(id): Path<String>,
+    Query(q): Query<RunQuery>,
+) -> Result<Markup, WebError> {
+    let (exp, runs, forecasts, status) = {
+        let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+        let exp = cat
+            .experiments
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| WebError::not_found(format!("experiment {id:?}")))?;
+        let runs: Vec<RunRow> = exp
+            .runs
+            .iter()
+            .filter_map(|r| cat.runs.get(r).cloned())
+            .collect();
+        let forecasts: Vec<ForecastRow> = exp
+            .forecasts
+            .iter()
+            .filter_map(|i| cat.forecasts.get(i).cloned())
+            .collect();
+        let status = exp.status(&cat);
+        (exp, runs, forecasts, status)
+    };
+    let selected = match &q.run {
+        Some(r) => Some(
+            runs.iter()
+                .find(|x| &x.id == r)
+                .ok_or_else(|| WebError::not_found(format!("run {r:?} of experiment {id:?}")))?,
+        ),
+        None => runs.last(),
+    };
+    let charts_markup = match selected {
+        Some(r) => {
+            let all = series::run_series(
+                st.index.pool(),
+                &st.live,
+                &r.id,
+                q.from.unwrap_or(0),
+                q.to.unwrap_or(u64::MAX),
+            )
+            .await?;
+            Some(charts(&all))
+        }
+        None => None,
+    };
+    let spec = match &exp.spec_blob {
+        Some(b) => spec_text(&st, b).await,
+        None => None,
+    };
+    let tl = timeline(&st, &id).await?;
+    let mut artifacts = Vec::new();
+    for row in &tl {
+        for (role, hash) in &row.refs {
+            artifacts.push((
+                row.idx,
+                row.kind.clone(),
+                role.clone(),
+                hash.clone(),
+                blob_size(&st, hash).await,
+            ));
+        }
+    }
+    let title = exp.title.clone().unwrap_or_else(|| exp.id.clone());
+    let body = html! {
+        h1 { (title) " " (status_badge(&status)) }
+        p.meta {
+            code { (exp.id) }
+            @if let Some(a) = &exp.author { " · proposed by " strong { (a) } }
+            @if let Some(u) = &exp.issue_url { " · issue " (safe_link(u)) }
+            @if let Some(a) = &exp.approved_by { " · approved by " (a) }
+            @if let Some(r) = &exp.rejected { " · rejected: " (r) }
+        }
+        @if let Some(s) = &exp.spec {
+            section.hypothesis {
+                h2 { "Hypothesis" }
+                blockquote { (s.hypothesis) }
+                @if !s.tags.is_empty() { p { @for t in &s.tags { a.tag href={ "/experiments?" (query(&[("tag", t)])) } { (t) } " " } } }
+            }
+        }
+        (forecast_block(&exp, &forecasts, selected))
+        section {
+            h2 { "Runs" }
+            @if runs.is_empty() { p.empty { "Not run yet." } } @else { (runs_table(&exp, &runs, selected.map(|r| r.id.as_str()))) }
+        }
+        @if let (Some(r), Some(c)) = (selected, &charts_markup) {
+            section #charts-section {
+                h2 { "Charts: " (r.id) }
+                p.meta { "Hover a line for step and value. " a href={ "/live/" (encode_path(&r.id)) } { "Follow live" } " · " a href={ "/api/v1/runs/" (encode_path(&r.id)) "/metrics" } { "metrics as JSON" } }
+                div #charts { (c) }
+            }
+        }
+        section.spec {
+            h2 { "Spec" }
+            @if let Some(h) = &exp.spec_hash { p { "spec hash " code.hash { (h) } } }
+            @if let Some(t) = &spec { pre { code { (t) } } } @else { p.empty { "The spec blob is not available here." } }
+        }
+        section {
+            h2 { "Timeline" }
+            table.list #timeline {
+                thead { tr { th { "Entry" } th { "Kind" } th { "Time" } th { "Run" } th { "Proof" } } }
+                tbody { @for row in &tl { tr {
+                    td.n { a href={ "/api/v1/entries/" (row.idx) } { (row.idx) } }
+                    td { (row.kind) }
+                    td { (row.time) }
+                    td { (row.run.as_deref().unwrap_or("")) }
+                    td { a href={ "/api/v1/entries/" (row.idx) "/proof" } { "inclusion proof" } }
+                } } }
+            }
+        }
+        section {
+            h2 { "Artifacts" }
+            @if artifacts.is_empty() { p.empty { "No blobs referenced yet." } }
+            @else {
+                table.list #artifacts {
+                    thead { tr { th { "Entry" } th { "Role" } th { "Hash" } th { "Size" } th {} } }
+                    tbody { @for (idx, kind, role, hash, size) in &artifacts { tr {
+                        td.n { (idx) " " small { (kind) } }
+                        td { (role) }
+                        td { (short_hash(hash)) }
+                        td.n { @if let Some(s) = size { (s) " B" } @else { "not stored here" } }
+                        td { @if size.is_some() { a href={ "/blobs/" (encode_path(hash)) } download { "download" } } }
+                    } } }
+                }
+            }
+        }
+    };
+    Ok(frame(&title, Nav::Experiments, false, body))
+}
+
+/// `GET /runs/{run}`: the run's experiment page with the run selected.
+pub async fn run_page(
+    State(st): State<WebState>,
+    Path(run): Path<String>,
+) -> Result<Response, WebError> {
+    let exp = {
+        let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+        let r = cat
+            .runs
+            .get(&run)
+            .ok_or_else(|| WebError::not_found(format!("run {run:?}")))?;
+        r.experiment.clone()
+    };
+    match exp {
+        Some(x) => Ok(Redirect::to(&format!(
+            "{}?{}",
+            experiment_href(&x),
+            query(&[("run", &run)])
+        ))
+        .into_response()),
+        None => Ok(live_page(State(st), Path(run)).await?.into_response()),
+    }
+}
+
+async fn live_markup(st: &WebState, run: &str) -> Result<Markup, WebError> {
+    let all = series::run_series(st.index.pool(), &st.live, run, 0, u64::MAX).await?;
+    let last_step = all.values().filter_map(|p| p.last().map(|x| x.0)).max();
+    let points: usize = all.values().map(Vec::len).sum();
+    Ok(html! {
+        p.live-status {
+            "latest step " span #last-step { (last_step.map(|s| s.to_string()).unwrap_or_else(|| "–".into())) }
+            " · " span #point-count { (points) } " points"
+        }
+        (charts(&all))
+    })
+}
+
+/// `GET /live/{run}`: charts that follow the run as it trains (the live script subscribes to
+/// `/api/v1/runs/{run}/live` and refreshes `/live/{run}/charts`).
+pub async fn live_page(
+    State(st): State<WebState>,
+    Path(run): Path<String>,
+) -> Result<Markup, WebError> {
+    let (known, status, experiment) = {
+        let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+        match cat.runs.get(&run) {
+            Some(r) => (true, r.status.clone(), r.experiment.clone()),
+            None => (false, String::new(), None),
+        }
+    };
+    let live = st.live.recent(&run);
+    if !known && live.is_none() {
+        return Err(WebError::not_found(format!("run {run:?}")));
+    }
+    let status =
+        live.and_then(|l| l.status)
+            .unwrap_or(if known { status } else { "running".into() });
+    let inner = live_markup(&st, &run).await?;
+    let body = html! {
+        h1 { "Live: " (run) " " span #run-status { (status_badge(&status)) } }
+        @if let Some(x) = &experiment { p.meta { "experiment " a href=(experiment_href(x)) { (x) } } }
+        p.meta #live-note { "Updates arrive over Server-Sent Events; without JavaScript, reload the page." }
+        div #live data-run=(run) data-events={ "/api/v1/runs/" (encode_path(&run)) "/live" } data-charts={ "/live/" (encode_path(&run)) "/charts" } {
+            (inner)
+        }
+    };
+    Ok(frame(&format!("Live {run}"), Nav::Other, true, body))
+}
+
+/// `GET /live/{run}/charts`: the live page's chart block alone (for the live script).
+pub async fn live_charts(
+    State(st): State<WebState>,
+    Path(run): Path<String>,
+) -> Result<Markup, WebError> {
+    live_markup(&st, &run).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_names_go_to_the_right_panels() {
+        let panel_of = |n: &str| PANELS.iter().find(|p| (p.pick)(n)).map(|p| p.title);
+        assert_eq!(panel_of("eval/markov/loss"), Some(PANELS[0].title));
+        assert_eq!(
+            panel_of("train/router/layer_3/bias_norm"),
+            Some(PANELS[9].title)
+        );
+        assert_eq!(panel_of("train/router/layer_x/bias_norm"), None);
+        assert_eq!(
+            expert_load_component("train/router/layer_1/expert_load/7"),
+            Some((1, 7))
+        );
+        assert_eq!(
+            expert_load_component("train/router/layer_1/expert_load"),
+            None
+        );
+    }
+
+    #[test]
+    fn heatmap_bins_average_each_expert() {
+        let a: Vec<(u64, f64)> = (0..300).map(|s| (s, 0.25)).collect();
+        let b: Vec<(u64, f64)> = (0..300).map(|s| (s, 0.75)).collect();
+        let experts: BTreeMap<u32, &Vec<(u64, f64)>> = [(0, &a), (1, &b)].into_iter().collect();
+        let cols = heatmap_columns(&experts);
+        assert_eq!(cols.len(), HEATMAP_COLUMNS);
+        assert!(cols.iter().all(|c| c.2 == vec![0.25, 0.75]));
+    }
+}

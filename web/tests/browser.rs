@@ -1,0 +1,279 @@
+//! Real-browser end-to-end test: headless Chromium driven over WebDriver (fantoccini) against a
+//! real server on 127.0.0.1: load the experiments page, open an experiment, see the loss chart
+//! SVG render, watch a live run add points over Server-Sent Events while the test publishes
+//! into the `LiveHub`, and open a compare view by ticking runs. Screenshots of each page go to
+//! `target/screenshots/*.png`.
+//!
+//! Needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them). The test starts
+//! `chromedriver` itself on a free port (`GLASSBOX_CHROMEDRIVER` overrides the binary) and
+//! fails, never skips, when it is missing.
+
+mod fixture;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use glassbox_web::LiveEvent;
+
+/// How long any one wait in this test may take: generous for a loaded 2-core CI machine.
+const WAIT: Duration = Duration::from_secs(30);
+
+fn chromedriver() -> PathBuf {
+    if let Ok(p) = std::env::var("GLASSBOX_CHROMEDRIVER") {
+        return PathBuf::from(p);
+    }
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = PathBuf::from(dir).join("chromedriver");
+        if p.is_file() {
+            return p;
+        }
+    }
+    for p in ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"] {
+        if std::path::Path::new(p).is_file() {
+            return PathBuf::from(p);
+        }
+    }
+    panic!(
+        "chromedriver not found: install Debian's `chromium` and `chromium-driver` \
+         (apt-get install chromium chromium-driver, as .ci/run does) or set GLASSBOX_CHROMEDRIVER"
+    );
+}
+
+fn screenshots_dir() -> PathBuf {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let dir = target.join("screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn shot(c: &Client, name: &str) {
+    let png = c.screenshot().await.unwrap();
+    std::fs::write(screenshots_dir().join(format!("{name}.png")), png).unwrap();
+}
+
+/// Polls `check` every 100 ms until it yields `Some`, for at most [`WAIT`]; the page updates
+/// asynchronously (SSE, fetch), so there is no event to wait on from outside the browser.
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < WAIT, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn text_of(c: &Client, css: &str) -> Option<String> {
+    c.find(Locator::Css(css)).await.ok()?.text().await.ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_follows_experiments_charts_live_updates_and_compare() {
+    let driver_bin = chromedriver();
+    let fx = fixture::build().await;
+    let state = fx.state();
+    let live = state.live.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(glassbox_web::serve_on(listener, state, async {
+        let _ = stop_rx.await;
+    }));
+    let base = format!("http://{addr}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut driver = tokio::process::Command::new(&driver_bin)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", driver_bin.display()));
+    eventually("chromedriver to listen", || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()
+    })
+    .await;
+
+    let mut opts = serde_json::json!({
+        "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1280,1400", "--hide-scrollbars"]
+    });
+    if std::path::Path::new("/usr/bin/chromium").is_file() {
+        opts["binary"] = "/usr/bin/chromium".into();
+    }
+    let mut caps = serde_json::Map::new();
+    caps.insert("goog:chromeOptions".into(), opts);
+    let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("a WebDriver session with headless Chromium");
+
+    // 1. Experiments list.
+    c.goto(&format!("{base}/experiments")).await.unwrap();
+    let title = c.title().await.unwrap();
+    assert!(title.starts_with("Experiments"), "{title}");
+    let first = text_of(&c, "#experiments tbody tr:first-child td:nth-child(3)")
+        .await
+        .unwrap();
+    assert!(!first.is_empty());
+    // The proposer's `<script>` is text on the page, and did not run.
+    let body = text_of(&c, "#experiments").await.unwrap();
+    assert!(body.contains("<script>alert('title')</script>"), "{body}");
+    shot(&c, "experiments").await;
+
+    // 2. Open an experiment; the loss chart renders as an SVG with a drawn line.
+    c.find(Locator::Css("a[href='/experiments/acme/lab%231']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let loss = eventually("the loss chart", || async {
+        c.find(Locator::Css("figure.chart[data-title^='Loss'] svg"))
+            .await
+            .ok()
+    })
+    .await;
+    let (_, _, w, h) = loss.rectangle().await.unwrap();
+    assert!(w > 300.0 && h > 100.0, "chart is laid out: {w}x{h}");
+    let lines = c
+        .find_all(Locator::Css("figure.chart[data-title^='Loss'] svg polyline, figure.chart[data-title^='Loss'] svg path"))
+        .await
+        .unwrap();
+    assert!(!lines.is_empty(), "the loss line is drawn");
+    let hovers = c
+        .find_all(Locator::Css(
+            "figure.chart[data-title^='Loss'] circle.hp title",
+        ))
+        .await
+        .unwrap();
+    assert!(hovers.len() > 10, "hover targets carry step and value");
+    assert!(
+        c.find(Locator::Css(
+            "figure.chart[data-title^='Router: expert load'] svg rect"
+        ))
+        .await
+        .is_ok()
+    );
+    shot(&c, "experiment").await;
+
+    // 3. Live: the page subscribes over SSE; points published now appear without a reload.
+    live.publish(LiveEvent::Status {
+        run: "run-live".into(),
+        status: "running".into(),
+    });
+    live.publish(LiveEvent::Point {
+        run: "run-live".into(),
+        step: 1,
+        name: "train/loss".into(),
+        value: 4.0,
+    });
+    c.goto(&format!("{base}/live/run-live")).await.unwrap();
+    eventually("the page's SSE subscription", || async {
+        (live.subscribers() >= 1).then_some(())
+    })
+    .await;
+    for step in 2..=40u64 {
+        live.publish(LiveEvent::Point {
+            run: "run-live".into(),
+            step,
+            name: "train/loss".into(),
+            value: fixture::loss_at(step * 5),
+        });
+        live.publish(LiveEvent::Point {
+            run: "run-live".into(),
+            step,
+            name: "throughput/tokens_per_second".into(),
+            value: 4000.0 + step as f64,
+        });
+    }
+    eventually("step 40 to be shown", || async {
+        (text_of(&c, "#last-step").await.as_deref() == Some("40")).then_some(())
+    })
+    .await;
+    eventually("the redrawn chart to include step 40", || async {
+        let titles = c
+            .find_all(Locator::Css("#live circle.hp title"))
+            .await
+            .ok()?;
+        for t in titles {
+            if t.html(true).await.ok()?.contains("step 40,") {
+                return Some(());
+            }
+        }
+        None
+    })
+    .await;
+    live.publish(LiveEvent::Status {
+        run: "run-live".into(),
+        status: "succeeded".into(),
+    });
+    eventually("the status change", || async {
+        (text_of(&c, "#run-status").await.as_deref() == Some("succeeded")).then_some(())
+    })
+    .await;
+    shot(&c, "live").await;
+
+    // 4. Compare: tick two runs on the list and submit.
+    c.goto(&format!("{base}/experiments?sort=id&dir=asc"))
+        .await
+        .unwrap();
+    for run in ["run-1", "run-2"] {
+        c.find(Locator::Css(&format!("input[name='run'][value='{run}']")))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+    }
+    c.find(Locator::Css("form.compare-pick button[type='submit']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    eventually("the compare chart", || async {
+        c.find(Locator::Css("#compare-chart svg")).await.ok()
+    })
+    .await;
+    let url = c.current_url().await.unwrap();
+    assert!(url.as_str().contains("run=run-1&run=run-2"), "{url}");
+    let diff = text_of(&c, "#spec-diff").await.unwrap();
+    assert!(diff.contains("model.d_model"), "{diff}");
+    shot(&c, "compare").await;
+
+    for (page, name) in [
+        ("/ladder", "ladder"),
+        ("/ledger", "ledger"),
+        ("/data", "data"),
+        ("/negative", "negative"),
+    ] {
+        c.goto(&format!("{base}{page}")).await.unwrap();
+        shot(&c, name).await;
+    }
+
+    c.close().await.unwrap();
+    let _ = driver.kill().await;
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}

@@ -1,0 +1,587 @@
+//! Route tests of the dashboard: every page and API endpoint through the axum router with
+//! `oneshot` (no socket), including escaping of proposer text, path traversal on `/log/` and
+//! `/blobs/`, caching headers, the OpenAPI document, SSE and `/metrics`; then a real server on
+//! 127.0.0.1:0 audited by the ledger's HTTP audit (what `glassbox verify URL` does), and a
+//! graceful shutdown with a live stream open.
+
+mod fixture;
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode};
+use glassbox_ledger::HttpSource;
+use glassbox_ledger::audit::{AuditOptions, audit};
+use glassbox_web::{LiveEvent, app};
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+
+async fn get(state: &glassbox_web::WebState, uri: &str) -> (StatusCode, HeaderMap, String) {
+    let resp = app(state.clone())
+        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
+}
+
+async fn ok(state: &glassbox_web::WebState, uri: &str) -> String {
+    let (status, headers, body) = get(state, uri).await;
+    assert_eq!(status, StatusCode::OK, "{uri}: {body}");
+    assert!(
+        headers["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("script-src 'self'"),
+        "{uri} has the CSP"
+    );
+    body
+}
+
+async fn json(state: &glassbox_web::WebState, uri: &str) -> serde_json::Value {
+    let body = ok(state, uri).await;
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{uri}: {e}: {body}"))
+}
+
+#[tokio::test]
+async fn pages_render_and_escape_proposer_text() {
+    let fx = fixture::build().await;
+    let st = fx.state();
+
+    let list = ok(&st, "/").await;
+    assert!(list.contains("acme/lab#1") && list.contains("acme/lab#3"));
+    assert!(list.contains("Tiny MoE &lt;script&gt;"), "title escaped");
+    assert!(
+        !list.contains("<script>alert"),
+        "no raw script from a title"
+    );
+    // Filters, sorting, paging.
+    let ladder_only = ok(&st, "/experiments?tag=ladder").await;
+    assert!(ladder_only.contains("acme/lab#2") && !ladder_only.contains("acme/lab#3"));
+    let bob = ok(&st, "/experiments?author=BOB").await;
+    assert!(bob.contains("acme/lab#3") && !bob.contains("acme/lab#1\""));
+    let diverged = ok(&st, "/experiments?status=diverged").await;
+    assert!(
+        diverged.contains("acme/lab#2") && !diverged.contains("href=\"/experiments/acme/lab%231\"")
+    );
+    let text = ok(&st, "/experiments?q=narrow").await;
+    assert!(text.contains("acme/lab#2") && !text.contains("href=\"/experiments/acme/lab%233\""));
+    let sorted = ok(&st, "/experiments?sort=final_loss&dir=asc").await;
+    let (a, b) = (
+        sorted.find("lab%231").unwrap(),
+        sorted.find("lab%232").unwrap(),
+    );
+    assert!(a < b, "lower final loss first");
+    let paged = ok(&st, "/experiments?per_page=1&page=2&sort=id&dir=asc").await;
+    assert!(paged.contains("page 2 of 3") && paged.contains("acme/lab#2"));
+    let (status, _, body) = get(&st, "/experiments?sort=nonsense").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body.contains("final_loss"),
+        "names the valid columns: {body}"
+    );
+
+    let exp = ok(&st, "/experiments/acme/lab%231").await;
+    assert!(
+        exp.contains("&lt;script&gt;alert(&#39;hyp&#39;)&lt;/script&gt;")
+            || exp.contains("&lt;script&gt;alert('hyp')&lt;/script&gt;")
+    );
+    assert!(!exp.contains("<script>alert"));
+    for want in [
+        "Hypothesis",
+        "Forecast vs outcome",
+        "hit",
+        "https://github.com/acme/lab/issues/1",
+        "Loss (train and eval per domain)",
+        "Learning rate",
+        "Gradient norm",
+        "Throughput",
+        "Router: routing entropy",
+        "Router: bias norm per layer",
+        "Router: expert load, layer 0",
+        "<svg",
+        "<title>train/loss: step",
+        "spec hash",
+        "[model.moe]",
+        "inclusion proof",
+        "/api/v1/entries/11/proof",
+        "download",
+    ] {
+        assert!(exp.contains(want), "experiment page lacks {want:?}");
+    }
+    let (status, _, _) = get(&st, "/experiments/acme/lab%2399").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = get(&st, "/experiments/acme/lab%231?run=run-9").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let (status, headers, _) = get(&st, "/runs/run-2").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], "/experiments/acme/lab%232?run=run-2");
+
+    let live = ok(&st, "/live/run-1").await;
+    assert!(
+        live.contains("/assets/live.js")
+            && live.contains("data-events=\"/api/v1/runs/run-1/live\"")
+    );
+    assert!(ok(&st, "/live/run-1/charts").await.contains("<svg"));
+    assert_eq!(get(&st, "/live/nope").await.0, StatusCode::NOT_FOUND);
+
+    let cmp = ok(&st, "/compare?run=run-1&run=run-2").await;
+    assert!(cmp.contains("model.d_model") && cmp.contains(">64<") && cmp.contains(">32<"));
+    assert!(cmp.contains("<title>run-2: step"));
+    assert!(ok(&st, "/compare").await.contains("Pick 2 to 8 runs"));
+    let nine = (0..9)
+        .map(|i| format!("run=r{i}"))
+        .collect::<Vec<_>>()
+        .join("&");
+    assert_eq!(
+        get(&st, &format!("/compare?{nine}")).await.0,
+        StatusCode::BAD_REQUEST
+    );
+
+    let ladder = ok(&st, "/ladder").await;
+    assert!(
+        ladder.contains("eval/markov/loss")
+            && ladder.contains("E = 1.2000")
+            && ladder.contains("alpha_stderr")
+    );
+    let data = ok(&st, "/data").await;
+    assert!(data.contains("generator:markov seed=7") && data.contains("generator markov seed=7"));
+    let neg = ok(&st, "/negative").await;
+    assert!(neg.contains("run-2") && neg.contains("loss became NaN") && !neg.contains(">run-1<"));
+    let ledger = ok(&st, "/ledger").await;
+    assert!(ledger.contains(&format!("{} entries", fx.size)));
+    assert!(ledger.contains("glassbox verify http://") && ledger.contains(&fx.vkey.to_string()));
+
+    let css = get(&st, "/assets/style.css").await;
+    assert!(
+        css.1["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/css")
+    );
+    let js = get(&st, "/assets/live.js").await;
+    assert!(js.2.contains("EventSource"));
+}
+
+#[tokio::test]
+async fn api_answers_what_the_pages_show() {
+    let fx = fixture::build().await;
+    let st = fx.state();
+
+    let list = json(&st, "/api/v1/experiments?sort=id&dir=asc").await;
+    assert_eq!(list["total"], 3);
+    assert_eq!(list["items"][0]["id"], "acme/lab#1");
+    assert_eq!(list["items"][0]["forecast_hit"], true);
+    assert_eq!(list["items"][1]["status"], "diverged");
+    assert_eq!(list["items"][2]["status"], "rejected");
+
+    let exp = json(&st, "/api/v1/experiments/acme/lab%231").await;
+    assert_eq!(exp["experiment"]["title"], fixture::EVIL_TITLE);
+    assert_eq!(exp["experiment"]["spec"]["tags"][0], "tiny");
+    assert_eq!(exp["runs"][0]["id"], "run-1");
+    assert_eq!(exp["forecasts"][0]["method"], "scaling_law");
+    assert!(exp["entries"].as_array().unwrap().len() >= 5);
+    assert_eq!(
+        get(&st, "/api/v1/experiments/none").await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    let runs = json(&st, "/api/v1/runs?status=diverged").await;
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+    let run = json(&st, "/api/v1/runs/run-1").await;
+    assert_eq!(run["status"], "succeeded");
+    assert_eq!(run["steps"], 300);
+    assert_eq!(get(&st, "/api/v1/runs/zzz").await.0, StatusCode::NOT_FOUND);
+
+    let names = json(&st, "/api/v1/runs/run-1/metrics").await;
+    assert!(
+        names["names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n == "train/router/layer_0/expert_load/3")
+    );
+    let s = json(&st, "/api/v1/runs/run-1/metrics/train/loss").await;
+    assert_eq!(s["total_points"], 300);
+    assert_eq!(s["points"].as_array().unwrap().len(), 300);
+    let s = json(
+        &st,
+        "/api/v1/runs/run-1/metrics/train/loss?from=101&to=200&max_points=10",
+    )
+    .await;
+    assert_eq!(s["total_points"], 100);
+    let pts = s["points"].as_array().unwrap();
+    assert_eq!(pts.len(), 10);
+    assert_eq!(pts[0][0], 101);
+    assert_eq!(pts[9][0], 200);
+    // The spike survives downsampling.
+    let g = json(
+        &st,
+        "/api/v1/runs/run-1/metrics/grad/norm/total?max_points=20",
+    )
+    .await;
+    assert!(g["points"].as_array().unwrap().iter().any(|p| p[1] == 9.0));
+    assert_eq!(
+        get(&st, "/api/v1/runs/run-1/metrics/train/loss?from=5&to=1")
+            .await
+            .0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        get(&st, "/api/v1/runs/run-1/metrics/nope").await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(&st, "/api/v1/runs/run-1/metrics/train/loss?from=x")
+            .await
+            .0,
+        StatusCode::BAD_REQUEST
+    );
+
+    let entries = json(&st, "/api/v1/entries?kind=result").await;
+    assert_eq!(entries.as_array().unwrap().len(), 2);
+    let page = json(&st, "/api/v1/entries?after=100&limit=5").await;
+    assert_eq!(page[0]["idx"], 101);
+    assert_eq!(page.as_array().unwrap().len(), 5);
+    let e = json(&st, "/api/v1/entries/11").await;
+    assert_eq!(e["kind"], "result");
+    assert_eq!(e["entry"]["body"]["run"], "run-1");
+    assert_eq!(
+        get(&st, "/api/v1/entries/99999").await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    // The proof verifies against the served checkpoint's root.
+    let p = json(&st, "/api/v1/entries/11/proof").await;
+    assert_eq!(p["tree_size"], fx.size);
+    let proof: Vec<glassbox_ledger::MerkleHash> = p["proof"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            use base64::Engine as _;
+            let b = base64::engine::general_purpose::STANDARD
+                .decode(h.as_str().unwrap())
+                .unwrap();
+            glassbox_ledger::MerkleHash::from_slice(&b).unwrap()
+        })
+        .collect();
+    let leaf = glassbox_ledger::MerkleHash::from_hex(p["leaf_hash"].as_str().unwrap()).unwrap();
+    let root = {
+        use base64::Engine as _;
+        let b = base64::engine::general_purpose::STANDARD
+            .decode(p["root"].as_str().unwrap())
+            .unwrap();
+        glassbox_ledger::MerkleHash::from_slice(&b).unwrap()
+    };
+    glassbox_ledger::merkle::verify_inclusion(
+        &leaf,
+        glassbox_ledger::LeafIndex(11),
+        glassbox_ledger::TreeSize(fx.size),
+        &proof,
+        &root,
+    )
+    .unwrap();
+    assert_eq!(
+        get(&st, &format!("/api/v1/entries/{}/proof", fx.size))
+            .await
+            .0,
+        StatusCode::NOT_FOUND
+    );
+
+    assert_eq!(json(&st, "/api/v1/datasets").await[0]["domain"], "markov");
+    let ladder = json(&st, "/api/v1/ladder").await;
+    assert_eq!(ladder[0]["metric"], "eval/markov/loss");
+    assert_eq!(ladder[0]["law"]["alpha"], 0.3);
+    let neg = json(&st, "/api/v1/negative").await;
+    assert_eq!(neg[0]["id"], "run-2");
+    let cmp = json(&st, "/api/v1/compare?run=run-1&run=run-2").await;
+    assert_eq!(cmp[0]["spec"]["model.d_model"], "64");
+    assert_eq!(cmp[1]["spec"]["model.d_model"], "32");
+    let l = json(&st, "/api/v1/ledger").await;
+    assert_eq!(l["size"], fx.size);
+    assert_eq!(l["vkey"], fx.vkey.to_string());
+}
+
+#[tokio::test]
+async fn openapi_lists_every_api_route() {
+    let fx = fixture::build().await;
+    let doc = json(&fx.state(), "/api/v1/openapi.json").await;
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().unwrap();
+    for p in [
+        "/api/v1/experiments",
+        "/api/v1/experiments/{id}",
+        "/api/v1/runs",
+        "/api/v1/runs/{run}",
+        "/api/v1/runs/{run}/metrics",
+        "/api/v1/runs/{run}/metrics/{name}",
+        "/api/v1/runs/{run}/live",
+        "/api/v1/entries",
+        "/api/v1/entries/{idx}",
+        "/api/v1/entries/{idx}/proof",
+        "/api/v1/datasets",
+        "/api/v1/ladder",
+        "/api/v1/negative",
+        "/api/v1/compare",
+        "/api/v1/ledger",
+    ] {
+        assert!(paths.contains_key(p), "OpenAPI lacks {p}");
+    }
+    assert!(doc["components"]["schemas"]["ExperimentRow"].is_object());
+}
+
+#[tokio::test]
+async fn static_log_serves_the_layout_with_cache_headers_and_refuses_traversal() {
+    let fx = fixture::build().await;
+    let st = fx.state();
+    let (status, h, body) = get(&st, "/log/checkpoint").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(h["cache-control"], "no-cache");
+    assert!(body.starts_with("test.example/glassbox\n"));
+    // 269 entries: tile 0 is full, tile 1 partial.
+    assert!(fx.size > 256 && fx.size < 512);
+    let w = fx.size - 256;
+    for (path, cache) in [
+        (
+            "/log/tile/0/000".to_string(),
+            "public, max-age=31536000, immutable",
+        ),
+        (
+            "/log/tile/entries/000".to_string(),
+            "public, max-age=31536000, immutable",
+        ),
+        (format!("/log/tile/0/001.p/{w}"), "no-cache"),
+        (format!("/log/tile/entries/001.p/{w}"), "no-cache"),
+        ("/log/tile/1/000.p/1".to_string(), "no-cache"),
+    ] {
+        let (status, h, _) = get(&st, &path).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert_eq!(h["cache-control"], cache, "{path}");
+    }
+    let hex = fx.checkpoint_blob.to_hex();
+    for path in [
+        format!("/blobs/{}/{}", &hex[..2], &hex[2..]),
+        format!("/blobs/blake3:{hex}"),
+    ] {
+        let (status, h, body) = get(&st, &path).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert_eq!(h["cache-control"], "public, max-age=31536000, immutable");
+        assert_eq!(body, "fake safetensors checkpoint of run-1");
+    }
+    assert_eq!(get(&st, "/vkey").await.2.trim(), fx.vkey.to_string());
+    for bad in [
+        "/log/../keys/ledger.key",
+        "/log/tile/../../keys/ledger.key",
+        "/log/tile/0/..%2F..%2F..%2Fkeys%2Fledger.key",
+        "/log/tile/%2E%2E/%2E%2E/keys/ledger.key",
+        "/log/keys/ledger.key",
+        "/blobs/../keys/ledger.key",
+        "/blobs/..%2Fkeys%2Fledger.key",
+        "/blobs/%2E%2E/keys",
+        "/blobs/blake3:..%2F..%2Fkeys%2Fledger.key",
+        "/blobs/blake3:0000000000000000000000000000000000000000000000000000000000000000",
+        "/blobs/ab/cd",
+        "/keys/ledger.key",
+        "/index.db",
+        "/ledger.lock",
+    ] {
+        let (status, _, body) = get(&st, bad).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{bad}");
+        assert!(!body.contains("PRIVATE"), "{bad} leaked a key");
+    }
+}
+
+#[tokio::test]
+async fn ops_health_metrics_body_cap_and_security_headers() {
+    let fx = fixture::build().await;
+    let queue_path = fx.dir.path().join("queue.db");
+    let queue = glassbox_lab::Queue::connect(&format!("sqlite://{}", queue_path.display()))
+        .await
+        .unwrap();
+    queue
+        .enqueue(&glassbox_lab::NewJob {
+            experiment: "acme/lab#1".into(),
+            spec_hash: "blake3:0000000000000000000000000000000000000000000000000000000000000000"
+                .parse()
+                .unwrap(),
+            author: "alice".into(),
+            proposal_entry: Some(1),
+            approval_entry: Some(5),
+            priority: 0,
+            max_attempts: 3,
+        })
+        .await
+        .unwrap();
+    let st = fx.state().with_queue(queue);
+    assert_eq!(ok(&st, "/healthz").await, "ok\n");
+    fx.live.publish(LiveEvent::Point {
+        run: "run-9".into(),
+        step: 1,
+        name: "throughput/tokens_per_second".into(),
+        value: 1234.5,
+    });
+    let _ = ok(&st, "/experiments").await;
+    let (_, h, m) = get(&st, "/metrics").await;
+    assert!(
+        h["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    for want in [
+        "glassbox_http_requests_total{route=\"/experiments\",status=\"200\"} 1",
+        "glassbox_queue_depth 1",
+        "glassbox_running_jobs 0",
+        "glassbox_queue_jobs{state=\"queued\"} 1",
+        "glassbox_tokens_per_second 1234.5",
+        "glassbox_live_subscribers 0",
+        "glassbox_worker_lease_seconds_left",
+    ] {
+        assert!(m.contains(want), "/metrics lacks {want:?}:\n{m}");
+    }
+    // Body cap: a declared large body is refused before any handler reads it.
+    let resp = app(st.clone())
+        .oneshot(
+            Request::post("/experiments")
+                .header("content-length", "1000000")
+                .body(Body::from(vec![b'x'; 1_000_000]))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // Read-only: no write methods on pages.
+    let resp = app(st.clone())
+        .oneshot(Request::post("/experiments").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let (_, h, _) = get(&st, "/ledger").await;
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    assert_eq!(h["x-frame-options"], "DENY");
+    assert!(
+        h["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("default-src 'none'")
+    );
+}
+
+#[tokio::test]
+async fn extra_routes_are_merged() {
+    let fx = fixture::build().await;
+    let extra =
+        axum::Router::new().route("/github/webhook", axum::routing::post(|| async { "hook" }));
+    let st = fx.state().with_extra(extra);
+    let resp = app(st)
+        .oneshot(
+            Request::post("/github/webhook")
+                .body(Body::from("{}"))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn sse_streams_the_runs_live_events_only() {
+    let fx = fixture::build().await;
+    let st = fx.state();
+    let resp = app(st.clone())
+        .oneshot(
+            Request::get("/api/v1/runs/run-7/live")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.into_body();
+    fx.live.publish(LiveEvent::Point {
+        run: "other".into(),
+        step: 1,
+        name: "train/loss".into(),
+        value: 9.0,
+    });
+    fx.live.publish(LiveEvent::Point {
+        run: "run-7".into(),
+        step: 5,
+        name: "train/loss".into(),
+        value: 2.5,
+    });
+    fx.live.publish(LiveEvent::Status {
+        run: "run-7".into(),
+        status: "succeeded".into(),
+    });
+    let mut text = String::new();
+    while !text.contains("succeeded") {
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("an event within 5 s")
+            .unwrap()
+            .unwrap();
+        if let Ok(d) = frame.into_data() {
+            text.push_str(&String::from_utf8_lossy(&d));
+        }
+    }
+    assert!(
+        text.contains("event: point\ndata: {\"type\":\"point\",\"run\":\"run-7\",\"step\":5"),
+        "{text}"
+    );
+    assert!(text.contains("event: status"));
+    assert!(!text.contains("\"other\""));
+    // The live point is also drawn on the run's live page.
+    let charts = ok(&st, "/live/run-7/charts").await;
+    assert!(
+        charts.contains("<title>train/loss: step 5, value 2.50000</title>"),
+        "{charts}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_server_passes_the_ledger_http_audit_and_shuts_down_gracefully() {
+    let fx = fixture::build().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(glassbox_web::serve_on(listener, fx.state(), async {
+        let _ = stop_rx.await;
+    }));
+    let base = format!("http://{addr}/");
+    let vkey = fx.vkey.clone();
+    let report = tokio::task::spawn_blocking(move || {
+        audit(&HttpSource::new(&base), &vkey, AuditOptions::default())
+    })
+    .await
+    .unwrap()
+    .expect("the source can be read")
+    .expect("the audit passes");
+    assert_eq!(report.entries, fx.size);
+    assert!(report.blobs >= 4, "blobs re-hashed: {}", report.blobs);
+
+    // An SSE client stays connected; shutdown ends its stream and the server returns.
+    let mut sse = tokio::net::TcpStream::connect(addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    sse.write_all(b"GET /api/v1/runs/run-1/live HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = sse.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("graceful shutdown completes with a live stream open")
+        .unwrap()
+        .unwrap();
+}
