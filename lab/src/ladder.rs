@@ -147,7 +147,7 @@ pub async fn run_ladder(
         details: serde_json::json!({
             "law": "L(C) = E + A * C^-alpha",
             "compute": "train FLOPs (6N + 12 L d T per token)",
-            "fit": &fit,
+            "params": &fit,
             "target_compute": compute,
             "interval_95": interval,
             "rungs": &rungs,
