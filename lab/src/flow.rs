@@ -850,10 +850,42 @@ impl LabPort for Flow {
             .map_err(port_error)
     }
 
-    async fn reproduce(&self, experiment: &ExperimentId, _by: &Login) -> Result<u32, PortError> {
-        Err(PortError::InvalidState(format!(
-            "reproductions are run with `glassbox reproduce` on {experiment}'s run; this lab does not queue them from comments"
-        )))
+    async fn reproduce(&self, experiment: &ExperimentId, by: &Login) -> Result<u32, PortError> {
+        let job = self
+            .inner
+            .queue
+            .latest_job_of(experiment)
+            .await
+            .map_err(|e| port_error(e.into()))?;
+        let run = match job {
+            Some(j) if j.state.is_terminal() && j.run_id.is_some() => {
+                RunId(j.run_id.unwrap_or_default())
+            }
+            Some(j) => {
+                return Err(PortError::InvalidState(format!(
+                    "job {} is {}; a run can be reproduced once it has ended",
+                    j.id, j.state
+                )));
+            }
+            None => {
+                return Err(PortError::InvalidState(
+                    "nothing has run for this issue yet".into(),
+                ));
+            }
+        };
+        // The reproduction re-trains on this machine and ends as a `reproduction` entry.
+        let rec = self.inner.recorder.clone();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let who = by.as_str().to_string();
+        tokio::spawn(async move {
+            match crate::reproduce::reproduce(rec, run.clone(), threads, |_, _| {}).await {
+                Ok(r) => {
+                    tracing::info!(%run, outcome = %r.outcome, entry = r.entry, requested_by = %who, "reproduction recorded")
+                }
+                Err(e) => tracing::warn!(%run, error = %e, "reproduction failed"),
+            }
+        });
+        Ok(1)
     }
 
     async fn status(
