@@ -145,6 +145,7 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (Lab, Index
                     .collect(),
                 forecast: None,
                 reason: None,
+                params_blake3: None,
             },
         ));
         if batch.len() >= 3000 {

@@ -408,6 +408,7 @@ async fn ops_health_metrics_body_cap_and_security_headers() {
         .unwrap();
     queue
         .enqueue(&glassbox_lab::NewJob {
+            kind: glassbox_lab::JobKind::Run,
             experiment: "acme/lab#1".into(),
             spec_hash: "blake3:0000000000000000000000000000000000000000000000000000000000000000"
                 .parse()
