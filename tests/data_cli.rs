@@ -3,19 +3,11 @@
 //! lab; a corpus whose bytes were changed on disk stops the run with a clear `failed` result.
 
 use std::path::Path;
-use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_glassbox");
+mod support;
 
 fn glassbox(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .args(args)
-        .arg("--lab")
-        .arg(dir.join("lab"))
-        .env("GLASSBOX_PEAK_GFLOPS", "100")
-        .current_dir(dir)
-        .output()
-        .unwrap()
+    support::glassbox(dir, None, args).output().unwrap()
 }
 
 fn spec_naming(dir: &Path, corpus: &str) -> std::path::PathBuf {

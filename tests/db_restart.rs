@@ -10,23 +10,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_glassbox");
-
-fn postgres_url() -> String {
-    std::env::var("GLASSBOX_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
-}
+mod support;
 
 fn glassbox(dir: &Path, db: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(BIN);
-    c.args(args)
-        .arg("--lab")
-        .arg(dir.join("lab"))
-        .env("GLASSBOX_DATABASE_URL", db)
-        .env("GLASSBOX_CONFIG", dir.join("lab.toml"))
-        .env("GLASSBOX_PEAK_GFLOPS", "100")
-        .current_dir(dir);
-    c
+    support::glassbox(dir, Some(db), args)
 }
 
 fn jobs(dir: &Path, db: &str) -> Option<serde_json::Value> {
@@ -53,20 +40,7 @@ fn restart_postgres() {
 
 #[test]
 fn a_worker_rides_out_a_postgres_restart() {
-    let base = postgres_url();
-    let schema = format!("e2e_restart_{}", std::process::id());
-    let ok = Command::new("psql")
-        .arg(&base)
-        .args([
-            "-q",
-            "-c",
-            &format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema};"),
-        ])
-        .status()
-        .expect("psql is required");
-    assert!(ok.success(), "PostgreSQL at {base} is required");
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let db = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+    let db = support::postgres_schema("restart");
 
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

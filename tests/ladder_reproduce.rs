@@ -4,33 +4,14 @@
 //! one of its blobs makes the reproduction fail, naming the blob.
 
 use std::path::Path;
-use std::process::Command;
 
-use glassbox_ledger::{DirSource, Lab, LeafIndex, LogReader};
-use glassbox_schemas::{EntryKind, LedgerEntry};
+use glassbox_schemas::EntryKind;
 
-const BIN: &str = env!("CARGO_BIN_EXE_glassbox");
+mod support;
+use support::entries;
 
 fn glassbox(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .args(args)
-        .arg("--lab")
-        .arg(dir.join("lab"))
-        .env("GLASSBOX_PEAK_GFLOPS", "100")
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
-
-fn entries(lab: &Path) -> Vec<LedgerEntry> {
-    let l = Lab::open(lab).unwrap();
-    let source = DirSource {
-        root: lab.to_path_buf(),
-    };
-    let r = LogReader::open(&source, &l.verifier_key().unwrap()).unwrap();
-    (0..r.size().0)
-        .map(|i| LedgerEntry::from_bytes(&r.entry(LeafIndex(i)).unwrap()).unwrap())
-        .collect()
+    support::glassbox(dir, None, args).output().unwrap()
 }
 
 #[test]

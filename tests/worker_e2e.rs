@@ -7,34 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use glassbox_ledger::{DirSource, Lab, LeafIndex, LogReader};
 use glassbox_schemas::record::ResultBody;
 use glassbox_schemas::{EntryKind, LedgerEntry, RunStatus};
 
-const BIN: &str = env!("CARGO_BIN_EXE_glassbox");
-
-fn postgres_url() -> String {
-    std::env::var("GLASSBOX_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
-}
-
-/// A fresh PostgreSQL schema for one test, as a URL that selects it.
-fn postgres_schema(name: &str) -> String {
-    let schema = format!("e2e_{name}_{}", std::process::id());
-    let base = postgres_url();
-    let status = Command::new("psql")
-        .arg(&base)
-        .args([
-            "-q",
-            "-c",
-            &format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema};"),
-        ])
-        .status()
-        .expect("psql is needed to create a test schema");
-    assert!(status.success(), "PostgreSQL at {base} is required");
-    let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}options=-c%20search_path%3D{schema}")
-}
+mod support;
+use support::{entries, postgres_schema};
 
 fn write_spec(dir: &Path, steps: u64) -> PathBuf {
     let text = format!(
@@ -70,17 +47,9 @@ seed = 5
     p
 }
 
-/// `glassbox` with the test's lab, queue and a short lease.
+/// `glassbox` with the test's lab, queue and lab config.
 fn glassbox(dir: &Path, db: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(BIN);
-    c.args(args)
-        .arg("--lab")
-        .arg(dir.join("lab"))
-        .env("GLASSBOX_DATABASE_URL", db)
-        .env("GLASSBOX_CONFIG", dir.join("lab.toml"))
-        .env("GLASSBOX_PEAK_GFLOPS", "100")
-        .current_dir(dir);
-    c
+    support::glassbox(dir, Some(db), args)
 }
 
 fn jobs(dir: &Path, db: &str) -> serde_json::Value {
@@ -103,17 +72,6 @@ fn spawn_worker(dir: &Path, db: &str, id: &str) -> Child {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap()
-}
-
-fn entries(lab: &Path) -> Vec<LedgerEntry> {
-    let l = Lab::open(lab).unwrap();
-    let source = DirSource {
-        root: lab.to_path_buf(),
-    };
-    let r = LogReader::open(&source, &l.verifier_key().unwrap()).unwrap();
-    (0..r.size().0)
-        .map(|i| LedgerEntry::from_bytes(&r.entry(LeafIndex(i)).unwrap()).unwrap())
-        .collect()
 }
 
 fn sigkill_takeover(db: &str) {

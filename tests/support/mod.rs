@@ -1,0 +1,66 @@
+//! What the end-to-end tests share: the binary under test, a command builder that points it at
+//! a test's lab (and queue database), a fresh PostgreSQL schema per test, and reading a lab's
+//! log back. Each `tests/*.rs` file is its own crate and uses only part of this.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::Command;
+
+use glassbox_ledger::{DirSource, Lab, LeafIndex, LogReader};
+use glassbox_schemas::LedgerEntry;
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_glassbox");
+
+/// `GLASSBOX_TEST_POSTGRES_URL`, or the CI machine's server.
+pub fn postgres_url() -> String {
+    std::env::var("GLASSBOX_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+}
+
+/// A fresh PostgreSQL schema for one test, as a URL that selects it. Fails (never skips)
+/// without a server.
+pub fn postgres_schema(name: &str) -> String {
+    let schema = format!("e2e_{name}_{}", std::process::id());
+    let base = postgres_url();
+    let status = Command::new("psql")
+        .arg(&base)
+        .args([
+            "-q",
+            "-c",
+            &format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema};"),
+        ])
+        .status()
+        .expect("psql is needed to create a test schema");
+    assert!(status.success(), "PostgreSQL at {base} is required");
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}options=-c%20search_path%3D{schema}")
+}
+
+/// `glassbox ARGS --lab DIR/lab`, run in `dir`, with a given MFU peak (no measuring); with
+/// `db`, also the queue database and the lab config `DIR/lab.toml`.
+pub fn glassbox(dir: &Path, db: Option<&str>, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .arg("--lab")
+        .arg(dir.join("lab"))
+        .env("GLASSBOX_PEAK_GFLOPS", "100")
+        .current_dir(dir);
+    if let Some(db) = db {
+        c.env("GLASSBOX_DATABASE_URL", db)
+            .env("GLASSBOX_CONFIG", dir.join("lab.toml"));
+    }
+    c
+}
+
+/// Every entry of the lab's log, checked against its signed checkpoint.
+pub fn entries(lab: &Path) -> Vec<LedgerEntry> {
+    let l = Lab::open(lab).unwrap();
+    let source = DirSource {
+        root: lab.to_path_buf(),
+    };
+    let r = LogReader::open(&source, &l.verifier_key().unwrap()).unwrap();
+    (0..r.size().0)
+        .map(|i| LedgerEntry::from_bytes(&r.entry(LeafIndex(i)).unwrap()).unwrap())
+        .collect()
+}
