@@ -553,10 +553,10 @@ impl Worker {
             .map(|h| one_ref("checkpoint", h))
             .unwrap_or_default();
         let mut finished = self
-            .conclude(
+            .conclude_with(
                 job,
                 run,
-                &spec,
+                Some(&spec),
                 status,
                 reason,
                 outcome.steps,
@@ -676,33 +676,6 @@ impl Worker {
             )
             .await?;
         Ok(JobEnd::Recorded(Box::new(finished)))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn conclude(
-        &self,
-        job: &Job,
-        run: &RunId,
-        spec: &ExperimentSpec,
-        status: RunStatus,
-        reason: Option<String>,
-        steps: u64,
-        final_metrics: BTreeMap<String, f64>,
-        refs: BTreeMap<String, Blake3Hash>,
-        params: Option<String>,
-    ) -> Result<Finished, LabError> {
-        self.conclude_with(
-            job,
-            run,
-            Some(spec),
-            status,
-            reason,
-            steps,
-            final_metrics,
-            refs,
-            params,
-        )
-        .await
     }
 
     /// The end of every job: `result` entry, then the queue, then the outbox.

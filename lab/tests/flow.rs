@@ -88,6 +88,31 @@ impl Setup {
             .with_switches(self.flow.switches())
     }
 
+    /// Proposes `sp` as issue `n` by `author` and has a maintainer approve it.
+    async fn propose_and_approve(
+        &self,
+        n: u64,
+        author: &str,
+        sp: ExperimentSpec,
+    ) -> (glassbox_lab::flow::Recorded, glassbox_lab::flow::Queued) {
+        let r = self
+            .flow
+            .propose(proposal(n, author, sp, None))
+            .await
+            .unwrap();
+        let q = self
+            .flow
+            .approve(
+                &ExperimentId(format!("octo/lab#{n}")),
+                &r.spec_hash,
+                "maint",
+                false,
+            )
+            .await
+            .unwrap();
+        (r, q)
+    }
+
     /// Every entry in the log, in order.
     fn entries(&self) -> Vec<LedgerEntry> {
         let lab = self.recorder.lab();
@@ -293,20 +318,7 @@ async fn two_workers_fifty_jobs(engine: &str) {
     let s = setup(engine, "fifty", cfg).await;
     let sp = spec(2, "checkpoint_interval = 0", "");
     for n in 0..50 {
-        let r = s
-            .flow
-            .propose(proposal(n, "alice", sp.clone(), None))
-            .await
-            .unwrap();
-        s.flow
-            .approve(
-                &ExperimentId(format!("octo/lab#{n}")),
-                &r.spec_hash,
-                "maint",
-                false,
-            )
-            .await
-            .unwrap();
+        s.propose_and_approve(n, "alice", sp.clone()).await;
     }
     let mut tasks = Vec::new();
     for w in 0..2 {
@@ -365,18 +377,8 @@ async fn every_ending_is_recorded(engine: &str) {
     let cfg = LabConfig::parse("[limits]\nmax_open_per_author = 100\n").unwrap();
     let s = setup(engine, "endings", cfg).await;
     let approve = |n: u64, sp: ExperimentSpec| {
-        let flow = s.flow.clone();
-        async move {
-            let r = flow.propose(proposal(n, "bob", sp, None)).await.unwrap();
-            flow.approve(
-                &ExperimentId(format!("octo/lab#{n}")),
-                &r.spec_hash,
-                "maint",
-                false,
-            )
-            .await
-            .unwrap()
-        }
+        let s = &s;
+        async move { s.propose_and_approve(n, "bob", sp).await.1 }
     };
     // Over budget: a FLOP budget far below the run's cost.
     approve(1, spec(50, "", "[budget]\nmax_flops = 2e6")).await;
@@ -458,21 +460,7 @@ async fn every_ending_is_recorded_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_approval_names_another_hash_never_trains() {
     let s = setup("sqlite", "mismatch", LabConfig::default()).await;
-    let a = s
-        .flow
-        .propose(proposal(1, "carol", spec(4, "", ""), None))
-        .await
-        .unwrap();
-    let q = s
-        .flow
-        .approve(
-            &ExperimentId("octo/lab#1".into()),
-            &a.spec_hash,
-            "maint",
-            false,
-        )
-        .await
-        .unwrap();
+    let (a, q) = s.propose_and_approve(1, "carol", spec(4, "", "")).await;
     // A second spec whose job claims the first spec's approval.
     let b = s
         .flow

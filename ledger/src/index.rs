@@ -124,7 +124,8 @@ impl std::fmt::Display for IndexMismatch {
     }
 }
 
-fn redact(url: &str) -> String {
+/// A database URL with its password replaced by `***`, for messages.
+pub fn redact(url: &str) -> String {
     match (url.find("://"), url.find('@')) {
         (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
         _ => url.to_string(),

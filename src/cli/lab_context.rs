@@ -65,9 +65,12 @@ pub async fn open(global: &GlobalOpts, args: &LabArgs, create: bool) -> anyhow::
         .database_url
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}", lab.root().join("queue.db").display()));
-    let queue = Queue::connect(&url)
-        .await
-        .with_context(|| format!("cannot open the queue database {}", redact(&url)))?;
+    let queue = Queue::connect(&url).await.with_context(|| {
+        format!(
+            "cannot open the queue database {}",
+            glassbox_ledger::index::redact(&url)
+        )
+    })?;
     let recorder = Arc::new(Recorder::local(lab.clone()));
     let flow = Flow::new(queue.clone(), recorder.clone(), config.clone());
     Ok(LabContext {
@@ -86,12 +89,4 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")
-}
-
-/// A database URL without its password, for messages.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://***{}", &url[..s], &url[at..]),
-        _ => url.to_string(),
-    }
 }
