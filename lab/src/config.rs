@@ -17,6 +17,10 @@
 //! heartbeat_seconds = 5           # how often a running worker renews its lease
 //! poll_millis = 500               # how often an idle worker asks for a job
 //! metrics_flush_steps = 50        # train steps per metric-chunk blob (and at every checkpoint)
+//!
+//! [storage]
+//! blobs = "s3://bucket/prefix"    # where blobs live: a directory, file:///path or s3://bucket/prefix
+//!                                 # (endpoint and keys from AWS_* variables); default <lab>/blobs
 //! ```
 //!
 //! Loading reports every problem at once, each naming its key. This module reads the file; the
@@ -115,6 +119,19 @@ impl WorkerSettings {
     }
 }
 
+/// Sections of a lab config file that belong to `glassbox serve` (`[web]`, `[github]`).
+pub const SERVER_SECTIONS: &[&str] = &["web", "github"];
+
+/// Where the lab keeps its blobs.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Storage {
+    /// A blob store location (`glassbox_ledger::open_store`): a directory, `file:///path` or
+    /// `s3://bucket/prefix`; `None` is the lab directory's `blobs/`. Every process of a lab
+    /// (server, workers, `glassbox run`) must name the same store.
+    pub blobs: Option<String>,
+}
+
 /// The whole lab configuration.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LabConfig {
@@ -124,16 +141,22 @@ pub struct LabConfig {
     pub queue: QueueOrder,
     /// `[worker]`.
     pub worker: WorkerSettings,
+    /// `[storage]`.
+    pub storage: Storage,
 }
 
 impl LabConfig {
-    /// Reads a config file; every problem is reported, each with its key.
+    /// Reads a config file; every problem is reported, each with its key. The server's own
+    /// sections ([`SERVER_SECTIONS`]) may be present and are skipped, so one file configures a
+    /// server and its workers.
     pub fn load(path: &Path) -> Result<Self, LabError> {
         let text = std::fs::read_to_string(path).map_err(LabError::io("cannot read", path))?;
-        Self::parse(&text).map_err(|problems| LabError::Config {
-            path: path.to_path_buf(),
-            problems,
-        })
+        Self::parse_sections(&text, SERVER_SECTIONS)
+            .map(|(cfg, _)| cfg)
+            .map_err(|problems| LabError::Config {
+                path: path.to_path_buf(),
+                problems,
+            })
     }
 
     /// Parses config text; `Err` lists every problem.
@@ -156,11 +179,12 @@ impl LabConfig {
                 "limits" => section(key, value, &mut cfg.limits, &mut problems),
                 "queue" => section(key, value, &mut cfg.queue, &mut problems),
                 "worker" => section(key, value, &mut cfg.worker, &mut problems),
+                "storage" => section(key, value, &mut cfg.storage, &mut problems),
                 other if others.contains(&other) => {
                     rest.insert(key.clone(), value.clone());
                 }
                 other => {
-                    let mut known = vec!["limits", "queue", "worker"];
+                    let mut known = vec!["limits", "queue", "worker", "storage"];
                     known.extend_from_slice(others);
                     problems.push(format!(
                         "{other}: unknown section (known sections: {})",
@@ -209,6 +233,17 @@ impl LabConfig {
                 w.heartbeat_seconds.to_string(),
                 "must be positive and less than worker.lease_seconds",
             );
+        }
+        if let Some(loc) = &self.storage.blobs {
+            let scheme_ok =
+                !loc.contains("://") || loc.starts_with("s3://") || loc.starts_with("file://");
+            if loc.trim().is_empty() || !scheme_ok || loc == "s3://" {
+                bad(
+                    "storage.blobs",
+                    format!("{loc:?}"),
+                    "must be a directory, file:///path or s3://bucket/prefix",
+                );
+            }
         }
         if w.metrics_flush_steps == 0 {
             bad(
@@ -269,6 +304,19 @@ mod tests {
         assert!(all.contains("scheduler: unknown section"), "{all}");
         assert!(all.contains("limits.max_attempts = 0"), "{all}");
         assert_eq!(problems.len(), 4, "{all}");
+    }
+
+    #[test]
+    fn storage_names_a_blob_store() {
+        let cfg = LabConfig::parse("[storage]\nblobs = \"s3://lab/team\"\n").unwrap();
+        assert_eq!(cfg.storage.blobs.as_deref(), Some("s3://lab/team"));
+        let problems = LabConfig::parse("[storage]\nblobs = \"gs://lab\"\n").unwrap_err();
+        assert_eq!(
+            problems,
+            vec![
+                "storage.blobs = \"gs://lab\": must be a directory, file:///path or s3://bucket/prefix"
+            ]
+        );
     }
 
     #[test]

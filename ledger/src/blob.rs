@@ -42,8 +42,12 @@ pub trait BlobStore: Send + Sync {
     }
     /// Streams a blob out; `Error::BlobNotFound` when absent.
     fn get(&self, hash: &BlobHash) -> Result<Box<dyn Read + Send>, Error>;
+    /// A stored blob's size in bytes; `None` when absent.
+    fn size(&self, hash: &BlobHash) -> Result<Option<u64>, Error>;
     /// Whether a blob is stored.
-    fn has(&self, hash: &BlobHash) -> Result<bool, Error>;
+    fn has(&self, hash: &BlobHash) -> Result<bool, Error> {
+        Ok(self.size(hash)?.is_some())
+    }
     /// Every stored blob's hash, sorted.
     fn list(&self) -> Result<Vec<BlobHash>, Error>;
     /// A human-readable name of the store for messages.
@@ -254,8 +258,14 @@ impl BlobStore for LocalBlobStore {
         }
     }
 
-    fn has(&self, hash: &BlobHash) -> Result<bool, Error> {
-        Ok(self.path_of(hash).is_file())
+    fn size(&self, hash: &BlobHash) -> Result<Option<u64>, Error> {
+        let path = self.path_of(hash);
+        match fs::metadata(&path) {
+            Ok(m) if m.is_file() => Ok(Some(m.len())),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("cannot stat", path)(e)),
+        }
     }
 
     fn list(&self) -> Result<Vec<BlobHash>, Error> {

@@ -32,10 +32,10 @@ pub mod source;
 pub mod tiles;
 
 pub use audit::{AuditFailure, AuditOptions, AuditReport, audit};
-pub use blob::{BlobStore, LocalBlobStore, PutOutcome};
+pub use blob::{BlobStore, LocalBlobStore, PutOutcome, open_store};
 pub use checkpoint::{Checkpoint, SignedCheckpoint, SigningKey, VerifierKey};
 pub use error::Error;
 pub use lab::Lab;
 pub use log::{LockMode, LogReader, LogWriter};
 pub use merkle::{LeafIndex, MerkleHash, TreeSize};
-pub use source::{DirSource, HttpSource, LogSource};
+pub use source::{DirSource, HttpSource, LogSource, WithBlobStore};

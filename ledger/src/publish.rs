@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use glassbox_schemas::{Blake3Hash, BlobHash, LedgerEntry};
 
 use crate::audit::OMITTED_BLOBS;
-use crate::blob::blob_rel_path;
+use crate::blob::{BlobStore, blob_rel_path};
 use crate::checkpoint::SignedCheckpoint;
 use crate::error::Error;
 use crate::lab::Lab;
@@ -50,6 +50,17 @@ fn git_err(path: &Path) -> impl Fn(git2::Error) -> Error + '_ {
 
 /// Publishes `lab` into the git repository at `repo_dir` (created if absent).
 pub fn publish(lab: &Lab, repo_dir: &Path, max_blob_bytes: u64) -> Result<PublishReport, Error> {
+    publish_with_blobs(lab, &lab.blobs(), repo_dir, max_blob_bytes)
+}
+
+/// [`publish`] for a lab whose blobs live in `blobs` (an object store) rather than its
+/// `blobs/` directory; the published copy holds them in `blobs/` as usual.
+pub fn publish_with_blobs(
+    lab: &Lab,
+    blobs: &dyn BlobStore,
+    repo_dir: &Path,
+    max_blob_bytes: u64,
+) -> Result<PublishReport, Error> {
     let vkey = lab.verifier_key()?;
     let source = DirSource {
         root: lab.root().to_path_buf(),
@@ -128,10 +139,10 @@ pub fn publish(lab: &Lab, repo_dir: &Path, max_blob_bytes: u64) -> Result<Publis
         if dest.exists() {
             continue;
         }
-        let src = lab.root().join(&rel);
-        let len = fs::metadata(&src)
-            .map_err(Error::io("referenced blob is missing from the lab:", &src))?
-            .len();
+        let len = blobs.size(&hash)?.ok_or_else(|| Error::BlobNotFound {
+            hash: hash.to_string(),
+            store: blobs.describe(),
+        })?;
         if len > max_blob_bytes {
             if !omitted_text.contains(&hash.to_string()) {
                 omitted_text.push_str(&format!("{hash} {len}\n"));
@@ -139,7 +150,7 @@ pub fn publish(lab: &Lab, repo_dir: &Path, max_blob_bytes: u64) -> Result<Publis
             }
             continue;
         }
-        copy_into(&src, &dest)?;
+        copy_blob_into(blobs, &hash, &dest)?;
         added.push(PathBuf::from(rel));
         blobs_copied += 1;
     }
@@ -183,6 +194,16 @@ fn copy_into(src: &Path, dest: &Path) -> Result<(), Error> {
         fs::create_dir_all(p).map_err(Error::io("cannot create", p))?;
     }
     fs::copy(src, dest).map_err(Error::io("cannot copy", src))?;
+    Ok(())
+}
+
+fn copy_blob_into(blobs: &dyn BlobStore, hash: &BlobHash, dest: &Path) -> Result<(), Error> {
+    if let Some(p) = dest.parent() {
+        fs::create_dir_all(p).map_err(Error::io("cannot create", p))?;
+    }
+    let mut src = blobs.get(hash)?;
+    let mut out = fs::File::create(dest).map_err(Error::io("cannot create", dest))?;
+    std::io::copy(&mut src, &mut out).map_err(Error::io("cannot copy a blob into", dest))?;
     Ok(())
 }
 

@@ -19,9 +19,11 @@
 //!   aborted). S3 makes a multipart object visible only on completion, so no temp key is needed.
 //!
 //! Reads are ranged `GET`s of [`PART`] bytes. The [`BlobStore`] trait is synchronous: this store
-//! drives a private two-thread Tokio runtime, so call it from blocking code (`spawn_blocking`
-//! inside async code); called from inside a Tokio runtime it returns an error instead of
-//! deadlocking. Not here: bucket creation, credentials discovery beyond the environment.
+//! drives a private two-thread Tokio runtime. It can be called from any thread: plain threads
+//! drive the runtime directly; a thread inside another runtime's context (a `spawn_blocking`
+//! closure, `block_in_place`, or — discouraged, as it blocks an executor thread — an async
+//! task), where `Runtime::block_on` would panic, hands each request to a short-lived scoped
+//! thread instead. Not here: bucket creation, credentials discovery beyond the environment.
 
 use std::io::Read;
 use std::path::Path;
@@ -49,7 +51,7 @@ pub struct S3BlobStore {
     store: Arc<dyn ObjectStore>,
     prefix: String,
     name: String,
-    rt: Arc<tokio::runtime::Runtime>,
+    rt: Arc<PrivateRuntime>,
     copy_limit: u64,
 }
 
@@ -140,7 +142,7 @@ impl S3BlobStore {
             store: Arc::new(store),
             prefix,
             name,
-            rt: Arc::new(rt),
+            rt: Arc::new(PrivateRuntime(Some(rt))),
             copy_limit: S3_COPY_LIMIT,
         })
     }
@@ -168,15 +170,12 @@ impl S3BlobStore {
         }
     }
 
-    /// Runs a future on the private runtime; refuses (instead of panicking) inside a runtime.
-    fn block_on<T>(&self, f: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
-        if tokio::runtime::Handle::try_current().is_ok() {
-            return Err(self.err(
-                "called from inside a Tokio runtime; the blob store API is blocking, \
-                 call it through tokio::task::spawn_blocking",
-            ));
-        }
-        self.rt.block_on(f)
+    /// Runs a future on the private runtime, from any thread (see [`drive`]).
+    fn block_on<T: Send>(
+        &self,
+        f: impl Future<Output = Result<T, Error>> + Send,
+    ) -> Result<T, Error> {
+        drive(&self.rt, f)
     }
 
     fn head_exists(&self, key: &ObjectPath) -> Result<bool, Error> {
@@ -223,52 +222,51 @@ impl S3BlobStore {
         reader: &mut dyn Read,
         accept: &dyn Fn(&Blake3Hash) -> Result<(), Error>,
     ) -> Result<(Blake3Hash, u64), Error> {
-        self.block_on(async {
-            let upload = self
-                .store
-                .put_multipart(key)
-                .await
-                .map_err(|e| self.err(e))?;
-            let mut w = WriteMultipart::new_with_chunk_size(upload, PART);
-            let mut hasher = blake3::Hasher::new();
-            let mut total = 0u64;
-            let mut buf = vec![0u8; PART];
-            let result: Result<(), Error> = async {
-                if !first.is_empty() {
-                    hasher.update(first);
-                    total += first.len() as u64;
-                    w.wait_for_capacity(IN_FLIGHT)
-                        .await
-                        .map_err(|e| self.err(e))?;
-                    w.write(first);
-                }
-                loop {
-                    let n = fill(reader, &mut buf).map_err(|e| self.err(e))?;
-                    if n == 0 {
-                        return Ok(());
-                    }
-                    hasher.update(&buf[..n]);
-                    total += n as u64;
-                    w.wait_for_capacity(IN_FLIGHT)
-                        .await
-                        .map_err(|e| self.err(e))?;
-                    w.write(&buf[..n]);
-                }
+        let upload =
+            self.block_on(async { self.store.put_multipart(key).await.map_err(|e| self.err(e)) })?;
+        let mut w = WriteMultipart::new_with_chunk_size(upload, PART);
+        let mut hasher = blake3::Hasher::new();
+        let mut total = 0u64;
+        // The caller's thread reads and hashes; the runtime uploads up to IN_FLIGHT parts
+        // meanwhile. (The reader stays on this thread: it need not be `Send`.)
+        let send = |w: &mut WriteMultipart, chunk: &[u8]| {
+            self.block_on(async {
+                w.wait_for_capacity(IN_FLIGHT)
+                    .await
+                    .map_err(|e| self.err(e))?;
+                w.write(chunk);
+                Ok(())
+            })
+        };
+        let mut buf = vec![0u8; PART];
+        let result: Result<(), Error> = (|| {
+            if !first.is_empty() {
+                hasher.update(first);
+                total += first.len() as u64;
+                send(&mut w, first)?;
             }
-            .await;
-            let digest: Blake3Hash = hasher.finalize().into();
-            match result.and_then(|()| accept(&digest)) {
-                Ok(()) => {
-                    w.finish().await.map_err(|e| self.err(e))?;
-                    Ok((digest, total))
+            loop {
+                let n = fill(reader, &mut buf).map_err(|e| self.err(e))?;
+                if n == 0 {
+                    return Ok(());
                 }
-                Err(e) => {
-                    // Best effort: the error that stopped the upload is the one to report.
-                    let _ = w.abort().await;
-                    Err(e)
-                }
+                hasher.update(&buf[..n]);
+                total += n as u64;
+                send(&mut w, &buf[..n])?;
             }
-        })
+        })();
+        let digest: Blake3Hash = hasher.finalize().into();
+        match result.and_then(|()| accept(&digest)) {
+            Ok(()) => {
+                self.block_on(async { w.finish().await.map_err(|e| self.err(e)) })?;
+                Ok((digest, total))
+            }
+            Err(e) => {
+                // Best effort: the error that stopped the upload is the one to report.
+                let _ = self.block_on(async { w.abort().await.map_err(|e| self.err(e)) });
+                Err(e)
+            }
+        }
     }
 
     /// Moves a finished temporary object to `dest`: a server-side copy up to the copy limit,
@@ -315,6 +313,42 @@ impl S3BlobStore {
             }
         })
     }
+}
+
+/// The store's own runtime. Dropping a Tokio runtime the ordinary way blocks, which Tokio
+/// forbids (a panic) inside another runtime — where a store held by async code is dropped — so
+/// this one shuts down in the background. Nothing is in flight by then: every request was
+/// driven to completion by [`drive`].
+#[derive(Debug)]
+struct PrivateRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for PrivateRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Runs `f` to completion on `rt` from any thread. `Runtime::block_on` panics on a thread that
+/// is inside another runtime's context, so there a scoped thread (outside every runtime) drives
+/// it instead; the cost is one thread start per request, small next to an S3 round trip.
+fn drive<F>(rt: &PrivateRuntime, f: F) -> F::Output
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let Some(rt) = &rt.0 else {
+        unreachable!("the runtime is only taken on drop")
+    };
+    if tokio::runtime::Handle::try_current().is_err() {
+        return rt.block_on(f);
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| rt.block_on(f))
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }
 
 /// Reads until `buf` is full or the input ends; returns the bytes read.
@@ -445,8 +479,15 @@ impl BlobStore for S3BlobStore {
         }))
     }
 
-    fn has(&self, hash: &BlobHash) -> Result<bool, Error> {
-        self.head_exists(&self.key(&blob_rel_path(hash)))
+    fn size(&self, hash: &BlobHash) -> Result<Option<u64>, Error> {
+        let key = self.key(&blob_rel_path(hash));
+        self.block_on(async {
+            match self.store.head(&key).await {
+                Ok(meta) => Ok(Some(meta.size)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(self.err(e)),
+            }
+        })
     }
 
     fn list(&self) -> Result<Vec<BlobHash>, Error> {
@@ -478,7 +519,7 @@ impl BlobStore for S3BlobStore {
 /// Streams an object by ranged GETs of [`PART`] bytes on the store's runtime.
 struct RangedReader {
     store: Arc<dyn ObjectStore>,
-    rt: Arc<tokio::runtime::Runtime>,
+    rt: Arc<PrivateRuntime>,
     key: ObjectPath,
     size: u64,
     pos: u64,
@@ -493,16 +534,9 @@ impl Read for RangedReader {
             if self.pos >= self.size {
                 return Ok(0);
             }
-            if tokio::runtime::Handle::try_current().is_ok() {
-                return Err(std::io::Error::other(format!(
-                    "{}: blob reader used inside a Tokio runtime; read it in spawn_blocking",
-                    self.name
-                )));
-            }
             let end = (self.pos + PART as u64).min(self.size);
-            let bytes = self
-                .rt
-                .block_on(self.store.get_range(&self.key, self.pos..end))
+            let (store, key, range) = (&self.store, &self.key, self.pos..end);
+            let bytes = drive(&self.rt, async move { store.get_range(key, range).await })
                 .map_err(|e| std::io::Error::other(format!("{}: {e}", self.name)))?;
             if bytes.is_empty() {
                 return Err(std::io::Error::other(format!(

@@ -1,92 +1,21 @@
 //! The S3 blob store against a real S3-compatible server on loopback: moto in server mode
 //! (`pip install 'moto[server]'`, which CI's `.ci/run` does). Each test starts its own
-//! `moto_server` on a free port, creates a bucket with a plain HTTP `PUT` (moto does not check
-//! signatures), and drives `S3BlobStore` through the `BlobStore` trait exactly as the local
+//! `moto_server` on a free port (`tests/support/moto.rs` at the repository root), creates a
+//! bucket, and drives `S3BlobStore` through the `BlobStore` trait exactly as the local
 //! store is driven. A missing `moto_server` fails the test with the install command; it never
 //! skips. Not here: AWS itself, credentials discovery.
 #![cfg(feature = "aws")]
 
 use std::io::Read;
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use glassbox_ledger::blob::{BlobStore, open_store_with_env};
 use glassbox_ledger::s3::{PART, S3BlobStore, S3Config};
 use glassbox_ledger::{Error, LocalBlobStore};
 use glassbox_schemas::{Blake3Hash, BlobHash};
 
-/// A moto server process, killed on drop.
-struct Moto {
-    child: Child,
-    endpoint: String,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_moto() -> Moto {
-    // Port 0 makes the kernel pick a free port; moto then binds it (a tiny race with other
-    // processes, acceptable on a test machine).
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("pick a free port")
-        .port();
-    let child = Command::new("moto_server")
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot start moto_server ({e}): the S3 tests need moto's S3 server on PATH; \
-                 install it with `pip install 'moto[server]'`"
-            )
-        });
-    let moto = Moto {
-        child,
-        endpoint: format!("http://127.0.0.1:{port}"),
-    };
-    // moto takes a second or two to import; poll the port (the only readiness signal it gives)
-    // for up to 60 s on a loaded machine.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "moto_server did not listen on port {port} within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    moto
-}
-
-fn create_bucket(moto: &Moto, bucket: &str) {
-    ureq::put(&format!("{}/{bucket}", moto.endpoint))
-        .send_empty()
-        .expect("create bucket");
-}
-
-/// Every key in the bucket, from moto's ListObjectsV2 XML.
-fn raw_keys(moto: &Moto, bucket: &str) -> Vec<String> {
-    let body = ureq::get(&format!("{}/{bucket}?list-type=2", moto.endpoint))
-        .call()
-        .expect("list bucket")
-        .into_body()
-        .read_to_string()
-        .expect("list body");
-    body.split("<Key>")
-        .skip(1)
-        .filter_map(|s| s.split("</Key>").next())
-        .map(str::to_string)
-        .collect()
-}
+#[path = "../../tests/support/moto.rs"]
+mod moto;
+use moto::{Moto, create_bucket, raw_keys, start_moto};
 
 fn config(moto: &Moto, bucket: &str, prefix: &str) -> S3Config {
     S3Config {
@@ -220,4 +149,56 @@ fn open_store_reads_s3_locations_from_the_environment() {
         .err()
         .expect("missing credentials must fail");
     assert!(err.to_string().contains("AWS_ACCESS_KEY_ID"), "{err}");
+}
+
+#[test]
+fn usable_from_inside_a_tokio_runtime_and_sizes_blobs() {
+    let moto = start_moto();
+    create_bucket(&moto, "runtime");
+    let store: std::sync::Arc<dyn BlobStore> =
+        std::sync::Arc::new(S3BlobStore::new(&config(&moto, "runtime", "p")).unwrap());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let big = pattern(PART + 1234, 9);
+    let (small_hash, big_hash) = rt.block_on(async {
+        // Straight from an async task (where Runtime::block_on would panic) ...
+        let small = store.put(&mut &b"from a task"[..]).unwrap().hash;
+        // ... and from the blocking pool, a multipart upload and a ranged read.
+        let s2 = store.clone();
+        let big2 = big.clone();
+        let big_hash = tokio::task::spawn_blocking(move || {
+            let h = s2.put(&mut big2.as_slice()).unwrap().hash;
+            assert_eq!(read_all(s2.as_ref(), &h), big2);
+            h
+        })
+        .await
+        .unwrap();
+        assert_eq!(read_all(store.as_ref(), &small), b"from a task");
+        (small, big_hash)
+    });
+    assert_eq!(store.size(&small_hash).unwrap(), Some(11));
+    assert_eq!(store.size(&big_hash).unwrap(), Some(big.len() as u64));
+    let absent = BlobHash(Blake3Hash::of(b"never stored"));
+    assert_eq!(store.size(&absent).unwrap(), None);
+    assert!(!store.has(&absent).unwrap());
+}
+
+#[test]
+fn dropped_inside_a_runtime_without_panicking() {
+    let moto = start_moto();
+    create_bucket(&moto, "drop");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = S3BlobStore::new(&config(&moto, "drop", "")).unwrap();
+        let h = store.put(&mut &b"x"[..]).unwrap().hash;
+        let reader = store.get(&h).unwrap();
+        drop(store);
+        drop(reader);
+    });
 }

@@ -52,10 +52,7 @@ pub enum DataCommand {
 }
 
 pub fn run(cmd: DataCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
-    let args = LabArgs {
-        database_url: None,
-        config: None,
-    };
+    let args = LabArgs::defaults();
     lab_context::runtime()?.block_on(async {
         let ctx = lab_context::open(global, &args, true).await?;
         let rec = ctx.recorder.clone();

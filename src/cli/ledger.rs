@@ -20,6 +20,7 @@ use glassbox_schemas::{BlobHash, EntryKind, LedgerEntry};
 use serde_json::json;
 
 use crate::GlobalOpts;
+use crate::cli::lab_context::lab_blob_store;
 use crate::exit;
 
 /// Where the index database lives.
@@ -58,6 +59,10 @@ pub enum LedgerCommand {
         json: bool,
         #[command(flatten)]
         index: IndexOpts,
+        /// Where the lab's blobs live (a directory, `file:///path` or `s3://bucket/prefix`)
+        /// [default: the lab's `lab.toml` `storage.blobs`, else its `blobs/`].
+        #[arg(long, env = "GLASSBOX_BLOBS")]
+        blobs: Option<String>,
     },
     /// Write a blob to stdout or a file, checking its hash on the way.
     Get {
@@ -66,6 +71,10 @@ pub enum LedgerCommand {
         /// Output file (written whole or not at all).
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Where the lab's blobs live (a directory, `file:///path` or `s3://bucket/prefix`)
+        /// [default: the lab's `lab.toml` `storage.blobs`, else its `blobs/`].
+        #[arg(long, env = "GLASSBOX_BLOBS")]
+        blobs: Option<String>,
     },
     /// List entries (from the index, brought up to date first).
     Log {
@@ -207,8 +216,23 @@ fn run_inner(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode
         root: lab.root().to_path_buf(),
     };
     match cmd {
-        LedgerCommand::Put { file, json, index } => put(&lab, &source, &file, json, &index),
-        LedgerCommand::Get { hash, output } => get(&lab, &hash, output.as_deref()),
+        LedgerCommand::Put {
+            file,
+            json,
+            index,
+            blobs,
+        } => {
+            let store = lab_blob_store(&lab, blobs.as_deref())?;
+            put(&lab, store.as_ref(), &source, &file, json, &index)
+        }
+        LedgerCommand::Get {
+            hash,
+            output,
+            blobs,
+        } => {
+            let store = lab_blob_store(&lab, blobs.as_deref())?;
+            get(store.as_ref(), &hash, output.as_deref())
+        }
         LedgerCommand::Log { kind, json, index } => {
             let kind: Option<EntryKind> = kind
                 .map(|k| k.parse::<EntryKind>())
@@ -290,6 +314,7 @@ fn run_inner(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode
 
 fn put(
     lab: &Lab,
+    blobs: &dyn BlobStore,
     source: &DirSource,
     file: &Path,
     json: bool,
@@ -299,7 +324,7 @@ fn put(
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .with_context(|| format!("{} has no file name", file.display()))?;
-    let put = lab.blobs().put_file(file)?;
+    let put = blobs.put_file(file)?;
     let entry = LedgerEntry::new(
         EntryKind::Artifact,
         None,
@@ -334,9 +359,9 @@ fn put(
     Ok(exit::code(exit::OK))
 }
 
-fn get(lab: &Lab, hash: &str, output: Option<&Path>) -> anyhow::Result<ExitCode> {
+fn get(blobs: &dyn BlobStore, hash: &str, output: Option<&Path>) -> anyhow::Result<ExitCode> {
     let hash: BlobHash = hash.parse()?;
-    let mut reader = lab.blobs().get(&hash)?;
+    let mut reader = blobs.get(&hash)?;
     let mut hasher = blake3_hasher();
     match output {
         None => {

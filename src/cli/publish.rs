@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use glassbox_ledger::Lab;
-use glassbox_ledger::publish::{DEFAULT_MAX_BLOB_BYTES, publish};
+use glassbox_ledger::publish::{DEFAULT_MAX_BLOB_BYTES, publish_with_blobs};
 
 use crate::GlobalOpts;
 use crate::cli::ledger::finish;
@@ -20,12 +20,17 @@ pub struct PublishArgs {
     /// Blobs larger than this are listed in blobs/OMITTED instead of copied.
     #[arg(long, default_value_t = DEFAULT_MAX_BLOB_BYTES)]
     pub max_blob_bytes: u64,
+    /// Where the lab's blobs live (a directory, `file:///path` or `s3://bucket/prefix`)
+    /// [default: the lab's `lab.toml` `storage.blobs`, else its `blobs/`].
+    #[arg(long, env = "GLASSBOX_BLOBS")]
+    pub blobs: Option<String>,
 }
 
 pub fn run(args: PublishArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     finish((|| {
         let lab = Lab::open(&global.lab)?;
-        let r = publish(&lab, &args.git, args.max_blob_bytes)?;
+        let blobs = crate::cli::lab_context::lab_blob_store(&lab, args.blobs.as_deref())?;
+        let r = publish_with_blobs(&lab, blobs.as_ref(), &args.git, args.max_blob_bytes)?;
         if r.committed {
             println!(
                 "published size {} to {}: {} tiles, {} blobs copied, {} blobs omitted (over {} bytes)",

@@ -152,10 +152,7 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
         .map_err(|e| anyhow::anyhow!("the built-in example spec is invalid: {e}"))?;
 
     lab_context::runtime()?.block_on(async move {
-        let lab_args = LabArgs {
-            database_url: None,
-            config: None,
-        };
+        let lab_args = LabArgs::defaults();
         let mut ctx = lab_context::open(global, &lab_args, false).await?;
         // The built-in corpus: the example's Markov source, recorded as a dataset.
         let generator = spec.data.mixture[0]
@@ -312,6 +309,7 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
                     vkey: None,
                     prev: None,
                     no_blobs: false,
+                    blobs: None,
                     index_url: None,
                     state_dir: None,
                 },

@@ -51,6 +51,10 @@ pub struct ServeArgs {
     /// The queue database (`sqlite://PATH` or `postgres://...`). Default: `sqlite://<lab>/queue.db`.
     #[arg(long, env = "GLASSBOX_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// Where blobs live (a directory, `file:///path` or `s3://bucket/prefix`).
+    /// Default: the config's `storage.blobs`, else `<lab>/blobs`.
+    #[arg(long, env = "GLASSBOX_BLOBS")]
+    pub blobs: Option<String>,
     /// Do not train here: leave the queue to `glassbox worker` processes.
     #[arg(long)]
     pub no_worker: bool,
@@ -84,7 +88,8 @@ pub struct ServeConfig {
 pub fn read_config(path: &std::path::Path) -> anyhow::Result<Result<ServeConfig, Vec<String>>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config {}", path.display()))?;
-    let (lab, extra) = match LabConfig::parse_sections(&text, &["web", "github"]) {
+    let (lab, extra) = match LabConfig::parse_sections(&text, glassbox_lab::config::SERVER_SECTIONS)
+    {
         Ok(x) => x,
         Err(problems) => return Ok(Err(problems)),
     };
@@ -347,6 +352,7 @@ pub async fn start(
         router = router.merge(x);
     }
     let state = WebState::new(ctx.lab.clone(), index.clone(), live.clone())
+        .with_blobs(ctx.recorder.blobs().clone())
         .with_queue(ctx.queue.clone())
         .with_extra(router);
     let addr = listener.local_addr()?;
@@ -417,16 +423,18 @@ pub fn run(args: ServeArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
         let lab_args = LabArgs {
             database_url: args.database_url.clone(),
             config: None,
+            blobs: args.blobs.clone(),
         };
-        let mut ctx = lab_context::open(global, &lab_args, false).await?;
-        ctx.config = config.lab.clone();
+        // Without --config, the lab's own `<lab>/lab.toml` (if any) applies, as for workers.
+        let lab_config = args.config.is_some().then(|| config.lab.clone());
+        let mut ctx = lab_context::open_with(global, &lab_args, false, lab_config).await?;
         let public = config
             .web
             .public_url
             .clone()
             .unwrap_or_else(|| format!("http://{bind}"));
         ctx.flow =
-            glassbox_lab::Flow::new(ctx.queue.clone(), ctx.recorder.clone(), config.lab.clone())
+            glassbox_lab::Flow::new(ctx.queue.clone(), ctx.recorder.clone(), ctx.config.clone())
                 .with_public_url(&public);
         let listener = tokio::net::TcpListener::bind(bind)
             .await

@@ -14,7 +14,9 @@ use clap::Args;
 use glassbox_ledger::audit::{AuditOptions, AuditPhase, parse_prev};
 use glassbox_ledger::index::Index;
 use glassbox_ledger::seen::{Seen, SeenCheckpoints};
-use glassbox_ledger::{DirSource, HttpSource, LogReader, LogSource, SignedCheckpoint, VerifierKey};
+use glassbox_ledger::{
+    DirSource, HttpSource, LogReader, LogSource, SignedCheckpoint, VerifierKey, WithBlobStore,
+};
 
 use crate::GlobalOpts;
 use crate::cli::ledger::{finish, runtime};
@@ -33,6 +35,10 @@ pub struct VerifyArgs {
     /// Skip re-hashing blobs.
     #[arg(long)]
     pub no_blobs: bool,
+    /// Read a lab directory's blobs from this store (a directory, `file:///path` or
+    /// `s3://bucket/prefix`) [default: the lab's `lab.toml` `storage.blobs`, else its `blobs/`].
+    #[arg(long, env = "GLASSBOX_BLOBS", conflicts_with = "no_blobs")]
+    pub blobs: Option<String>,
     /// Index database to compare with the log [default: <lab>/index.db when it exists].
     #[arg(long, env = "GLASSBOX_INDEX_URL")]
     pub index_url: Option<String>,
@@ -73,7 +79,18 @@ fn run_inner(args: VerifyArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> 
             }
             .into());
         }
-        Box::new(DirSource { root })
+        let store = match args.blobs.clone() {
+            Some(loc) => Some(loc),
+            None => crate::cli::lab_context::configured_blobs(&root)?,
+        };
+        match store {
+            Some(loc) if !args.no_blobs => Box::new(WithBlobStore {
+                inner: DirSource { root },
+                blobs: glassbox_ledger::open_store(&loc)
+                    .with_context(|| format!("cannot open the blob store {loc}"))?,
+            }),
+            _ => Box::new(DirSource { root }),
+        }
     };
     let note = source.read("log/checkpoint")?.with_context(|| {
         format!(

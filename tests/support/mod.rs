@@ -1,10 +1,13 @@
 //! What the end-to-end tests share: the binary under test, a command builder that points it at
 //! a test's lab (and queue database), a fresh PostgreSQL schema per test, and reading a lab's
-//! log back. Each `tests/*.rs` file is its own crate and uses only part of this.
+//! log back; `moto` starts an S3-compatible server. Each `tests/*.rs` file is its own crate and
+//! uses only part of this.
 #![allow(dead_code)]
 
 use std::path::Path;
 use std::process::Command;
+
+pub mod moto;
 
 use glassbox_ledger::{DirSource, Lab, LeafIndex, LogReader};
 use glassbox_schemas::LedgerEntry;

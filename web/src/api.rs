@@ -122,7 +122,7 @@ async fn experiments(
     State(st): State<WebState>,
     Query(f): Query<ExperimentFilter>,
 ) -> Result<Json<ListPage>, WebError> {
-    let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
     Ok(Json(cat.list(&f)?))
 }
 
@@ -149,7 +149,7 @@ async fn experiment(
     Path(id): Path<String>,
 ) -> Result<Json<ExperimentDetail>, WebError> {
     let (experiment, status, runs, forecasts) = {
-        let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
         let e = cat
             .experiments
             .get(&id)
@@ -201,7 +201,7 @@ async fn runs(
     State(st): State<WebState>,
     Query(f): Query<RunFilter>,
 ) -> Result<Json<Vec<RunRow>>, WebError> {
-    let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
     Ok(Json(
         cat.runs
             .values()
@@ -223,7 +223,7 @@ async fn run(
     State(st): State<WebState>,
     Path(run): Path<String>,
 ) -> Result<Json<RunRow>, WebError> {
-    let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
     cat.runs
         .get(&run)
         .cloned()
@@ -519,21 +519,21 @@ async fn proof(
 /// Dataset entries.
 #[utoipa::path(get, path = "/api/v1/datasets", responses((status = 200, body = Vec<DatasetRow>)))]
 async fn datasets(State(st): State<WebState>) -> Result<Json<Vec<DatasetRow>>, WebError> {
-    let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
     Ok(Json(cat.datasets.clone()))
 }
 
 /// Scaling ladders: rungs, forecasts, fitted law.
 #[utoipa::path(get, path = "/api/v1/ladder", responses((status = 200, body = Vec<Ladder>)))]
 async fn ladders(State(st): State<WebState>) -> Result<Json<Vec<Ladder>>, WebError> {
-    let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
     Ok(Json(ladder::ladders(&cat)))
 }
 
 /// Diverged, failed, over-budget and refuted-forecast runs.
 #[utoipa::path(get, path = "/api/v1/negative", responses((status = 200, body = Vec<RunRow>)))]
 async fn negative(State(st): State<WebState>) -> Result<Json<Vec<RunRow>>, WebError> {
-    let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
     Ok(Json(cat.negative().into_iter().cloned().collect()))
 }
 

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use glassbox_ledger::{BlobStore, Lab};
+use glassbox_ledger::BlobStore;
 use glassbox_schemas::record::{
     ApprovalBody, DatasetBody, ForecastBody, IssueRef, ProposalBody, RejectionBody, ResultBody,
     RunStartedBody,
@@ -253,14 +253,14 @@ impl Catalog {
     pub async fn read(
         &self,
         pool: &AnyPool,
-        lab: &Lab,
+        blobs: &dyn BlobStore,
     ) -> Result<RwLockReadGuard<'_, CatalogData>, WebError> {
-        self.refresh(pool, lab).await?;
+        self.refresh(pool, blobs).await?;
         Ok(self.data.read().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Catches up with the index.
-    pub async fn refresh(&self, pool: &AnyPool, lab: &Lab) -> Result<(), WebError> {
+    pub async fn refresh(&self, pool: &AnyPool, blobs: &dyn BlobStore) -> Result<(), WebError> {
         let mut last = match self.refresh.try_lock() {
             Ok(guard) => guard,
             // Someone is catching up; once anything is folded, do not queue behind them.
@@ -305,7 +305,7 @@ impl Catalog {
                             if !known.specs.contains_key(&key)
                                 && !new_specs.iter().any(|(k, _)| k == &key)
                             {
-                                new_specs.push((key, read_spec(lab, h).map(Arc::new)));
+                                new_specs.push((key, read_spec(blobs, h).map(Arc::new)));
                             }
                         }
                     }
@@ -328,8 +328,8 @@ impl Catalog {
 }
 
 /// Reads and summarises a spec blob (canonical JSON or TOML); `None` when it cannot.
-fn read_spec(lab: &Lab, hash: &glassbox_schemas::Blake3Hash) -> Option<SpecFacts> {
-    let mut r = lab.blobs().get(&BlobHash(*hash)).ok()?;
+fn read_spec(blobs: &dyn BlobStore, hash: &glassbox_schemas::Blake3Hash) -> Option<SpecFacts> {
+    let mut r = blobs.get(&BlobHash(*hash)).ok()?;
     let mut text = String::new();
     std::io::Read::read_to_string(&mut r, &mut text).ok()?;
     let spec = parse_spec_text(&text)?;

@@ -37,8 +37,9 @@ use std::sync::Arc;
 
 use axum::Router;
 use glassbox_lab::queue::Queue;
-use glassbox_ledger::Lab;
 use glassbox_ledger::index::Index;
+use glassbox_ledger::{BlobStore, Lab};
+use glassbox_schemas::BlobHash;
 
 pub use error::WebError;
 pub use live::{LiveEvent, LiveHub};
@@ -50,8 +51,11 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Everything the handlers read. Cheap to clone (all shared).
 #[derive(Clone)]
 pub struct WebState {
-    /// The lab directory: `log/`, `blobs/`, `vkey` are served from it.
+    /// The lab directory: `log/` and `vkey` are served from it.
     pub lab: Lab,
+    /// The blob store (`/blobs/`, specs on the pages): the lab's `blobs/` directory unless the
+    /// server was given another store ([`WebState::with_blobs`]).
+    pub blobs: Arc<dyn BlobStore>,
     /// The index database (read-only queries through [`Index::pool`]).
     pub index: Index,
     /// The job queue, for queue depth and running jobs in `/metrics`; `None` when the server
@@ -72,6 +76,7 @@ impl std::fmt::Debug for WebState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebState")
             .field("lab", &self.lab.root())
+            .field("blobs", &self.blobs.describe())
             .field("index", &self.index.url())
             .field("queue", &self.queue.is_some())
             .field("extra", &self.extra.is_some())
@@ -83,6 +88,7 @@ impl WebState {
     /// State for a lab and its index, without a queue or extra routes.
     pub fn new(lab: Lab, index: Index, live: LiveHub) -> Self {
         WebState {
+            blobs: Arc::new(lab.blobs()),
             lab,
             index,
             queue: None,
@@ -92,6 +98,43 @@ impl WebState {
             metrics: Arc::new(ops::RequestMetrics::default()),
             closing: tokio::sync::watch::Sender::new(false),
         }
+    }
+
+    /// Serves blobs from `blobs` (an object store shared with the workers) instead of the lab
+    /// directory's `blobs/`.
+    pub fn with_blobs(mut self, blobs: Arc<dyn BlobStore>) -> Self {
+        self.blobs = blobs;
+        self
+    }
+
+    /// A blob's size; `None` when `hash` (`blake3:<hex>`) is malformed or not stored, or the
+    /// store cannot be read (logged).
+    pub(crate) async fn blob_size(&self, hash: &str) -> Option<u64> {
+        let hash: BlobHash = hash.parse().ok()?;
+        let blobs = self.blobs.clone();
+        match tokio::task::spawn_blocking(move || blobs.size(&hash)).await {
+            Ok(Ok(size)) => size,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot read the blob store");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// A small blob's text (a spec), at most `limit` bytes; `None` when malformed, absent,
+    /// larger, not UTF-8 or unreadable.
+    pub(crate) async fn small_blob_text(&self, hash: &str, limit: u64) -> Option<String> {
+        let hash: BlobHash = hash.parse().ok()?;
+        let blobs = self.blobs.clone();
+        let read = move || -> Option<String> {
+            let mut text = String::new();
+            let r = blobs.get(&hash).ok()?;
+            std::io::Read::read_to_string(&mut std::io::Read::take(r, limit + 1), &mut text)
+                .ok()?;
+            (text.len() as u64 <= limit).then_some(text)
+        };
+        tokio::task::spawn_blocking(read).await.ok().flatten()
     }
 
     /// Adds the job queue (for `/metrics`).

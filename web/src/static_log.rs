@@ -7,12 +7,14 @@
 //!   and entry bundles; a full tile never changes (`immutable`), a partial one (`.p/`) does;
 //! - `/vkey` — the verifier key;
 //! - `/blobs/<2 hex>/<62 hex>` and `/blobs/blake3:<64 hex>` — blobs, `immutable` (a blob's
-//!   name is the hash of its bytes), streamed in chunks.
+//!   name is the hash of its bytes), streamed in chunks from the lab's blob store (its
+//!   directory or the object store the server was given).
 //!
 //! Every path is parsed against the layout's grammar before touching the file system; anything
 //! else (`..`, a key file, a stray name) is 404. Nothing here writes, and nothing outside
 //! `log/`, `blobs/` and `vkey` is ever served: `keys/ledger.key` has no route.
 
+use std::io::Read;
 use std::path::PathBuf;
 
 use axum::Router;
@@ -21,7 +23,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use tokio::io::AsyncReadExt;
+use glassbox_schemas::BlobHash;
 
 use crate::WebState;
 use crate::error::WebError;
@@ -159,31 +161,51 @@ async fn blob_by_path(
     }
 }
 
-/// Streams blob `hex` (already checked to be 64 lowercase hex digits).
+/// Streams blob `hex` (already checked to be 64 lowercase hex digits) from the lab's blob
+/// store — its directory or an object store — through a blocking reader on the blocking pool,
+/// two chunks ahead of the client at most.
 async fn stream_blob(st: &WebState, hex: &str) -> Response {
-    let path = st.lab.blobs_dir().join(&hex[..2]).join(&hex[2..]);
-    let file = match tokio::fs::File::open(&path).await {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    let Ok(hash) = format!("blake3:{hex}").parse::<BlobHash>() else {
+        return WebError::not_found("blob").into_response();
+    };
+    let blobs = st.blobs.clone();
+    let open = tokio::task::spawn_blocking(move || -> Result<_, glassbox_ledger::Error> {
+        match blobs.size(&hash)? {
+            None => Ok(None),
+            Some(len) => Ok(Some((len, blobs.get(&hash)?))),
+        }
+    })
+    .await;
+    let (len, mut reader) = match open {
+        Ok(Ok(Some(found))) => found,
+        Ok(Ok(None)) | Ok(Err(glassbox_ledger::Error::BlobNotFound { .. })) => {
             return WebError::not_found(format!("blob blake3:{hex}")).into_response();
         }
-        Err(e) => return WebError::Io(e).into_response(),
+        Ok(Err(e)) => return WebError::Ledger(e).into_response(),
+        Err(e) => return WebError::Io(std::io::Error::other(e)).into_response(),
     };
-    let len = match file.metadata().await {
-        Ok(m) => m.len(),
-        Err(e) => return WebError::Io(e).into_response(),
-    };
-    let stream = futures_util::stream::unfold(Some(file), |file| async move {
-        let mut file = file?;
-        let mut buf = vec![0u8; STREAM_CHUNK];
-        match file.read(&mut buf).await {
-            Ok(0) => None,
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok::<_, std::io::Error>(buf), Some(file)))
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(2);
+    tokio::task::spawn_blocking(move || {
+        loop {
+            let mut buf = vec![0u8; STREAM_CHUNK];
+            let item = match reader.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Ok(buf)
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => Err(e),
+            };
+            let failed = item.is_err();
+            // A closed channel means the client went away: stop reading.
+            if tx.blocking_send(item).is_err() || failed {
+                return;
             }
-            Err(e) => Some((Err(e), None)),
         }
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
     });
     let mut resp = Body::from_stream(stream).into_response();
     let h = resp.headers_mut();

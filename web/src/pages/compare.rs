@@ -104,7 +104,7 @@ pub async fn load(st: &WebState, runs: &[String]) -> Result<Vec<CompareRun>, Web
     // (run, experiment, status, spec hash, spec blob)
     type Picked = (String, Option<String>, String, String, Option<String>);
     let picked: Vec<Picked> = {
-        let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
         runs.iter()
             .map(|r| {
                 let row = cat
@@ -130,21 +130,18 @@ pub async fn load(st: &WebState, runs: &[String]) -> Result<Vec<CompareRun>, Web
     };
     let mut out = Vec::new();
     for (run, experiment, status, spec_hash, blob) in picked {
-        let spec = match blob.as_deref().and_then(|b| b.strip_prefix("blake3:")) {
-            Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                let p = st.lab.blobs_dir().join(&hex[..2]).join(&hex[2..]);
-                tokio::fs::read_to_string(p)
-                    .await
-                    .ok()
-                    .and_then(|t| parse_spec_text(&t))
-                    .and_then(|s| serde_json::to_value(s).ok())
-                    .map(|v| {
-                        let mut flat = BTreeMap::new();
-                        flatten(&v, "", &mut flat);
-                        flat
-                    })
-            }
-            _ => None,
+        let spec = match blob.as_deref() {
+            Some(b) => st
+                .small_blob_text(b, super::experiment::MAX_SPEC_BYTES)
+                .await
+                .and_then(|t| parse_spec_text(&t))
+                .and_then(|s| serde_json::to_value(s).ok())
+                .map(|v| {
+                    let mut flat = BTreeMap::new();
+                    flatten(&v, "", &mut flat);
+                    flat
+                }),
+            None => None,
         };
         out.push(CompareRun {
             run,

@@ -21,7 +21,7 @@ pub async fn page(
 ) -> Result<Markup, WebError> {
     let page = p.page.unwrap_or(1).max(1);
     let body = {
-        let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
         let mut exps: Vec<_> = cat
             .experiments
             .values()

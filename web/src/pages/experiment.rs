@@ -26,6 +26,8 @@ use crate::series::{self, MAX_POINTS_PER_LINE, RunSeries};
 
 /// Columns of an expert-load heatmap at most.
 const HEATMAP_COLUMNS: usize = 150;
+/// Largest spec blob shown (the schema's own limit on a spec).
+pub(crate) const MAX_SPEC_BYTES: u64 = glassbox_schemas::validate::MAX_SPEC_BYTES as u64;
 
 /// A chart panel: a title, the y unit, and which metric names it draws.
 struct Panel {
@@ -264,24 +266,14 @@ async fn timeline(st: &WebState, experiment: &str) -> Result<Vec<TimelineRow>, W
     Ok(out)
 }
 
-/// The size of a stored blob, if it is stored locally.
+/// The size of a stored blob.
 async fn blob_size(st: &WebState, hash: &str) -> Option<u64> {
-    let hex = hash.strip_prefix("blake3:")?;
-    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let p = st.lab.blobs_dir().join(&hex[..2]).join(&hex[2..]);
-    tokio::fs::metadata(p).await.ok().map(|m| m.len())
+    st.blob_size(hash).await
 }
 
 /// The spec as people read it: the TOML blob as stored, or canonical JSON turned into TOML.
 pub async fn spec_text(st: &WebState, blob: &str) -> Option<String> {
-    let hex = blob.strip_prefix("blake3:")?;
-    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let p = st.lab.blobs_dir().join(&hex[..2]).join(&hex[2..]);
-    let text = tokio::fs::read_to_string(p).await.ok()?;
+    let text = st.small_blob_text(blob, MAX_SPEC_BYTES).await?;
     if text.trim_start().starts_with('{') {
         let spec = parse_spec_text(&text)?;
         toml::to_string_pretty(&spec).ok()
@@ -357,7 +349,7 @@ pub async fn page(
     Query(q): Query<RunQuery>,
 ) -> Result<Markup, WebError> {
     let (exp, runs, forecasts, status) = {
-        let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
         let exp = cat
             .experiments
             .get(&id)
@@ -488,7 +480,7 @@ pub async fn run_page(
     Path(run): Path<String>,
 ) -> Result<Response, WebError> {
     let exp = {
-        let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
         let r = cat
             .runs
             .get(&run)
@@ -526,7 +518,7 @@ pub async fn live_page(
     Path(run): Path<String>,
 ) -> Result<Markup, WebError> {
     let (known, status, experiment) = {
-        let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
         match cat.runs.get(&run) {
             Some(r) => (true, r.status.clone(), r.experiment.clone()),
             None => (false, String::new(), None),

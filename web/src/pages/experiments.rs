@@ -138,7 +138,7 @@ pub async fn list_page(
     State(st): State<WebState>,
     Query(f): Query<ExperimentFilter>,
 ) -> Result<Markup, WebError> {
-    let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
     let page = cat.list(&f)?;
     let body = html! {
         h1 { "Experiments" }
@@ -200,7 +200,7 @@ pub async fn negative_page(
 ) -> Result<Markup, WebError> {
     let page = p.page.unwrap_or(1).max(1);
     let rows = {
-        let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
         negative_rows(&cat, page - 1, 200)
     };
     let body = html! {

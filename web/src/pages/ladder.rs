@@ -171,7 +171,7 @@ fn flat_details(details: &Value) -> std::collections::BTreeMap<String, String> {
 /// `GET /ladder`.
 pub async fn page(State(st): State<WebState>) -> Result<Markup, WebError> {
     let (all, arriving) = {
-        let cat = st.catalog.read(st.index.pool(), &st.lab).await?;
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
         let all = ladders(&cat);
         // Target runs still training: their curve is drawn against compute so far.
         let mut arriving = Vec::new();

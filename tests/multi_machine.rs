@@ -1,0 +1,448 @@
+//! The multi-machine deployment of docs/deploy.md, played on one machine with real processes:
+//! PostgreSQL holds the queue and the flow, an S3-compatible object store (moto, on loopback)
+//! holds the blobs, one `glassbox serve --no-worker` process runs the dashboard and the bot, and
+//! two `glassbox worker` processes train. GitHub is the local stand-in (the bot's real octocrab
+//! client talks to it over HTTP), served by this test. Five experiment issues arrive as signed
+//! webhooks and are approved; one worker is killed with SIGKILL mid-run. The test checks what a
+//! maintainer would: every job ran to completion exactly once (one `result` entry each, the
+//! killed one resumed by the other worker), every blob the ledger names is in the bucket and
+//! none in the lab directory, the bot commented each result, and `glassbox verify` passes over
+//! HTTP against the running server (which serves the blobs from the object store).
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use glassbox_github_bot::WEBHOOK_PATH;
+use glassbox_github_bot::form::render_issue_form;
+use glassbox_github_bot::local::{LOCAL_GITHUB_PREFIX, LocalGitHub, LocalIssues};
+use glassbox_schemas::record::ResultBody;
+use glassbox_schemas::{EntryKind, RunStatus};
+
+mod support;
+use support::moto::{self, Moto};
+use support::{entries, postgres_schema};
+
+const REPO: &str = "open-lab/moe";
+const MAINTAINER: &str = "grace";
+const SECRET: &str = "multi-machine-webhook-secret";
+const BUCKET: &str = "glassbox";
+const PROPOSALS: u64 = 5;
+
+/// A child process killed (if still running) on drop, its output kept in a file.
+struct Proc {
+    child: Child,
+    name: String,
+    log: std::path::PathBuf,
+}
+
+impl Proc {
+    fn spawn(mut cmd: Command, dir: &Path, name: &str) -> Proc {
+        let log = dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = cmd
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        Proc {
+            child,
+            name: name.into(),
+            log,
+        }
+    }
+
+    fn output(&self) -> String {
+        format!(
+            "--- {} ---\n{}",
+            self.name,
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        )
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
+}
+
+/// The GitHub stand-in on its own thread and runtime, for the life of the test.
+fn start_github() -> (LocalGitHub, SocketAddr) {
+    let github = LocalGitHub::new(&[MAINTAINER]);
+    let router = axum::Router::new().nest(LOCAL_GITHUB_PREFIX, github.router());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(listener, router).await.unwrap();
+        });
+    });
+    (github, rx.recv().unwrap())
+}
+
+fn spec(i: u64) -> String {
+    format!(
+        r#"[experiment]
+name = "multi machine {i}"
+slug = "multi-machine-{i}"
+hypothesis = "Run {i} of five trains once, wherever it lands."
+[model]
+d_model = 16
+n_layers = 1
+n_heads = 2
+seq_len = 16
+[model.moe]
+n_experts = 4
+top_k = 2
+d_expert = 16
+[[data.mixture]]
+domain = "markov"
+generator = {{ kind = "markov", seed = 1, order = 1, alphabet = 8, branching = 2 }}
+[train]
+steps = 600
+batch_size = 2
+lr = 0.003
+eval_interval = 300
+eval_batches = 1
+checkpoint_interval = 25
+seed = {i}
+"#
+    )
+}
+
+fn deliver(server: &str, event: &str, delivery: &str, payload: &serde_json::Value) {
+    let body = serde_json::to_vec(payload).unwrap();
+    let sig = glassbox_github_bot::signature::sign(SECRET.as_bytes(), &body);
+    let resp = ureq::post(&format!("{server}{WEBHOOK_PATH}"))
+        .header("content-type", "application/json")
+        .header("x-github-event", event)
+        .header("x-github-delivery", delivery)
+        .header("x-hub-signature-256", &sig)
+        .send(&body[..])
+        .unwrap_or_else(|e| panic!("delivery {delivery}: {e}"));
+    assert!(resp.status().is_success(), "delivery {delivery}");
+}
+
+/// `glassbox` with the test's lab, queue, config and object store.
+fn glassbox(dir: &Path, db: &str, moto: &Moto, args: &[&str]) -> Command {
+    let mut c = support::glassbox(dir, Some(db), args);
+    c.env("GLASSBOX_CONFIG", dir.join("lab").join("lab.toml"))
+        .env("GLASSBOX_WEBHOOK_SECRET", SECRET)
+        .env("GLASSBOX_GITHUB_TOKEN", "stand-in")
+        .env("GLASSBOX_LOG", "warn")
+        .env("GLASSBOX_STATE_DIR", dir.join("auditor"));
+    for (k, v) in moto.env() {
+        c.env(k, v);
+    }
+    c
+}
+
+fn jobs(dir: &Path, db: &str, moto: &Moto) -> Vec<serde_json::Value> {
+    let out = glassbox(dir, db, moto, &["jobs", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .cloned()
+        .unwrap()
+}
+
+/// Polls `check` every 100 ms until it yields, failing with `what` and the processes' output.
+fn wait_for<T>(
+    what: &str,
+    limit: Duration,
+    procs: &[&Proc],
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            let logs: Vec<String> = procs.iter().map(|p| p.output()).collect();
+            panic!("timed out waiting for {what}\n{}", logs.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn serve_and_two_workers_on_postgres_and_s3_run_every_job_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let db = postgres_schema("multi");
+    let moto = moto::start_moto();
+    moto::create_bucket(&moto, BUCKET);
+    let (github, github_addr) = start_github();
+
+    let init = glassbox(d, &db, &moto, &["init"]).output().unwrap();
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let port = free_port();
+    let server = format!("http://127.0.0.1:{port}");
+    // One file for the server and the workers, as docs/deploy.md has it.
+    std::fs::write(
+        d.join("lab").join("lab.toml"),
+        format!(
+            r#"[worker]
+lease_seconds = 2
+heartbeat_seconds = 0.5
+poll_millis = 100
+metrics_flush_steps = 100
+
+[storage]
+blobs = "s3://{BUCKET}/lab"
+
+[web]
+public_url = "{server}"
+
+[github]
+bot_login = "glassbox-bot"
+webhook_secrets_env = ["GLASSBOX_WEBHOOK_SECRET"]
+maintainers = ["{MAINTAINER}"]
+flops_per_second = 5.0e10
+api_base_url = "http://{github_addr}{LOCAL_GITHUB_PREFIX}"
+
+[github.auth]
+kind = "token"
+token_env = "GLASSBOX_GITHUB_TOKEN"
+
+[github.retry]
+max_attempts = 3
+base_backoff_ms = 100
+max_wait_seconds = 5
+"#
+        ),
+    )
+    .unwrap();
+
+    let serve = Proc::spawn(
+        glassbox(
+            d,
+            &db,
+            &moto,
+            &[
+                "serve",
+                "--no-worker",
+                "--bind",
+                &format!("127.0.0.1:{port}"),
+            ],
+        ),
+        d,
+        "serve",
+    );
+    wait_for("the server", Duration::from_secs(60), &[&serve], || {
+        ureq::get(&format!("{server}/healthz")).call().ok()
+    });
+    let worker = |id: &str| {
+        Proc::spawn(
+            glassbox(d, &db, &moto, &["worker", "--threads", "1", "--id", id]),
+            d,
+            id,
+        )
+    };
+    let mut w1 = worker("worker-1");
+    let w2 = worker("worker-2");
+
+    // Five outsiders propose; the maintainer approves each.
+    let issues = LocalIssues { repo: REPO.into() };
+    for i in 1..=PROPOSALS {
+        let author = format!("proposer-{i}");
+        let title = format!("[experiment] multi machine {i}");
+        let body = render_issue_form(
+            &format!("Run {i} of five trains once, wherever it lands."),
+            None,
+            &spec(i),
+            true,
+        );
+        deliver(
+            &server,
+            "issues",
+            &format!("open-{i}"),
+            &issues.opened(i, &author, &title, &body),
+        );
+        deliver(
+            &server,
+            "issue_comment",
+            &format!("approve-{i}"),
+            &issues.comment(i, &author, &title, &body, MAINTAINER, "/approve", 100 + i),
+        );
+    }
+    let procs = [&serve, &w1, &w2];
+    wait_for("five queued jobs", Duration::from_secs(60), &procs, || {
+        (jobs(d, &db, &moto).len() as u64 == PROPOSALS).then_some(())
+    });
+
+    // Kill worker 1 once a job it runs has a checkpoint.
+    let victim = wait_for(
+        "worker-1 to checkpoint a job",
+        Duration::from_secs(180),
+        &procs,
+        || {
+            jobs(d, &db, &moto).into_iter().find(|j| {
+                j["state"] == "running"
+                    && j["lease_owner"] == "worker-1"
+                    && j["checkpoint_step"].as_u64().unwrap_or(0) >= 25
+            })
+        },
+    );
+    w1.child.kill().unwrap(); // SIGKILL
+    w1.child.wait().unwrap();
+    let victim_id = victim["id"].as_u64().unwrap();
+
+    // Worker 2 finishes everything, the victim's job included once its lease runs out.
+    let procs = [&serve, &w2];
+    let done = wait_for("every job to end", Duration::from_secs(600), &procs, || {
+        let all = jobs(d, &db, &moto);
+        all.iter()
+            .all(|j| {
+                [
+                    "succeeded",
+                    "failed",
+                    "diverged",
+                    "cancelled",
+                    "budget_exceeded",
+                ]
+                .contains(&j["state"].as_str().unwrap_or(""))
+            })
+            .then_some(all)
+    });
+    for j in &done {
+        assert_eq!(j["state"], "succeeded", "{j}");
+    }
+    let taken_over = done
+        .iter()
+        .find(|j| j["id"].as_u64() == Some(victim_id))
+        .unwrap();
+    assert_eq!(taken_over["attempts"], 2, "{taken_over}");
+    assert_eq!(taken_over["lease_owner"], serde_json::Value::Null);
+
+    // The ledger: one result per experiment, all succeeded; the victim's run resumed.
+    let all = entries(&d.join("lab"));
+    let results: Vec<(String, ResultBody)> = all
+        .iter()
+        .filter(|e| e.kind == EntryKind::Result)
+        .map(|e| (e.experiment.clone().unwrap().0, e.body_as().unwrap()))
+        .collect();
+    assert_eq!(results.len() as u64, PROPOSALS, "one result per job");
+    let mut experiments: Vec<&str> = results.iter().map(|(e, _)| e.as_str()).collect();
+    experiments.sort();
+    experiments.dedup();
+    assert_eq!(experiments.len() as u64, PROPOSALS, "no job recorded twice");
+    for (_, r) in &results {
+        assert_eq!(r.status, RunStatus::Succeeded);
+        assert_eq!(r.steps, 600);
+    }
+    let resumed = all
+        .iter()
+        .filter(|e| e.kind == EntryKind::RunStarted)
+        .filter(|e| e.body["resumed_from_step"].as_u64().unwrap_or(0) >= 25)
+        .count();
+    assert_eq!(
+        resumed, 1,
+        "the killed worker's job resumed from its checkpoint"
+    );
+
+    // Every blob the ledger names is in the bucket; none landed in the lab directory.
+    let keys = moto::raw_keys(&moto, BUCKET);
+    let mut named = 0;
+    for e in &all {
+        for h in e.refs.values() {
+            let hex = h.to_hex();
+            let key = format!("lab/blobs/{}/{}", &hex[..2], &hex[2..]);
+            assert!(
+                keys.contains(&key),
+                "{key} (entry {:?}) not in the bucket",
+                e.kind
+            );
+            named += 1;
+        }
+    }
+    assert!(
+        named >= PROPOSALS as usize * 4,
+        "only {named} blob references"
+    );
+    let local: Vec<_> = walk(&d.join("lab").join("blobs"));
+    assert!(local.is_empty(), "blobs written locally: {local:?}");
+
+    // The bot commented every result on its issue.
+    wait_for(
+        "the result comments",
+        Duration::from_secs(60),
+        &procs,
+        || {
+            let comments = github.comments();
+            (1..=PROPOSALS)
+                .all(|i| {
+                    comments
+                        .iter()
+                        .any(|c| c.issue == i && c.body.contains("ended: **succeeded**"))
+                })
+                .then_some(())
+        },
+    );
+
+    // An outsider audits the running lab over HTTP (blobs served from the object store)...
+    let v = glassbox(d, &db, &moto, &["verify", &server])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&v.stdout);
+    assert!(
+        v.status.success() && stdout.starts_with("verified:"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&v.stderr)
+    );
+    // ... and the lab directory verifies with its blobs read from the bucket its config names.
+    let v = glassbox(d, &db, &moto, &["verify"]).output().unwrap();
+    assert!(
+        v.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&v.stdout),
+        String::from_utf8_lossy(&v.stderr)
+    );
+    drop(w2);
+    drop(serve);
+}
+
+/// Every file under `dir` (none when it does not exist).
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
