@@ -263,21 +263,9 @@ impl Index {
             url: self.url.clone(),
             reason: format!("entry {idx}: metric chunk {hash}: {reason}"),
         })?;
-        for (name, step, value) in points {
-            sqlx::query(
-                "INSERT INTO metric_points (run, name, step, value, entry) VALUES ($1, $2, $3, $4, $5) \
-                 ON CONFLICT (run, name, step) DO UPDATE SET value = excluded.value, entry = excluded.entry",
-            )
-            .bind(run.to_string())
-            .bind(name)
-            .bind(step as i64)
-            .bind(value)
-            .bind(idx as i64)
-            .execute(&mut **tx)
+        insert_points(tx, run, idx, points)
             .await
-            .map_err(|e| self.err(e))?;
-        }
-        Ok(())
+            .map_err(|e| self.err(e))
     }
 
     /// Deletes every row and indexes the whole log again.
@@ -529,22 +517,76 @@ async fn insert_entry(
                 .bind(b.steps as i64)
                 .execute(&mut **tx)
                 .await?;
-                for (name, value) in &b.final_metrics {
-                    sqlx::query(
-                        "INSERT INTO metric_points (run, name, step, value, entry) VALUES ($1, $2, $3, $4, $5) \
-                         ON CONFLICT (run, name, step) DO UPDATE SET value = excluded.value, entry = excluded.entry",
-                    )
-                    .bind(b.run.0.clone())
-                    .bind(name.clone())
-                    .bind(b.steps as i64)
-                    .bind(*value)
-                    .bind(i)
-                    .execute(&mut **tx)
-                    .await?;
-                }
+                let points = b
+                    .final_metrics
+                    .iter()
+                    .map(|(name, value)| (name.clone(), b.steps, *value))
+                    .collect();
+                insert_points(tx, &b.run.0, i as u64, points).await?;
             }
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// Rows per multi-row `INSERT` of metric points (5 parameters each: well under SQLite's 32,766
+/// and PostgreSQL's 65,535 bound parameters per statement).
+const POINTS_PER_STATEMENT: usize = 500;
+
+/// Upserts one run's metric points from entry `idx`, many rows per statement: one statement per
+/// point costs a round trip through the driver each, which made indexing a chunk of router
+/// telemetry (thousands of points) take longer than the steps that produced it. A point
+/// repeated within the batch keeps its last value (PostgreSQL refuses to upsert one row twice in
+/// one statement).
+async fn insert_points(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    run: &str,
+    idx: u64,
+    points: Vec<(String, u64, f64)>,
+) -> Result<(), sqlx::Error> {
+    let mut last: std::collections::BTreeMap<(String, u64), f64> = Default::default();
+    for (name, step, value) in points {
+        last.insert((name, step), value);
+    }
+    let rows: Vec<((String, u64), f64)> = last.into_iter().collect();
+    // PostgreSQL numbers its parameters; SQLite gets anonymous `?`s, because the driver maps
+    // each numbered one by name, a scan of every name per parameter (quadratic per statement).
+    let numbered = (**tx).backend_name() == "PostgreSQL";
+    for batch in rows.chunks(POINTS_PER_STATEMENT) {
+        let mut sql =
+            String::from("INSERT INTO metric_points (run, name, step, value, entry) VALUES ");
+        for k in 0..batch.len() {
+            if k > 0 {
+                sql.push_str(", ");
+            }
+            if numbered {
+                let p = 5 * k;
+                sql.push_str(&format!(
+                    "(${}, ${}, ${}, ${}, ${})",
+                    p + 1,
+                    p + 2,
+                    p + 3,
+                    p + 4,
+                    p + 5
+                ));
+            } else {
+                sql.push_str("(?, ?, ?, ?, ?)");
+            }
+        }
+        sql.push_str(
+            " ON CONFLICT (run, name, step) DO UPDATE SET value = excluded.value, entry = excluded.entry",
+        );
+        let mut q = sqlx::query(&sql);
+        for ((name, step), value) in batch {
+            q = q
+                .bind(run.to_string())
+                .bind(name.clone())
+                .bind(*step as i64)
+                .bind(*value)
+                .bind(idx as i64);
+        }
+        q.execute(&mut **tx).await?;
     }
     Ok(())
 }

@@ -6,8 +6,8 @@ mod fixture;
 
 use std::collections::BTreeMap;
 
-use glassbox_ledger::index::{Index, IndexMismatch};
-use glassbox_ledger::{DirSource, Lab, LockMode, LogReader};
+use glassbox_ledger::index::{Index, IndexMismatch, METRICS_REF};
+use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
 use glassbox_schemas::record::{ProposalBody, ResultBody, RunStartedBody};
 use glassbox_schemas::{
     Blake3Hash, EntryKind, ExperimentId, LedgerEntry, RunId, RunStatus, SpecHash,
@@ -62,6 +62,28 @@ fn lab_with_a_run() -> (tempfile::TempDir, Lab) {
     for i in 0..300 {
         batch.push(fixture::entry_bytes(i, 0));
     }
+    // A metric chunk: 130 steps x 5 points (more than one multi-row INSERT holds), its last
+    // step written twice (the second value wins).
+    let mut chunk = String::new();
+    for step in 1..=130u64 {
+        chunk.push_str(&format!(
+            "{{\"step\":{step},\"scalars\":{{\"train/loss\":{}}},\"vectors\":{{\"load\":[1.0,2.0,3.0,4.0]}}}}\n",
+            step as f64 * 0.01
+        ));
+    }
+    chunk.push_str("{\"step\":130,\"scalars\":{\"train/loss\":9.5}}\n");
+    let put = lab.blobs().put(&mut chunk.as_bytes()).unwrap();
+    batch.push(
+        LedgerEntry::new(
+            EntryKind::Artifact,
+            exp.clone(),
+            BTreeMap::from([(METRICS_REF.to_string(), put.hash.0)]),
+            &serde_json::json!({"name": "metrics-000001.jsonl", "bytes": put.bytes, "run": "run-000001"}),
+        )
+        .unwrap()
+        .to_canonical_bytes()
+        .unwrap(),
+    );
     batch.push(e(
         EntryKind::Result,
         exp,
@@ -95,32 +117,54 @@ async fn exercise(url: &str, lab: &Lab) {
         idx.check(&reader).await.unwrap(),
         Err(IndexMismatch::Behind {
             indexed: 0,
-            log: 303
+            log: 304
         })
     );
-    assert_eq!(idx.sync(&reader).await.unwrap(), 303);
+    let blobs = lab.blobs();
+    assert_eq!(
+        idx.sync_with_blobs(&reader, Some(&blobs)).await.unwrap(),
+        304
+    );
     assert_eq!(idx.sync(&reader).await.unwrap(), 0, "sync is incremental");
     idx.check(&reader).await.unwrap().unwrap();
     let results = idx.entries(Some(EntryKind::Result)).await.unwrap();
     assert_eq!(results.len(), 1);
-    assert_eq!(results[0].index, 302);
+    assert_eq!(results[0].index, 303);
     assert_eq!(results[0].run.as_deref(), Some("run-000001"));
-    assert_eq!(idx.entries(None).await.unwrap().len(), 303);
+    assert_eq!(idx.entries(None).await.unwrap().len(), 304);
     assert_eq!(
         idx.run_status("run-000001").await.unwrap(),
         Some(("diverged".to_string(), Some(40)))
     );
+    let points = idx.metric_points("run-000001").await.unwrap();
     assert_eq!(
-        idx.metric_points("run-000001").await.unwrap(),
-        vec![
-            ("grad/norm/total".to_string(), 40, 1.25),
-            ("train/loss".to_string(), 40, 2.5)
-        ]
+        points.len(),
+        130 * 5 + 1,
+        "every chunk point once, plus the result's"
     );
+    let at = |name: &str, step: u64| {
+        points
+            .iter()
+            .find(|(n, s, _)| n == name && *s == step)
+            .map(|p| p.2)
+    };
+    assert_eq!(at("grad/norm/total", 40), Some(1.25));
+    assert_eq!(
+        at("train/loss", 40),
+        Some(2.5),
+        "the result's final value wins"
+    );
+    assert_eq!(
+        at("train/loss", 130),
+        Some(9.5),
+        "a repeated point keeps its last value"
+    );
+    assert_eq!(at("train/loss", 7), Some(0.07));
+    assert_eq!(at("load/2", 129), Some(3.0));
     // Reindex rebuilds the same rows; migrations are idempotent on reconnect.
     idx.close().await;
     let idx = Index::connect(url).await.unwrap();
-    assert_eq!(idx.reindex(&reader).await.unwrap(), 303);
+    assert_eq!(idx.reindex(&reader).await.unwrap(), 304);
     idx.check(&reader).await.unwrap().unwrap();
     idx.close().await;
 }
