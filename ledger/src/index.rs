@@ -82,7 +82,8 @@ pub struct Index {
 /// What the index says about itself compared with the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IndexMismatch {
-    /// The index has fewer entries than the log.
+    /// The index holds a prefix of the log, every row matching, and lacks the newest entries
+    /// (a derived index not yet caught up; not a sign of tampering).
     Behind {
         /// Entries indexed.
         indexed: u64,
@@ -270,6 +271,15 @@ impl Index {
 
     /// Deletes every row and indexes the whole log again.
     pub async fn reindex(&self, log: &LogReader<'_>) -> Result<u64, Error> {
+        self.reindex_with_blobs(log, None).await
+    }
+
+    /// As [`Index::reindex`], metric chunks included ([`Index::sync_with_blobs`]).
+    pub async fn reindex_with_blobs(
+        &self,
+        log: &LogReader<'_>,
+        blobs: Option<&dyn BlobStore>,
+    ) -> Result<u64, Error> {
         let mut tx = self.pool.begin().await.map_err(|e| self.err(e))?;
         for t in ["metric_points", "runs", "experiments", "entries"] {
             sqlx::query(&format!("DELETE FROM {t}"))
@@ -278,7 +288,7 @@ impl Index {
                 .map_err(|e| self.err(e))?;
         }
         tx.commit().await.map_err(|e| self.err(e))?;
-        self.sync(log).await
+        self.sync_with_blobs(log, blobs).await
     }
 
     /// Compares the index with the log, row by row (leaf hash of the stored entry JSON).
@@ -300,7 +310,16 @@ impl Index {
             for (k, bytes) in bundle.iter().enumerate() {
                 let idx = lo + k as u64;
                 let Some(row) = rows.get(k) else {
-                    return Ok(Err(IndexMismatch::Behind { indexed, log: size }));
+                    // Behind only when every row it has is a prefix of the log; a hole is a
+                    // missing row.
+                    return Ok(Err(if idx == indexed {
+                        IndexMismatch::Behind { indexed, log: size }
+                    } else {
+                        IndexMismatch::Row {
+                            index: idx,
+                            reason: "is missing".into(),
+                        }
+                    }));
                 };
                 let got: i64 = row.try_get("idx").map_err(|e| self.err(e))?;
                 let lh: String = row.try_get("leaf_hash").map_err(|e| self.err(e))?;

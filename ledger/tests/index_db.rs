@@ -164,7 +164,15 @@ async fn exercise(url: &str, lab: &Lab) {
     // Reindex rebuilds the same rows; migrations are idempotent on reconnect.
     idx.close().await;
     let idx = Index::connect(url).await.unwrap();
-    assert_eq!(idx.reindex(&reader).await.unwrap(), 304);
+    assert_eq!(
+        idx.reindex_with_blobs(&reader, Some(&blobs)).await.unwrap(),
+        304
+    );
+    assert_eq!(
+        idx.metric_points("run-000001").await.unwrap(),
+        points,
+        "reindexing rebuilds the metric curves too"
+    );
     idx.check(&reader).await.unwrap().unwrap();
     idx.close().await;
 }
@@ -209,6 +217,58 @@ fn sqlite_index_detects_a_tampered_row() {
             }
         );
         assert!(m.to_string().contains("glassbox ledger reindex"));
+    });
+}
+
+#[test]
+fn sqlite_index_behind_is_a_prefix_and_a_hole_is_a_missing_row() {
+    let (_d, lab) = lab_with_a_run();
+    let url = lab.index_path().display().to_string();
+    runtime().block_on(async {
+        let src = DirSource {
+            root: lab.root().to_path_buf(),
+        };
+        let reader = LogReader::open(&src, &lab.verifier_key().unwrap()).unwrap();
+        let idx = Index::connect(&url).await.unwrap();
+        idx.sync(&reader).await.unwrap();
+        idx.close().await;
+        let delete = |i: i64| {
+            let url = url.clone();
+            async move {
+                let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{url}"))
+                    .await
+                    .unwrap();
+                sqlx::query("DELETE FROM entries WHERE idx = $1")
+                    .bind(i)
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                conn.close().await.unwrap();
+            }
+        };
+        // The newest rows missing: behind.
+        delete(303).await;
+        delete(302).await;
+        let idx = Index::connect(&url).await.unwrap();
+        assert_eq!(
+            idx.check(&reader).await.unwrap(),
+            Err(IndexMismatch::Behind {
+                indexed: 302,
+                log: 304
+            })
+        );
+        idx.close().await;
+        // A hole: the row is named.
+        delete(40).await;
+        let idx = Index::connect(&url).await.unwrap();
+        assert_eq!(
+            idx.check(&reader).await.unwrap(),
+            Err(IndexMismatch::Row {
+                index: 40,
+                reason: "is missing".into()
+            })
+        );
+        idx.close().await;
     });
 }
 

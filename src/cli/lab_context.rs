@@ -124,12 +124,15 @@ pub fn blob_store(lab: &Lab, location: Option<&str>) -> anyhow::Result<Arc<dyn B
     })
 }
 
-/// The blob store of a lab opened without the queue (`ledger put/get`, `publish`, `verify`):
-/// `location` (a `--blobs` flag), else the lab's own `lab.toml` `[storage] blobs`, else its
-/// `blobs/` directory.
+/// The blob store of a lab opened without the queue (`ledger ...`, `publish`): `location` (a
+/// `--blobs` flag), else `GLASSBOX_BLOBS`, else the lab's own `lab.toml` `[storage] blobs`, else
+/// its `blobs/` directory.
 pub fn lab_blob_store(lab: &Lab, location: Option<&str>) -> anyhow::Result<Arc<dyn BlobStore>> {
-    match location {
-        Some(loc) => blob_store(lab, Some(loc)),
+    let from_env = std::env::var("GLASSBOX_BLOBS")
+        .ok()
+        .filter(|v| !v.is_empty());
+    match location.map(String::from).or(from_env) {
+        Some(loc) => blob_store(lab, Some(&loc)),
         None => blob_store(lab, configured_blobs(lab.root())?.as_deref()),
     }
 }

@@ -239,9 +239,12 @@ fn run_inner(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode
                 .transpose()
                 .map_err(|e| anyhow::anyhow!("--kind: {e}"))?;
             let reader = open_reader(&lab, &source)?;
+            let store = lab_blob_store(&lab, None)?;
             let rows = runtime()?.block_on(async {
                 let idx = Index::connect(&index.url(&lab)).await?;
-                idx.sync(&reader).await?;
+                // With the blobs: metric chunks share the index's watermark, so an entry
+                // indexed without its chunk would never get its curve.
+                idx.sync_with_blobs(&reader, Some(store.as_ref())).await?;
                 let rows = idx.entries(kind).await?;
                 idx.close().await;
                 anyhow::Ok(rows)
@@ -300,9 +303,12 @@ fn run_inner(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode
         LedgerCommand::Reindex { index } => {
             let reader = open_reader(&lab, &source)?;
             let url = index.url(&lab);
+            let store = lab_blob_store(&lab, None)?;
             let n = runtime()?.block_on(async {
                 let idx = Index::connect(&url).await?;
-                let n = idx.reindex(&reader).await?;
+                let n = idx
+                    .reindex_with_blobs(&reader, Some(store.as_ref()))
+                    .await?;
                 idx.close().await;
                 anyhow::Ok(n)
             })?;
@@ -342,7 +348,7 @@ fn put(
     let url = index.url(lab);
     runtime()?.block_on(async {
         let i = Index::connect(&url).await?;
-        i.sync(&reader).await?;
+        i.sync_with_blobs(&reader, Some(blobs)).await?;
         i.close().await;
         anyhow::Ok(())
     })

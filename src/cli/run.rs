@@ -315,10 +315,8 @@ fn run_through_lab(
             Some(JobEnd::LeaseLost(j)) => anyhow::bail!("job {j} was taken over by another worker"),
             None => anyhow::bail!("job {} was no longer queued (another worker took it)", queued.job),
         };
-        let index_url = ctx.lab.index_path().display().to_string();
-        let index = glassbox_ledger::index::Index::connect(&index_url).await?;
-        ctx.recorder.sync_index(&index).await?;
-        index.close().await;
+        // The index is derived data, caught up by its readers (`ledger log`, `serve`), so the
+        // run does not wait for it.
         let peak_rss = peak_rss_bytes();
         let summary = serde_json::json!({
             "spec": args.file.display().to_string(),
