@@ -408,6 +408,33 @@ max_wait_seconds = 5
         },
     );
 
+    // The dashboard reads the bucket too: the spec TOML on the experiment page, and the
+    // training curve the server indexed from metric chunks it fetched from the object store.
+    let page = ureq::get(&format!("{server}/experiments/open-lab/moe%231"))
+        .call()
+        .unwrap()
+        .into_body()
+        .read_to_string()
+        .unwrap();
+    assert!(page.contains("seq_len = 16"), "no spec text on the page");
+    let run = done
+        .iter()
+        .find(|j| j["experiment"] == format!("{REPO}#1"))
+        .and_then(|j| j["run_id"].as_str())
+        .unwrap()
+        .to_string();
+    let curve = wait_for("the indexed curve", Duration::from_secs(30), &procs, || {
+        let text = ureq::get(&format!("{server}/api/v1/runs/{run}/metrics/train/loss"))
+            .call()
+            .ok()?
+            .into_body()
+            .read_to_string()
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (v["total_points"].as_u64()? >= 600).then_some(v)
+    });
+    assert_eq!(curve["points"].as_array().unwrap().len(), 600, "{curve}");
+
     // An outsider audits the running lab over HTTP (blobs served from the object store)...
     let v = glassbox(d, &db, &moto, &["verify", &server])
         .output()
