@@ -5,11 +5,12 @@
 //! cargo run --release -p glassbox-lab --example queue_bench -- [JOBS] [POSTGRES_URL]
 //! ```
 //! Defaults: 4000 jobs, `postgres://postgres@127.0.0.1:5432/test` (a scratch schema is created
-//! and dropped). Each cycle is three committed transactions: enqueue, lease, finish.
+//! and dropped). Each cycle is three committed transactions: enqueue, lease, finish. Both
+//! engines run at both durabilities (`power_loss`, the default, and `process_crash`).
 
 use std::time::{Duration, Instant};
 
-use glassbox_lab::queue::{JobKind, NewJob, Queue, WorkerId};
+use glassbox_lab::queue::{Clock, Durability, JobKind, NewJob, Queue, WorkerId};
 use glassbox_schemas::{Blake3Hash, ExperimentId, RunStatus, SpecHash};
 
 const WORKERS: usize = 4;
@@ -22,29 +23,36 @@ async fn main() {
         .next()
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_string());
 
-    let dir = tempfile::tempdir().expect("temp dir");
-    let sqlite_url = format!("sqlite://{}", dir.path().join("queue.db").display());
-    let sqlite = Queue::connect(&sqlite_url).await.expect("sqlite queue");
-    report("sqlite", jobs, run(&sqlite, jobs).await);
-
     sqlx::any::install_default_drivers();
-    let schema = format!("queue_bench_{}", std::process::id());
     let admin = sqlx::AnyPool::connect(&pg)
         .await
         .expect("PostgreSQL reachable");
-    sqlx::query(&format!("CREATE SCHEMA {schema}"))
-        .execute(&admin)
-        .await
-        .expect("create schema");
-    let sep = if pg.contains('?') { '&' } else { '?' };
-    let pg_url = format!("{pg}{sep}options=-c%20search_path%3D{schema}");
-    let postgres = Queue::connect(&pg_url).await.expect("postgres queue");
-    report("postgres", jobs, run(&postgres, jobs).await);
-    postgres.close().await;
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-        .execute(&admin)
-        .await
-        .expect("drop schema");
+    for durability in [Durability::PowerLoss, Durability::ProcessCrash] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let sqlite_url = format!("sqlite://{}", dir.path().join("queue.db").display());
+        let sqlite = Queue::connect_with(&sqlite_url, Clock::System, durability)
+            .await
+            .expect("sqlite queue");
+        report("sqlite", durability, jobs, run(&sqlite, jobs).await);
+        sqlite.close().await;
+
+        let schema = format!("queue_bench_{}", std::process::id());
+        sqlx::query(&format!("CREATE SCHEMA {schema}"))
+            .execute(&admin)
+            .await
+            .expect("create schema");
+        let sep = if pg.contains('?') { '&' } else { '?' };
+        let pg_url = format!("{pg}{sep}options=-c%20search_path%3D{schema}");
+        let postgres = Queue::connect_with(&pg_url, Clock::System, durability)
+            .await
+            .expect("postgres queue");
+        report("postgres", durability, jobs, run(&postgres, jobs).await);
+        postgres.close().await;
+        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(&admin)
+            .await
+            .expect("drop schema");
+    }
 }
 
 /// Each worker enqueues its share, then leases and finishes until the queue is empty.
@@ -92,9 +100,10 @@ async fn run(q: &Queue, jobs: usize) -> Duration {
     start.elapsed()
 }
 
-fn report(engine: &str, jobs: usize, took: Duration) {
+fn report(engine: &str, durability: Durability, jobs: usize, took: Duration) {
     println!(
-        "{engine:<9} {jobs} cycles, {WORKERS} workers: {:.2} s, {:.0} cycles/s",
+        "{engine:<9} {:<13} {jobs} cycles, {WORKERS} workers: {:.2} s, {:.0} cycles/s",
+        format!("{durability:?}"),
         took.as_secs_f64(),
         jobs as f64 / took.as_secs_f64()
     );

@@ -11,6 +11,9 @@
 //! [queue]
 //! default_priority = 0            # jobs run by priority (higher first), then age (older first)
 //! author_priority = { alice = 10 }  # per-proposer priority (e.g. the lab's own ladder runs)
+//! durability = "power_loss"       # a queue commit survives a power cut (fsync per commit), or
+//!                                 # "process_crash": only a crash of glassbox processes (faster;
+//!                                 # a machine or database crash may lose the last ~second)
 //!
 //! [worker]
 //! lease_seconds = 30              # a worker silent this long loses its job to another
@@ -67,6 +70,8 @@ pub struct QueueOrder {
     pub default_priority: i64,
     /// Priority by proposer login.
     pub author_priority: BTreeMap<String, i64>,
+    /// What a committed queue change survives.
+    pub durability: crate::queue::Durability,
 }
 
 impl QueueOrder {
@@ -316,6 +321,19 @@ mod tests {
             vec![
                 "storage.blobs = \"gs://lab\": must be a directory, file:///path or s3://bucket/prefix"
             ]
+        );
+    }
+
+    #[test]
+    fn queue_durability_is_power_loss_unless_relaxed() {
+        use crate::queue::Durability;
+        assert_eq!(LabConfig::default().queue.durability, Durability::PowerLoss);
+        let cfg = LabConfig::parse("[queue]\ndurability = \"process_crash\"\n").unwrap();
+        assert_eq!(cfg.queue.durability, Durability::ProcessCrash);
+        let problems = LabConfig::parse("[queue]\ndurability = \"fast\"\n").unwrap_err();
+        assert!(
+            problems[0].starts_with("queue.durability: unknown variant `fast`"),
+            "{problems:?}"
         );
     }
 

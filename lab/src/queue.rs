@@ -12,6 +12,11 @@
 //! Every write that a worker makes names its worker id and succeeds only while it still holds
 //! the lease, so a worker that lost its job can never record a second result for it.
 //!
+//! Durability is chosen per queue ([`Durability`], the lab config's `queue.durability`): by
+//! default a commit is on disk before it returns, on both engines; `process_crash` trades the
+//! last fraction of a second of changes on a machine (or database server) crash for several
+//! times the commit rate (BENCHMARKS.md, "Queue").
+//!
 //! Times are Unix milliseconds taken from a [`Clock`], so tests can move time without sleeping.
 //! This module knows nothing of training, the ledger or GitHub: it stores ids and hashes.
 
@@ -385,15 +390,41 @@ pub struct Queue {
 /// correctness and saves two commits per lease.
 const SWEEP_EVERY_MS: i64 = 1_000;
 
+/// What a committed queue change survives (the lab config's `queue.durability`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// A power cut or an OS crash: a commit returns once it is on disk (SQLite
+    /// `synchronous = FULL`; PostgreSQL `synchronous_commit = on`). The default.
+    #[default]
+    PowerLoss,
+    /// A crash of a glassbox process (a killed worker or server), not of the machine: a commit
+    /// returns once the database has it, before the disk flush. SQLite `synchronous = NORMAL`
+    /// (the WAL reaches the OS at commit and is fsynced at checkpoints); PostgreSQL
+    /// `synchronous_commit = off` (the WAL writer flushes within about three
+    /// `wal_writer_delay`s, so a crash of the database server or the machine can lose the last
+    /// fraction of a second of queue changes, an approval's job included).
+    ProcessCrash,
+}
+
 impl Queue {
     /// Opens (creating if needed) the queue at `url` — `sqlite://PATH` or `postgres://...` —
-    /// and applies the embedded migrations.
+    /// and applies the embedded migrations; [`Durability::PowerLoss`].
     pub async fn connect(url: &str) -> Result<Self, QueueError> {
-        Self::connect_with_clock(url, Clock::System).await
+        Self::connect_with(url, Clock::System, Durability::PowerLoss).await
     }
 
     /// As [`Queue::connect`], with a given clock.
     pub async fn connect_with_clock(url: &str, clock: Clock) -> Result<Self, QueueError> {
+        Self::connect_with(url, clock, Durability::PowerLoss).await
+    }
+
+    /// As [`Queue::connect`], with a given clock and durability.
+    pub async fn connect_with(
+        url: &str,
+        clock: Clock,
+        durability: Durability,
+    ) -> Result<Self, QueueError> {
         sqlx::any::install_default_drivers();
         let engine = if url.starts_with("sqlite:") {
             Engine::Sqlite
@@ -416,26 +447,33 @@ impl Queue {
                 Engine::Postgres => 8,
             })
             .acquire_timeout(Duration::from_secs(30));
-        if engine == Engine::Sqlite {
-            options = options.after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    // WAL lets readers run beside the writer. synchronous=NORMAL makes a commit
-                    // durable against a crash of the process (what the tests kill), not against
-                    // power loss; the ledger, fsynced on every append, is the durable record from
-                    // which an approved job can always be re-derived.
-                    sqlx::query("PRAGMA journal_mode = WAL")
-                        .execute(&mut *conn)
-                        .await?;
-                    sqlx::query("PRAGMA synchronous = NORMAL")
-                        .execute(&mut *conn)
-                        .await?;
-                    sqlx::query("PRAGMA busy_timeout = 10000")
-                        .execute(&mut *conn)
-                        .await?;
-                    Ok(())
-                })
-            });
-        }
+        options = options.after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                match (engine, durability) {
+                    (Engine::Sqlite, _) => {
+                        // WAL lets readers run beside the writer.
+                        sqlx::query("PRAGMA journal_mode = WAL")
+                            .execute(&mut *conn)
+                            .await?;
+                        let sync = match durability {
+                            Durability::PowerLoss => "PRAGMA synchronous = FULL",
+                            Durability::ProcessCrash => "PRAGMA synchronous = NORMAL",
+                        };
+                        sqlx::query(sync).execute(&mut *conn).await?;
+                        sqlx::query("PRAGMA busy_timeout = 10000")
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    (Engine::Postgres, Durability::ProcessCrash) => {
+                        sqlx::query("SET synchronous_commit = off")
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    (Engine::Postgres, Durability::PowerLoss) => {}
+                }
+                Ok(())
+            })
+        });
         let pool = options.connect(&url).await?;
         match engine {
             Engine::Sqlite => SQLITE_MIGRATOR.run(&pool).await?,
@@ -446,6 +484,34 @@ impl Queue {
             engine,
             clock,
             last_sweep: Arc::new(AtomicI64::new(i64::MIN)),
+        })
+    }
+
+    /// The durability the database reports for a pooled connection (read back from the
+    /// engine: `PRAGMA synchronous` / `SHOW synchronous_commit`, not from the request).
+    pub async fn durability_in_effect(&self) -> Result<Durability, QueueError> {
+        Ok(match self.engine {
+            Engine::Sqlite => {
+                let row = sqlx::query("PRAGMA synchronous")
+                    .fetch_one(&self.pool)
+                    .await?;
+                // 2 = FULL, 3 = EXTRA; 1 = NORMAL, 0 = OFF.
+                if row.try_get::<i64, _>(0)? >= 2 {
+                    Durability::PowerLoss
+                } else {
+                    Durability::ProcessCrash
+                }
+            }
+            Engine::Postgres => {
+                let row = sqlx::query("SHOW synchronous_commit")
+                    .fetch_one(&self.pool)
+                    .await?;
+                if row.try_get::<String, _>(0)? == "off" {
+                    Durability::ProcessCrash
+                } else {
+                    Durability::PowerLoss
+                }
+            }
         })
     }
 

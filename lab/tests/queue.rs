@@ -11,7 +11,7 @@ use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use glassbox_lab::queue::{
-    CancelOutcome, Clock, JobKind, JobState, NewJob, Queue, QueueError, WorkerId,
+    CancelOutcome, Clock, Durability, JobKind, JobState, NewJob, Queue, QueueError, WorkerId,
 };
 use glassbox_schemas::{Blake3Hash, ExperimentId, RunStatus, SpecHash};
 
@@ -24,12 +24,21 @@ fn postgres_url() -> String {
 
 /// A fresh queue on `engine` with a manual clock, isolated from every other test.
 async fn fresh(engine: &str, name: &str) -> (Queue, Clock, Option<tempfile::TempDir>) {
+    fresh_with(engine, name, Durability::PowerLoss).await
+}
+
+/// [`fresh`] at a given durability.
+async fn fresh_with(
+    engine: &str,
+    name: &str,
+    durability: Durability,
+) -> (Queue, Clock, Option<tempfile::TempDir>) {
     let clock = Clock::Manual(Arc::new(AtomicI64::new(1_700_000_000_000)));
     match engine {
         "sqlite" => {
             let dir = tempfile::tempdir().unwrap();
             let url = format!("sqlite://{}", dir.path().join("queue.db").display());
-            let q = Queue::connect_with_clock(&url, clock.clone())
+            let q = Queue::connect_with(&url, clock.clone(), durability)
                 .await
                 .unwrap();
             (q, clock, Some(dir))
@@ -52,7 +61,7 @@ async fn fresh(engine: &str, name: &str) -> (Queue, Clock, Option<tempfile::Temp
             admin.close().await;
             let sep = if base.contains('?') { '&' } else { '?' };
             let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
-            let q = Queue::connect_with_clock(&url, clock.clone())
+            let q = Queue::connect_with(&url, clock.clone(), durability)
                 .await
                 .unwrap();
             (q, clock, None)
@@ -90,7 +99,35 @@ macro_rules! on_both_engines {
     };
 }
 
+/// Each durability is what the database reports on the pool's connections, and the queue works
+/// the same at both.
+async fn durability_is_applied_to_every_connection(engine: &str, name: &str) {
+    for (i, d) in [Durability::PowerLoss, Durability::ProcessCrash]
+        .into_iter()
+        .enumerate()
+    {
+        let (q, _clock, _dir) = fresh_with(engine, &format!("{name}{i}"), d).await;
+        // More than one pooled connection: each was configured when it was opened.
+        let (a, b, c, e) = tokio::join!(
+            q.durability_in_effect(),
+            q.durability_in_effect(),
+            q.durability_in_effect(),
+            q.durability_in_effect()
+        );
+        for r in [a, b, c, e] {
+            assert_eq!(r.unwrap(), d, "{engine}");
+        }
+        let id = q.enqueue(&job(1, "ada", 0)).await.unwrap();
+        let w = worker("w");
+        let j = q.lease(&w, LEASE).await.unwrap().unwrap();
+        assert_eq!(j.id, id);
+        q.finish(id, &w, RunStatus::Succeeded, None).await.unwrap();
+        assert_eq!(q.get(id).await.unwrap().state, JobState::Succeeded);
+    }
+}
+
 on_both_engines!(
+    durability_is_applied_to_every_connection,
     runs_by_priority_then_age,
     job_round_trips_every_field,
     many_workers_run_each_job_exactly_once,

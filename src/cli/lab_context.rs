@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use glassbox_lab::queue::Clock;
 use glassbox_lab::{Flow, LabConfig, Queue, Recorder};
 use glassbox_ledger::{BlobStore, Lab};
 
@@ -92,12 +93,14 @@ pub async fn open_with(
         .database_url
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}", lab.root().join("queue.db").display()));
-    let queue = Queue::connect(&url).await.with_context(|| {
-        format!(
-            "cannot open the queue database {}",
-            glassbox_ledger::index::redact(&url)
-        )
-    })?;
+    let queue = Queue::connect_with(&url, Clock::System, config.queue.durability)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open the queue database {}",
+                glassbox_ledger::index::redact(&url)
+            )
+        })?;
     let blobs = blob_store(
         &lab,
         args.blobs.as_deref().or(config.storage.blobs.as_deref()),
