@@ -33,11 +33,14 @@ pub mod nvrtc;
 pub use device::{CudaBackend, CudaBuf, CudaIds, DevBuf, Pooled};
 
 /// Whether the CUDA backend can run here: `Ok(description)` of the device(s) found, or why not
-/// (with what to install). Never panics and never calls into a library that is absent.
+/// (with what to install). Never panics and never calls into a library that is absent. The
+/// answer is found once per process (a dozen `dlopen` attempts) and remembered: a lab run asks
+/// twice, for the run record and for the backend.
 pub fn probe() -> Result<String, String> {
     #[cfg(feature = "cuda")]
     {
-        device::probe()
+        static PROBED: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+        PROBED.get_or_init(device::probe).clone()
     }
     #[cfg(not(feature = "cuda"))]
     {
