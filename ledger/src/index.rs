@@ -7,6 +7,12 @@
 //! index is never the source of truth. Metric points come from `result` entries' final
 //! metrics (step = steps completed) and, with [`Index::sync_with_blobs`], from the metric-chunk
 //! blobs that runs record as `artifact` entries (the full curves the dashboard draws).
+//!
+//! Connections: this type's methods write through one connection ([`Index::write_pool`]; SQLite
+//! allows one writer at a time anyway). Readers that live with their callers (the dashboard's
+//! queries) use [`Index::pool`]: for SQLite, [`READ_CONNECTIONS`] more connections with
+//! `query_only` set, on a database in WAL mode so they read while the writer commits (each
+//! waits up to sqlx's 5 s `busy_timeout` for a lock); for PostgreSQL, the same pool of 4.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -72,11 +78,19 @@ pub struct IndexedEntry {
     pub entry: String,
 }
 
-/// A connection pool to the index database.
+/// Read-only connections to a SQLite index (in [`Index::pool`]): the dashboard serves many
+/// pages at once, and one connection would make every query queue behind the others.
+pub const READ_CONNECTIONS: u32 = 4;
+
+/// Connection pools to the index database: one writer, and readers.
 #[derive(Debug, Clone)]
 pub struct Index {
-    pool: AnyPool,
+    /// Every write goes through here: one connection for SQLite.
+    writer: AnyPool,
+    /// Read-only queries; the same pool as `writer` for PostgreSQL and in-memory SQLite.
+    readers: AnyPool,
     url: String,
+    is_pg: bool,
 }
 
 /// What the index says about itself compared with the log.
@@ -156,13 +170,59 @@ impl Index {
             .map_err(|e| err(&e))?;
         let migrator = Migrator::new(Embedded).await.map_err(|e| err(&e))?;
         migrator.run(&pool).await.map_err(|e| err(&e))?;
-        Ok(Index { pool, url: shown })
+        let in_memory = full.contains(":memory:") || full.contains("mode=memory");
+        let readers = if is_pg || in_memory {
+            pool.clone()
+        } else {
+            // WAL lets readers run while the writer commits. Switching needs a moment with no
+            // other connection to the file; when another process holds one, the readers work in
+            // the rollback-journal mode the file is in (waiting on the writer's commits), and a
+            // later connect switches.
+            let _ = sqlx::query("PRAGMA journal_mode = WAL")
+                .fetch_optional(&pool)
+                .await;
+            AnyPoolOptions::new()
+                .max_connections(READ_CONNECTIONS)
+                // A ping per query is a round trip to the connection's thread; a local file
+                // has no connection to lose.
+                .test_before_acquire(false)
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        sqlx::query("PRAGMA query_only = ON")
+                            .execute(conn)
+                            .await
+                            .map(|_| ())
+                    })
+                })
+                .connect(&full)
+                .await
+                .map_err(|e| err(&e))?
+        };
+        Ok(Index {
+            writer: pool,
+            readers,
+            url: shown,
+            is_pg,
+        })
     }
 
-    /// The connection pool, for read-only queries that live with their callers (the web
-    /// crate's dashboard queries). Writes go through this type's methods only.
+    /// The read-only connection pool, for queries that live with their callers (the web
+    /// crate's dashboard queries). Writes go through this type's methods only; on SQLite these
+    /// connections refuse to write (`query_only`).
     pub fn pool(&self) -> &AnyPool {
-        &self.pool
+        &self.readers
+    }
+
+    /// The writing connection, for tools and tests that load rows in bulk (the dashboard's
+    /// load generator, test fixtures). Everything else writes through this type's methods.
+    pub fn write_pool(&self) -> &AnyPool {
+        &self.writer
+    }
+
+    /// Whether the database is PostgreSQL (else SQLite), for the few queries whose portable
+    /// form would lose something (see the web crate's packed metric series).
+    pub fn is_postgres(&self) -> bool {
+        self.is_pg
     }
 
     /// The database URL with any password redacted, for messages.
@@ -180,7 +240,7 @@ impl Index {
     /// Number of indexed entries (one past the highest index).
     pub async fn indexed(&self) -> Result<u64, Error> {
         let row = sqlx::query("SELECT COUNT(*) AS n FROM entries")
-            .fetch_one(&self.pool)
+            .fetch_one(&self.writer)
             .await
             .map_err(|e| self.err(e))?;
         let n: i64 = row.try_get("n").map_err(|e| self.err(e))?;
@@ -215,7 +275,7 @@ impl Index {
         while i < size {
             let t = i / TILE_WIDTH;
             let bundle = log.bundle(t)?;
-            let mut tx = self.pool.begin().await.map_err(|e| self.err(e))?;
+            let mut tx = self.writer.begin().await.map_err(|e| self.err(e))?;
             for (k, bytes) in bundle.iter().enumerate() {
                 let idx = t * TILE_WIDTH + k as u64;
                 if idx < i {
@@ -280,7 +340,7 @@ impl Index {
         log: &LogReader<'_>,
         blobs: Option<&dyn BlobStore>,
     ) -> Result<u64, Error> {
-        let mut tx = self.pool.begin().await.map_err(|e| self.err(e))?;
+        let mut tx = self.writer.begin().await.map_err(|e| self.err(e))?;
         for t in ["metric_points", "runs", "experiments", "entries"] {
             sqlx::query(&format!("DELETE FROM {t}"))
                 .execute(&mut *tx)
@@ -304,7 +364,7 @@ impl Index {
             let rows = sqlx::query("SELECT idx, leaf_hash, entry FROM entries WHERE idx >= $1 AND idx < $2 ORDER BY idx")
                 .bind(lo as i64)
                 .bind((lo + TILE_WIDTH) as i64)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.writer)
                 .await
                 .map_err(|e| self.err(e))?;
             for (k, bytes) in bundle.iter().enumerate() {
@@ -354,7 +414,10 @@ impl Index {
         if let Some(k) = kind {
             query = query.bind(k.as_str().to_string());
         }
-        let rows = query.fetch_all(&self.pool).await.map_err(|e| self.err(e))?;
+        let rows = query
+            .fetch_all(&self.writer)
+            .await
+            .map_err(|e| self.err(e))?;
         rows.iter()
             .map(|r| {
                 Ok(IndexedEntry {
@@ -376,7 +439,7 @@ impl Index {
             "SELECT name, step, value FROM metric_points WHERE run = $1 ORDER BY name, step",
         )
         .bind(run.to_string())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.writer)
         .await
         .map_err(|e| self.err(e))?;
         rows.iter()
@@ -395,7 +458,7 @@ impl Index {
     pub async fn run_status(&self, run: &str) -> Result<Option<(String, Option<u64>)>, Error> {
         let row = sqlx::query("SELECT status, steps FROM runs WHERE id = $1")
             .bind(run.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.writer)
             .await
             .map_err(|e| self.err(e))?;
         row.map(|r| {
@@ -408,9 +471,10 @@ impl Index {
         .map_err(|e: sqlx::Error| self.err(e))
     }
 
-    /// Closes the pool.
+    /// Closes the pools (readers first, so the writer's close checkpoints SQLite's WAL).
     pub async fn close(self) {
-        self.pool.close().await;
+        self.readers.close().await;
+        self.writer.close().await;
     }
 }
 

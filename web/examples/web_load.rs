@@ -4,7 +4,8 @@
 //! then, against a real server on loopback:
 //!
 //! 1. the experiment page and the metric API under `--conns` concurrent keep-alive
-//!    connections for `--seconds`, reporting requests/s, p50 and p99 per endpoint;
+//!    connections for `--seconds`, reporting requests/s, p50 and p99 per endpoint, and the
+//!    render cache's hits, misses and size from `/metrics`;
 //! 2. SSE fan-out: `--sse` clients subscribed to one run's live stream, `--events` points
 //!    published 50 ms apart, reporting how long each took to reach every client.
 //!
@@ -174,12 +175,8 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (Lab, Index
     eprintln!("index sync: {:.1}s", t.elapsed().as_secs_f64());
     let t = Instant::now();
     let per_metric = (points / runs / METRICS.len() as u64).max(1);
-    for p in [
-        "PRAGMA synchronous = OFF",
-        "PRAGMA journal_mode = MEMORY",
-        "PRAGMA cache_size = -262144",
-    ] {
-        sqlx::query(p).execute(index.pool()).await.unwrap();
+    for p in ["PRAGMA synchronous = OFF", "PRAGMA cache_size = -262144"] {
+        sqlx::query(p).execute(index.write_pool()).await.unwrap();
     }
     let names = METRICS
         .iter()
@@ -196,10 +193,11 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (Lab, Index
          SELECT printf('run-%06d', k), name, i, 1.5 + 2.5 / (1.0 + i / 20.0) + (k % 7) / 100.0, 0 \
          FROM r CROSS JOIN n CROSS JOIN s"
     );
-    sqlx::query(&sql).execute(index.pool()).await.unwrap();
-    for p in ["PRAGMA synchronous = FULL", "PRAGMA journal_mode = DELETE"] {
-        sqlx::query(p).execute(index.pool()).await.unwrap();
-    }
+    sqlx::query(&sql).execute(index.write_pool()).await.unwrap();
+    sqlx::query("PRAGMA synchronous = FULL")
+        .execute(index.write_pool())
+        .await
+        .unwrap();
     eprintln!(
         "metric points: {} in {:.1}s",
         runs * per_metric * METRICS.len() as u64,
@@ -358,6 +356,17 @@ async fn main() {
         pct(&api, 0.99)
     );
     println!("  errors: {errors}");
+    let resp = client
+        .get(format!("http://{addr}/metrics").parse().unwrap())
+        .await
+        .unwrap();
+    let text = resp.into_body().collect().await.unwrap().to_bytes();
+    for line in String::from_utf8_lossy(&text)
+        .lines()
+        .filter(|l| l.starts_with("glassbox_render_cache"))
+    {
+        println!("  {line}");
+    }
 
     // 2. SSE fan-out.
     let run = run_id(1);

@@ -295,7 +295,7 @@ async fn metric_series(
         .max_points
         .unwrap_or(MAX_POINTS_PER_LINE)
         .clamp(3, 100_000);
-    let pts = series::one_series(st.index.pool(), &st.live, &run, &name, from, to).await?;
+    let pts = series::one_series(&st.index, &st.live, &run, &name, from, to).await?;
     if pts.is_empty() {
         return Err(WebError::not_found(format!(
             "metric {name:?} of run {run:?} in steps {from}..={to}"

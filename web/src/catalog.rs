@@ -200,6 +200,9 @@ pub struct DatasetRow {
 pub struct CatalogData {
     /// Entries with index below this are folded.
     pub next: u64,
+    /// Entries the index held (of every kind, one past the highest index) when the catalog last
+    /// caught up: everything below is folded. The render cache stamps pages with it.
+    pub indexed: u64,
     /// By id.
     pub experiments: BTreeMap<String, ExperimentRow>,
     /// By id.
@@ -273,6 +276,11 @@ impl Catalog {
             return Ok(());
         }
         *last = Some(std::time::Instant::now());
+        // Read before folding, so that everything below it is folded when it is published.
+        let indexed: i64 = sqlx::query("SELECT COALESCE(MAX(idx) + 1, 0) AS n FROM entries")
+            .fetch_one(pool)
+            .await?
+            .try_get("n")?;
         loop {
             let next = self.data.read().unwrap_or_else(|p| p.into_inner()).next;
             let rows = sqlx::query(
@@ -321,6 +329,7 @@ impl Catalog {
                 data.next = data.next.max(idx + 1);
             }
             if last < FETCH_BATCH {
+                data.indexed = data.indexed.max(indexed as u64);
                 return Ok(());
             }
         }

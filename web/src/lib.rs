@@ -28,6 +28,7 @@ pub mod live;
 pub mod lttb;
 pub mod ops;
 pub mod pages;
+pub mod render_cache;
 pub mod series;
 pub mod static_log;
 
@@ -66,6 +67,8 @@ pub struct WebState {
     /// Routes merged into [`app`] as they are (the GitHub webhook).
     pub extra: Option<Router>,
     pub(crate) catalog: Arc<catalog::Catalog>,
+    /// Rendered experiment pages and live charts (bounded; see [`render_cache`]).
+    pub(crate) renders: Arc<render_cache::RenderCache>,
     pub(crate) metrics: Arc<ops::RequestMetrics>,
     /// Set when the server starts shutting down, so endless responses (SSE) end and the
     /// graceful shutdown can complete.
@@ -95,6 +98,9 @@ impl WebState {
             live,
             extra: None,
             catalog: Arc::new(catalog::Catalog::default()),
+            renders: Arc::new(render_cache::RenderCache::new(
+                render_cache::DEFAULT_MAX_BYTES,
+            )),
             metrics: Arc::new(ops::RequestMetrics::default()),
             closing: tokio::sync::watch::Sender::new(false),
         }

@@ -11,6 +11,7 @@
 //! entries) stays the source of truth for curves once they are indexed.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -64,6 +65,8 @@ pub(crate) struct LiveRun {
     pub status: Option<String>,
     /// Last `throughput/tokens_per_second`.
     pub tokens_per_second: Option<f64>,
+    /// The hub's publish count when this run last changed: equal versions, equal contents.
+    pub version: u64,
     updated: Option<Instant>,
 }
 
@@ -71,6 +74,8 @@ pub(crate) struct LiveRun {
 struct Inner {
     tx: broadcast::Sender<LiveEvent>,
     runs: Mutex<HashMap<String, LiveRun>>,
+    /// Events published so far (the next version).
+    published: AtomicU64,
 }
 
 /// The live fan-out. Clones share one hub.
@@ -93,6 +98,7 @@ impl LiveHub {
             inner: Arc::new(Inner {
                 tx,
                 runs: Mutex::new(HashMap::new()),
+                published: AtomicU64::new(0),
             }),
         }
     }
@@ -117,6 +123,8 @@ impl LiveHub {
             }
             let run = runs.entry(event.run().to_string()).or_default();
             run.updated = Some(Instant::now());
+            // Under the lock, so versions grow in the order changes are made.
+            run.version = self.inner.published.fetch_add(1, Ordering::Relaxed) + 1;
             match &event {
                 LiveEvent::Point {
                     step, name, value, ..
@@ -162,6 +170,17 @@ impl LiveHub {
         runs.get(run).cloned()
     }
 
+    /// The version of what the hub holds of `run` (`None`: nothing): it changes whenever the
+    /// run's recent points or status change, including when the run is dropped and comes back.
+    pub(crate) fn version(&self, run: &str) -> Option<u64> {
+        let runs = self
+            .inner
+            .runs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        runs.get(run).map(|r| r.version)
+    }
+
     /// Sum of the last tokens/s of every run still running.
     pub(crate) fn tokens_per_second(&self) -> f64 {
         let runs = self
@@ -200,6 +219,12 @@ mod tests {
         let recent = hub.recent("r1").unwrap();
         assert_eq!(recent.series["train/loss"], [(1, 2.0)]);
         assert_eq!(recent.status.as_deref(), Some("succeeded"));
+        assert_eq!(hub.version("r1"), Some(2));
+        assert_eq!(hub.version("r2"), None);
+        hub.publish(point("r2", 1, 2.0));
+        assert_eq!(hub.version("r1"), Some(2), "another run's point");
+        hub.publish(point("r1", 2, 2.0));
+        assert_eq!(hub.version("r1"), Some(4));
     }
 
     #[test]

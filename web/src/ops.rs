@@ -4,7 +4,8 @@
 //! `/metrics` is the Prometheus text format written by hand (a few gauges and counters do not
 //! need a metrics library): requests by route and status with their total duration, queue depth
 //! per job state, running jobs, each leasing worker's seconds until its lease expires (its
-//! heartbeat), live tokens/s from the [`crate::LiveHub`], SSE subscribers, and the log size.
+//! heartbeat), live tokens/s from the [`crate::LiveHub`], SSE subscribers, the render cache's
+//! hits, misses and size, and the log size.
 //! This module does not serve pages or data.
 
 use std::collections::BTreeMap;
@@ -190,6 +191,12 @@ async fn metrics(State(st): State<WebState>) -> Result<Response, WebError> {
         out,
         "# HELP glassbox_live_subscribers Open live-update (SSE) connections.\n# TYPE glassbox_live_subscribers gauge\nglassbox_live_subscribers {}",
         st.live.subscribers()
+    );
+    let (hits, misses) = st.renders.hits_and_misses();
+    let (entries, bytes) = st.renders.size();
+    let _ = writeln!(
+        out,
+        "# HELP glassbox_render_cache_requests_total Cached pages asked for, by whether the render cache answered.\n# TYPE glassbox_render_cache_requests_total counter\nglassbox_render_cache_requests_total{{result=\"hit\"}} {hits}\nglassbox_render_cache_requests_total{{result=\"miss\"}} {misses}\n# HELP glassbox_render_cache_bytes Bytes held by the render cache (bodies and keys).\n# TYPE glassbox_render_cache_bytes gauge\nglassbox_render_cache_bytes {bytes}\n# HELP glassbox_render_cache_entries Pages held by the render cache.\n# TYPE glassbox_render_cache_entries gauge\nglassbox_render_cache_entries {entries}"
     );
     let n: i64 = sqlx::query("SELECT COUNT(*) AS n FROM entries")
         .fetch_one(st.index.pool())

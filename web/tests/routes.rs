@@ -1,6 +1,7 @@
 //! Route tests of the dashboard: every page and API endpoint through the axum router with
 //! `oneshot` (no socket), including escaping of proposer text, path traversal on `/log/` and
-//! `/blobs/`, caching headers, the OpenAPI document, SSE and `/metrics`; then a real server on
+//! `/blobs/`, caching headers, the OpenAPI document, SSE and `/metrics`, cached pages following
+//! live points and new entries (and not other experiments' entries); then a real server on
 //! 127.0.0.1:0 audited by the ledger's HTTP audit (what `glassbox verify URL` does), and a
 //! graceful shutdown with a live stream open.
 
@@ -585,4 +586,125 @@ async fn a_running_server_passes_the_ledger_http_audit_and_shuts_down_gracefully
         .expect("graceful shutdown completes with a live stream open")
         .unwrap()
         .unwrap();
+}
+
+/// Appends `entries` (kind, experiment, body) to the fixture's log and indexes them; returns
+/// the index of the first.
+async fn append(
+    fx: &fixture::Fixture,
+    entries: Vec<(
+        glassbox_schemas::EntryKind,
+        Option<&str>,
+        glassbox_schemas::record::ArtifactBody,
+    )>,
+) -> u64 {
+    let first = fx.index.indexed().await.unwrap();
+    let batch = entries
+        .into_iter()
+        .map(|(kind, exp, body)| {
+            glassbox_schemas::LedgerEntry::new(
+                kind,
+                exp.map(|x| glassbox_schemas::ExperimentId(x.into())),
+                Default::default(),
+                &body,
+            )
+            .unwrap()
+            .to_canonical_bytes()
+            .unwrap()
+        })
+        .collect();
+    let w = fx.lab.writer(glassbox_ledger::LockMode::Wait).unwrap();
+    w.append_batch(batch).unwrap();
+    drop(w);
+    let source = glassbox_ledger::DirSource {
+        root: fx.lab.root().to_path_buf(),
+    };
+    let reader = glassbox_ledger::LogReader::open(&source, &fx.vkey).unwrap();
+    fx.index.sync(&reader).await.unwrap();
+    first
+}
+
+fn render_cache_count(metrics: &str, result: &str) -> u64 {
+    let prefix = format!("glassbox_render_cache_requests_total{{result=\"{result}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn cached_pages_follow_live_points_and_new_entries() {
+    let fx = fixture::build().await;
+    let st = fx.state();
+    let uri = "/experiments/acme/lab%231?run=run-1";
+    let first = ok(&st, uri).await;
+    assert_eq!(ok(&st, uri).await, first, "the same page again");
+    let m = ok(&st, "/metrics").await;
+    assert_eq!(
+        (
+            render_cache_count(&m, "hit"),
+            render_cache_count(&m, "miss")
+        ),
+        (1, 1)
+    );
+
+    // A live point of the run drawn: the next request draws it.
+    fx.live.publish(LiveEvent::Point {
+        run: "run-1".into(),
+        step: 987_654,
+        name: "train/loss".into(),
+        value: 1.25,
+    });
+    let live = ok(&st, uri).await;
+    assert!(live.contains("<title>train/loss: step 987654, value 1.25000</title>"));
+    assert!(ok(&st, "/live/run-1/charts").await.contains("step 987654"));
+
+    // An entry about another experiment: the index grew, the cached page still holds.
+    let other = append(
+        &fx,
+        vec![(
+            glassbox_schemas::EntryKind::Artifact,
+            Some("acme/lab#2"),
+            glassbox_schemas::record::ArtifactBody {
+                name: "other.txt".into(),
+                bytes: 0,
+                run: None,
+            },
+        )],
+    )
+    .await;
+    // Past the catalog's catch-up interval (100 ms), so the new index position is seen.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let hits = render_cache_count(&ok(&st, "/metrics").await, "hit");
+    assert_eq!(ok(&st, uri).await, live);
+    assert!(!live.contains(&format!("/api/v1/entries/{other}/proof")));
+    let m = ok(&st, "/metrics").await;
+    assert_eq!(
+        render_cache_count(&m, "hit"),
+        hits + 1,
+        "served from the cache"
+    );
+
+    // An entry about this experiment: the page is drawn again and shows it.
+    let mine = append(
+        &fx,
+        vec![(
+            glassbox_schemas::EntryKind::Artifact,
+            Some("acme/lab#1"),
+            glassbox_schemas::record::ArtifactBody {
+                name: "notes.txt".into(),
+                bytes: 0,
+                run: Some(glassbox_schemas::RunId("run-1".into())),
+            },
+        )],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let misses = render_cache_count(&ok(&st, "/metrics").await, "miss");
+    let after = ok(&st, uri).await;
+    assert!(after.contains(&format!("/api/v1/entries/{mine}/proof")));
+    let m = ok(&st, "/metrics").await;
+    assert_eq!(render_cache_count(&m, "miss"), misses + 1, "drawn again");
 }

@@ -162,8 +162,7 @@ pub async fn page(State(st): State<WebState>, RawQuery(raw): RawQuery) -> Result
     let mut names = BTreeSet::new();
     for r in &runs {
         names.extend(series::metric_names(st.index.pool(), &st.live, &r.run).await?);
-        let pts =
-            series::one_series(st.index.pool(), &st.live, &r.run, &q.metric, 0, u64::MAX).await?;
+        let pts = series::one_series(&st.index, &st.live, &r.run, &q.metric, 0, u64::MAX).await?;
         lines.push(Line {
             label: r.run.clone(),
             points: series::downsample(&pts, MAX_POINTS_PER_LINE)

@@ -6,11 +6,17 @@
 //! Charts are grouped into panels by metric name (loss, learning rate, norms, throughput, MFU,
 //! router telemetry) with one x range per run, so a spike in one panel lines up with the
 //! others step for step. Expert load (one series per expert) is a heatmap per layer.
+//!
+//! The experiment page and the live chart block are kept in the [`crate::render_cache`]: an
+//! entry is sent again while the run's live version is the same and no entry about the
+//! experiment or its runs has been indexed since it was drawn ([`cached`]); a page that could
+//! not show a blob (not stored here yet) is not kept.
 
 use std::collections::BTreeMap;
 
+use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use glassbox_schemas::metrics as m;
 use maud::{Markup, PreEscaped, html};
 use sqlx::Row;
@@ -22,6 +28,7 @@ use crate::WebState;
 use crate::catalog::{ExperimentRow, ForecastRow, RunRow, parse_spec_text};
 use crate::chart::{self, Axes, Line};
 use crate::error::WebError;
+use crate::render_cache::Stamp;
 use crate::series::{self, MAX_POINTS_PER_LINE, RunSeries};
 
 /// Columns of an expert-load heatmap at most.
@@ -347,8 +354,8 @@ pub async fn page(
     State(st): State<WebState>,
     Path(id): Path<String>,
     Query(q): Query<RunQuery>,
-) -> Result<Markup, WebError> {
-    let (exp, runs, forecasts, status) = {
+) -> Result<Html<Bytes>, WebError> {
+    let (exp, runs, forecasts, status, indexed) = {
         let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
         let exp = cat
             .experiments
@@ -366,7 +373,7 @@ pub async fn page(
             .filter_map(|i| cat.forecasts.get(i).cloned())
             .collect();
         let status = exp.status(&cat);
-        (exp, runs, forecasts, status)
+        (exp, runs, forecasts, status, cat.indexed)
     };
     let selected = match &q.run {
         Some(r) => Some(
@@ -376,10 +383,24 @@ pub async fn page(
         ),
         None => runs.last(),
     };
+    let key = format!(
+        "experiment\n{id}\n{}\n{:?}\n{:?}",
+        q.run.as_deref().unwrap_or(""),
+        q.from,
+        q.to
+    );
+    let stamp = Stamp {
+        indexed,
+        live: selected.and_then(|r| st.live.version(&r.id)),
+    };
+    let run_ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+    if let Some(body) = cached(&st, &key, stamp, Some(&id), &run_ids).await? {
+        return Ok(Html(body));
+    }
     let charts_markup = match selected {
         Some(r) => {
             let all = series::run_series(
-                st.index.pool(),
+                &st.index,
                 &st.live,
                 &r.id,
                 q.from.unwrap_or(0),
@@ -407,6 +428,9 @@ pub async fn page(
             ));
         }
     }
+    // Blobs not stored here yet may arrive later: such a page is not kept.
+    let complete =
+        (exp.spec_blob.is_none() || spec.is_some()) && artifacts.iter().all(|a| a.4.is_some());
     let title = exp.title.clone().unwrap_or_else(|| exp.id.clone());
     let body = html! {
         h1 { (title) " " (status_badge(&status)) }
@@ -471,7 +495,71 @@ pub async fn page(
             }
         }
     };
-    Ok(frame(&title, Nav::Experiments, false, body))
+    let page = Bytes::from(frame(&title, Nav::Experiments, false, body).into_string());
+    if complete {
+        st.renders.put(key, page.clone(), stamp);
+    }
+    Ok(Html(page))
+}
+
+/// The body kept under `key` if it is still what a rendering at `now` would give: the same
+/// live version, and no entry about `experiment` or `runs` indexed since it was drawn (one
+/// indexed query, run only when the index has grown since). Counts the hit or miss.
+async fn cached(
+    st: &WebState,
+    key: &str,
+    now: Stamp,
+    experiment: Option<&str>,
+    runs: &[&str],
+) -> Result<Option<Bytes>, WebError> {
+    let fresh = match st.renders.get(key) {
+        Some((body, was)) if was == now => Some(body),
+        Some((body, was)) if was.live == now.live && was.indexed < now.indexed => {
+            if touched_since(st, was.indexed, experiment, runs).await? {
+                None
+            } else {
+                st.renders.restamp(key, was, now);
+                Some(body)
+            }
+        }
+        _ => None,
+    };
+    st.renders.count(fresh.is_some());
+    Ok(fresh)
+}
+
+/// Whether an entry about `experiment` or one of `runs` has index `from` or more.
+async fn touched_since(
+    st: &WebState,
+    from: u64,
+    experiment: Option<&str>,
+    runs: &[&str],
+) -> Result<bool, WebError> {
+    let mut about = Vec::new();
+    let mut n = 1;
+    if experiment.is_some() {
+        n += 1;
+        about.push(format!("experiment = ${n}"));
+    }
+    if !runs.is_empty() {
+        let list: Vec<String> = (0..runs.len()).map(|i| format!("${}", n + 1 + i)).collect();
+        about.push(format!("run IN ({})", list.join(", ")));
+    }
+    if about.is_empty() {
+        return Ok(false);
+    }
+    let sql = format!(
+        "SELECT idx FROM entries WHERE idx >= $1 AND ({}) LIMIT 1",
+        about.join(" OR ")
+    );
+    let mut q = sqlx::query(&sql).bind(from.min(i64::MAX as u64) as i64);
+    if let Some(x) = experiment {
+        q = q.bind(x.to_string());
+    }
+    for r in runs {
+        q = q.bind(r.to_string());
+    }
+    Ok(q.fetch_optional(st.index.pool()).await?.is_some())
 }
 
 /// `GET /runs/{run}`: the run's experiment page with the run selected.
@@ -498,17 +586,34 @@ pub async fn run_page(
     }
 }
 
-async fn live_markup(st: &WebState, run: &str) -> Result<Markup, WebError> {
-    let all = series::run_series(st.index.pool(), &st.live, run, 0, u64::MAX).await?;
+/// The live page's chart block; kept in the render cache like the experiment page, so a
+/// thousand viewers re-fetching it after each live point cost one drawing per point.
+async fn live_markup(st: &WebState, run: &str) -> Result<Bytes, WebError> {
+    let key = format!("live\n{run}");
+    let stamp = Stamp {
+        indexed: st
+            .catalog
+            .read(st.index.pool(), st.blobs.as_ref())
+            .await?
+            .indexed,
+        live: st.live.version(run),
+    };
+    if let Some(body) = cached(st, &key, stamp, None, &[run]).await? {
+        return Ok(body);
+    }
+    let all = series::run_series(&st.index, &st.live, run, 0, u64::MAX).await?;
     let last_step = all.values().filter_map(|p| p.last().map(|x| x.0)).max();
     let points: usize = all.values().map(Vec::len).sum();
-    Ok(html! {
+    let markup = html! {
         p.live-status {
             "latest step " span #last-step { (last_step.map(|s| s.to_string()).unwrap_or_else(|| "–".into())) }
             " · " span #point-count { (points) } " points"
         }
         (charts(&all))
-    })
+    };
+    let body = Bytes::from(markup.into_string());
+    st.renders.put(key, body.clone(), stamp);
+    Ok(body)
 }
 
 /// `GET /live/{run}`: charts that follow the run as it trains (the live script subscribes to
@@ -532,6 +637,7 @@ pub async fn live_page(
         live.and_then(|l| l.status)
             .unwrap_or(if known { status } else { "running".into() });
     let inner = live_markup(&st, &run).await?;
+    let inner = PreEscaped(String::from_utf8_lossy(&inner).into_owned());
     let body = html! {
         h1 { "Live: " (run) " " span #run-status { (status_badge(&status)) } }
         @if let Some(x) = &experiment { p.meta { "experiment " a href=(experiment_href(x)) { (x) } } }
@@ -547,8 +653,8 @@ pub async fn live_page(
 pub async fn live_charts(
     State(st): State<WebState>,
     Path(run): Path<String>,
-) -> Result<Markup, WebError> {
-    live_markup(&st, &run).await
+) -> Result<Html<Bytes>, WebError> {
+    Ok(Html(live_markup(&st, &run).await?))
 }
 
 #[cfg(test)]

@@ -243,8 +243,7 @@ pub async fn page(State(st): State<WebState>) -> Result<Markup, WebError> {
             if metric != &l.metric {
                 continue;
             }
-            let pts =
-                series::one_series(st.index.pool(), &st.live, run, metric, 0, u64::MAX).await?;
+            let pts = series::one_series(&st.index, &st.live, run, metric, 0, u64::MAX).await?;
             lines.push(Line {
                 label: format!("{run} (arriving)"),
                 points: series::downsample(&pts, 500)
