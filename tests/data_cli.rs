@@ -5,6 +5,7 @@
 use std::path::Path;
 
 mod support;
+use support::MICRO_MODEL;
 
 fn glassbox(dir: &Path, args: &[&str]) -> std::process::Output {
     support::glassbox(dir, None, args).output().unwrap()
@@ -17,16 +18,7 @@ fn spec_naming(dir: &Path, corpus: &str) -> std::path::PathBuf {
 name = "stored corpus"
 slug = "stored-corpus"
 hypothesis = "A run trains on the exact corpus its spec names by hash."
-[model]
-d_model = 16
-n_layers = 1
-n_heads = 2
-seq_len = 16
-[model.moe]
-n_experts = 4
-top_k = 2
-d_expert = 16
-[[data.mixture]]
+{MICRO_MODEL}[[data.mixture]]
 domain = "gen"
 corpus = "{corpus}"
 [train]

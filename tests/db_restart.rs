@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
+use support::MICRO_MODEL;
 
 fn glassbox(dir: &Path, db: &str, args: &[&str]) -> Command {
     support::glassbox(dir, Some(db), args)
@@ -52,23 +53,15 @@ fn a_worker_rides_out_a_postgres_restart() {
     let spec = d.join("spec.toml");
     std::fs::write(
         &spec,
-        r#"
+        format!(
+            r#"
 [experiment]
 name = "db restart"
 slug = "db-restart"
 hypothesis = "A worker survives its database restarting."
-[model]
-d_model = 16
-n_layers = 1
-n_heads = 2
-seq_len = 16
-[model.moe]
-n_experts = 4
-top_k = 2
-d_expert = 16
-[[data.mixture]]
+{MICRO_MODEL}[[data.mixture]]
 domain = "markov"
-generator = { kind = "markov", seed = 1, order = 1, alphabet = 8, branching = 2 }
+generator = {{ kind = "markov", seed = 1, order = 1, alphabet = 8, branching = 2 }}
 [train]
 steps = 6000
 batch_size = 2
@@ -77,7 +70,8 @@ eval_interval = 1000
 eval_batches = 1
 checkpoint_interval = 25
 seed = 5
-"#,
+"#
+        ),
     )
     .unwrap();
     let out = glassbox(d, &db, &["run", spec.to_str().unwrap(), "--enqueue"])

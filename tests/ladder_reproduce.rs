@@ -8,7 +8,7 @@ use std::path::Path;
 use glassbox_schemas::EntryKind;
 
 mod support;
-use support::entries;
+use support::{MICRO_MODEL, entries};
 
 fn glassbox(dir: &Path, args: &[&str]) -> std::process::Output {
     support::glassbox(dir, None, args).output().unwrap()
@@ -72,23 +72,15 @@ fn a_run_reproduces_bitwise_and_a_tampered_blob_fails_clearly() {
     let d = dir.path();
     std::fs::write(
         d.join("spec.toml"),
-        r#"
+        format!(
+            r#"
 [experiment]
 name = "reproduce me"
 slug = "reproduce-me"
 hypothesis = "Re-running a recorded run gives bitwise the same metrics."
-[model]
-d_model = 16
-n_layers = 1
-n_heads = 2
-seq_len = 16
-[model.moe]
-n_experts = 4
-top_k = 2
-d_expert = 16
-[[data.mixture]]
+{MICRO_MODEL}[[data.mixture]]
 domain = "markov"
-generator = { kind = "markov", seed = 2, order = 1, alphabet = 8, branching = 2 }
+generator = {{ kind = "markov", seed = 2, order = 1, alphabet = 8, branching = 2 }}
 [train]
 steps = 60
 batch_size = 2
@@ -97,7 +89,8 @@ eval_interval = 20
 eval_batches = 1
 checkpoint_interval = 30
 seed = 4
-"#,
+"#
+        ),
     )
     .unwrap();
     let out = glassbox(d, &["run", "spec.toml", "--threads", "2"]);

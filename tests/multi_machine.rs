@@ -22,7 +22,7 @@ use glassbox_schemas::{EntryKind, RunStatus};
 
 mod support;
 use support::moto::{self, Moto};
-use support::{entries, postgres_schema};
+use support::{MICRO_MODEL, entries, postgres_schema};
 
 const REPO: &str = "open-lab/moe";
 const MAINTAINER: &str = "grace";
@@ -102,16 +102,7 @@ fn spec(i: u64) -> String {
 name = "multi machine {i}"
 slug = "multi-machine-{i}"
 hypothesis = "Run {i} of five trains once, wherever it lands."
-[model]
-d_model = 16
-n_layers = 1
-n_heads = 2
-seq_len = 16
-[model.moe]
-n_experts = 4
-top_k = 2
-d_expert = 16
-[[data.mixture]]
+{MICRO_MODEL}[[data.mixture]]
 domain = "markov"
 generator = {{ kind = "markov", seed = 1, order = 1, alphabet = 8, branching = 2 }}
 [train]

@@ -6,6 +6,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod support;
+use support::MICRO_MODEL;
+
 const BIN: &str = env!("CARGO_BIN_EXE_glassbox");
 
 /// A small spec: ~1 ms steps, many of them, a checkpoint every 20 steps.
@@ -16,16 +19,7 @@ fn write_spec(dir: &Path, steps: u64, budget: &str) -> std::path::PathBuf {
 name = "kill and resume"
 slug = "kill-resume"
 hypothesis = "Resuming from a checkpoint after SIGKILL gives bitwise the same run."
-[model]
-d_model = 16
-n_layers = 1
-n_heads = 2
-seq_len = 16
-[model.moe]
-n_experts = 4
-top_k = 2
-d_expert = 16
-balancing = {{ method = "aux_loss_free", rate = 0.01 }}
+{MICRO_MODEL}balancing = {{ method = "aux_loss_free", rate = 0.01 }}
 [[data.mixture]]
 domain = "markov"
 generator = {{ kind = "markov", seed = 1, order = 1, alphabet = 8, branching = 2 }}

@@ -11,7 +11,7 @@ use glassbox_schemas::record::ResultBody;
 use glassbox_schemas::{EntryKind, LedgerEntry, RunStatus};
 
 mod support;
-use support::{entries, postgres_schema};
+use support::{MICRO_MODEL, entries, postgres_schema};
 
 fn write_spec(dir: &Path, steps: u64) -> PathBuf {
     let text = format!(
@@ -20,16 +20,7 @@ fn write_spec(dir: &Path, steps: u64) -> PathBuf {
 name = "worker takeover"
 slug = "worker-takeover"
 hypothesis = "A job whose worker dies resumes elsewhere and ends bitwise the same."
-[model]
-d_model = 16
-n_layers = 1
-n_heads = 2
-seq_len = 16
-[model.moe]
-n_experts = 4
-top_k = 2
-d_expert = 16
-[[data.mixture]]
+{MICRO_MODEL}[[data.mixture]]
 domain = "markov"
 generator = {{ kind = "markov", seed = 1, order = 1, alphabet = 8, branching = 2 }}
 [train]

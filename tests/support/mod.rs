@@ -12,6 +12,20 @@ pub mod moto;
 use glassbox_ledger::{DirSource, Lab, LeafIndex, LogReader};
 use glassbox_schemas::LedgerEntry;
 
+/// The model every end-to-end spec trains: the smallest MoE that exercises routing (a few ms a
+/// step on CPU). Specs put it between their `[experiment]` and `[[data.mixture]]` sections,
+/// and may add `[model.moe]` keys right after it.
+pub const MICRO_MODEL: &str = "[model]
+d_model = 16
+n_layers = 1
+n_heads = 2
+seq_len = 16
+[model.moe]
+n_experts = 4
+top_k = 2
+d_expert = 16
+";
+
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_glassbox");
 
