@@ -185,30 +185,50 @@ fn sqlite_index_syncs_checks_and_reindexes() {
     assert!(lab.index_path().is_file());
 }
 
+/// Indexes the whole log of `lab` into the SQLite index at `url`.
+async fn sync_all(lab: &Lab, url: &str) {
+    let src = DirSource {
+        root: lab.root().to_path_buf(),
+    };
+    let reader = LogReader::open(&src, &lab.verifier_key().unwrap()).unwrap();
+    let idx = Index::connect(url).await.unwrap();
+    idx.sync(&reader).await.unwrap();
+    idx.close().await;
+}
+
+/// Runs `sql` on the SQLite index at `url` behind the index's back (tampering, lost rows).
+async fn edit_behind_its_back(url: &str, sql: &str) {
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{url}"))
+        .await
+        .unwrap();
+    sqlx::query(sql).execute(&mut conn).await.unwrap();
+    conn.close().await.unwrap();
+}
+
+/// What `check` says of the index at `url` against `lab`'s log.
+async fn check(lab: &Lab, url: &str) -> Result<(), IndexMismatch> {
+    let src = DirSource {
+        root: lab.root().to_path_buf(),
+    };
+    let reader = LogReader::open(&src, &lab.verifier_key().unwrap()).unwrap();
+    let idx = Index::connect(url).await.unwrap();
+    let r = idx.check(&reader).await.unwrap();
+    idx.close().await;
+    r
+}
+
 #[test]
 fn sqlite_index_detects_a_tampered_row() {
     let (_d, lab) = lab_with_a_run();
     let url = lab.index_path().display().to_string();
     runtime().block_on(async {
-        let src = DirSource {
-            root: lab.root().to_path_buf(),
-        };
-        let reader = LogReader::open(&src, &lab.verifier_key().unwrap()).unwrap();
-        let idx = Index::connect(&url).await.unwrap();
-        idx.sync(&reader).await.unwrap();
-        idx.close().await;
-        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{url}"))
-            .await
-            .unwrap();
-        sqlx::query(
+        sync_all(&lab, &url).await;
+        edit_behind_its_back(
+            &url,
             "UPDATE entries SET entry = replace(entry, 'item-5\"', 'item-6\"') WHERE idx = 7",
         )
-        .execute(&mut conn)
-        .await
-        .unwrap();
-        conn.close().await.unwrap();
-        let idx = Index::connect(&url).await.unwrap();
-        let m = idx.check(&reader).await.unwrap().unwrap_err();
+        .await;
+        let m = check(&lab, &url).await.unwrap_err();
         assert_eq!(
             m,
             IndexMismatch::Row {
@@ -225,50 +245,25 @@ fn sqlite_index_behind_is_a_prefix_and_a_hole_is_a_missing_row() {
     let (_d, lab) = lab_with_a_run();
     let url = lab.index_path().display().to_string();
     runtime().block_on(async {
-        let src = DirSource {
-            root: lab.root().to_path_buf(),
-        };
-        let reader = LogReader::open(&src, &lab.verifier_key().unwrap()).unwrap();
-        let idx = Index::connect(&url).await.unwrap();
-        idx.sync(&reader).await.unwrap();
-        idx.close().await;
-        let delete = |i: i64| {
-            let url = url.clone();
-            async move {
-                let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{url}"))
-                    .await
-                    .unwrap();
-                sqlx::query("DELETE FROM entries WHERE idx = $1")
-                    .bind(i)
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-                conn.close().await.unwrap();
-            }
-        };
+        sync_all(&lab, &url).await;
         // The newest rows missing: behind.
-        delete(303).await;
-        delete(302).await;
-        let idx = Index::connect(&url).await.unwrap();
+        edit_behind_its_back(&url, "DELETE FROM entries WHERE idx IN (302, 303)").await;
         assert_eq!(
-            idx.check(&reader).await.unwrap(),
+            check(&lab, &url).await,
             Err(IndexMismatch::Behind {
                 indexed: 302,
                 log: 304
             })
         );
-        idx.close().await;
         // A hole: the row is named.
-        delete(40).await;
-        let idx = Index::connect(&url).await.unwrap();
+        edit_behind_its_back(&url, "DELETE FROM entries WHERE idx = 40").await;
         assert_eq!(
-            idx.check(&reader).await.unwrap(),
+            check(&lab, &url).await,
             Err(IndexMismatch::Row {
                 index: 40,
                 reason: "is missing".into()
             })
         );
-        idx.close().await;
     });
 }
 
