@@ -163,6 +163,45 @@ fn init_put_get_show_log_proofs_and_verify() {
     env.ok(&["verify", "--no-blobs"]);
 }
 
+/// `ledger put --move`: the file becomes the blob (renamed, its name gone), the artifact entry
+/// names it like a copied one, `get` returns the bytes and the lab verifies. A missing file is
+/// a clear error that appends nothing.
+#[test]
+fn put_move_takes_the_file_into_the_store() {
+    let env = Env::new();
+    env.ok(&["init", "--origin", "test.example/move"]);
+    let f = env.dir.path().join("corpus.bin");
+    let bytes: Vec<u8> = (0..5_000_000u32).map(|i| (i * 7 % 256) as u8).collect();
+    std::fs::write(&f, &bytes).unwrap();
+    let o = env.ok(&["ledger", "put", "--move", f.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&o).unwrap();
+    assert_eq!(v["bytes"], 5_000_000);
+    assert_eq!(v["existed"], false);
+    assert_eq!(v["entry"], 0);
+    assert!(!f.exists(), "the file was moved, not copied");
+    let hash = v["hash"].as_str().unwrap();
+    assert_eq!(hash, format!("blake3:{}", blake3::hash(&bytes).to_hex()));
+    let dest = env.dir.path().join("back.bin");
+    env.ok(&["ledger", "get", hash, "-o", dest.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&dest).unwrap(), bytes);
+    let show = env.ok(&["ledger", "show", "0", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&show).unwrap();
+    assert_eq!(v["entry"]["body"]["name"], "corpus.bin");
+    assert_eq!(v["entry"]["refs"]["artifact"], hash);
+
+    let o = env.run(&["ledger", "put", "--move", f.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        err(&o).contains("cannot open")
+            && err(&o).contains("corpus.bin")
+            && !err(&o).contains("panicked"),
+        "{}",
+        err(&o)
+    );
+    let v = env.ok(&["verify"]);
+    assert!(v.contains("1 entries, 1 blobs"), "{v}");
+}
+
 #[test]
 fn tampering_with_each_item_is_named() {
     // (what to alter, how, what the failure must name)

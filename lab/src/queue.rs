@@ -12,6 +12,9 @@
 //! Every write that a worker makes names its worker id and succeeds only while it still holds
 //! the lease, so a worker that lost its job can never record a second result for it.
 //!
+//! Enqueues, leases and finishes that arrive together share one transaction and one commit
+//! ([`group_commit`]): each caller still returns only after its write is committed.
+//!
 //! Durability is chosen per queue ([`Durability`], the lab config's `queue.durability`): by
 //! default a commit is on disk before it returns, on both engines; `process_crash` trades the
 //! last fraction of a second of changes on a machine (or database server) crash for several
@@ -30,6 +33,10 @@ use glassbox_schemas::{ExperimentId, RunStatus, SpecHash};
 use serde::{Deserialize, Serialize};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
+
+mod group_commit;
+pub use group_commit::WriteStats;
+use group_commit::{Done, Finish, GroupCommit, Op};
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -304,6 +311,14 @@ pub enum QueueError {
         /// The state(s) that would allow it.
         needs: &'static str,
     },
+    /// The commit of a group of writes failed; the database may or may not have applied them,
+    /// so they are not retried blindly. Check with `glassbox jobs` before repeating one.
+    #[error("queue commit failed (the change may or may not have been applied): {0}")]
+    CommitFailed(String),
+    /// The task committing queue writes stopped before answering (the process is shutting
+    /// down).
+    #[error("the queue's writer stopped before answering; the process is shutting down")]
+    WriterStopped,
     /// A stored row does not decode.
     #[error("corrupt queue row for job {job}: {detail}")]
     Corrupt {
@@ -312,6 +327,14 @@ pub enum QueueError {
         /// What is wrong.
         detail: String,
     },
+}
+
+impl QueueError {
+    /// The database could not be reached or could not commit: worth retrying a call that is
+    /// safe to repeat. Everything else (a lost lease, a wrong state, a missing job) is an answer.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, QueueError::Database(_) | QueueError::CommitFailed(_))
+    }
 }
 
 /// Where times come from: the system clock, or a hand-moved one in tests.
@@ -382,6 +405,8 @@ pub struct Queue {
     clock: Clock,
     /// When this handle last swept expired leases (Unix ms); shared by its clones.
     last_sweep: Arc<AtomicI64>,
+    /// Enqueues, leases and finishes waiting for the next group commit; shared by its clones.
+    group: Arc<GroupCommit>,
 }
 
 /// How often one queue handle sweeps expired leases. A job whose lease ran out with no attempts
@@ -484,6 +509,7 @@ impl Queue {
             engine,
             clock,
             last_sweep: Arc::new(AtomicI64::new(i64::MIN)),
+            group: Arc::default(),
         })
     }
 
@@ -538,26 +564,17 @@ impl Queue {
         self.pool.close().await;
     }
 
-    /// Adds a job; returns its id.
+    /// Adds a job; returns its id once committed (concurrent writes share one commit; see
+    /// [`group_commit`]).
     pub async fn enqueue(&self, job: &NewJob) -> Result<JobId, QueueError> {
-        let now = self.clock.now_ms();
-        let row = sqlx::query(
-            "INSERT INTO jobs (experiment, spec_hash, author, proposal_entry, approval_entry, \
-             priority, state, max_attempts, created_at, updated_at, kind) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $8, $9) RETURNING id",
-        )
-        .bind(job.experiment.0.clone())
-        .bind(job.spec_hash.to_string())
-        .bind(job.author.clone())
-        .bind(job.proposal_entry.map(|v| v as i64))
-        .bind(job.approval_entry.map(|v| v as i64))
-        .bind(job.priority)
-        .bind(i64::from(job.max_attempts.max(1)))
-        .bind(now)
-        .bind(job.kind.as_str())
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(JobId(row.try_get::<i64, _>("id")?))
+        let op = Op::Enqueue {
+            job: job.clone(),
+            now: self.clock.now_ms(),
+        };
+        match self.submit(op).await? {
+            Done::Enqueued(id) => Ok(id),
+            other => Err(mismatched("enqueue", other)),
+        }
     }
 
     /// Claims the next job for `worker` for `lease_for`: the highest priority, then the oldest,
@@ -569,26 +586,15 @@ impl Queue {
     ) -> Result<Option<Job>, QueueError> {
         let now = self.clock.now_ms();
         self.sweep_expired(now).await?;
-        let skip_locked = match self.engine {
-            Engine::Postgres => " FOR UPDATE SKIP LOCKED",
-            Engine::Sqlite => "",
+        let op = Op::Lease {
+            worker: worker.clone(),
+            expires: now + lease_for.as_millis() as i64,
+            now,
         };
-        let sql = format!(
-            "UPDATE jobs SET state = 'leased', lease_owner = $1, lease_expires_at = $2, \
-             attempts = attempts + 1, updated_at = $3 \
-             WHERE id = (SELECT id FROM jobs \
-                 WHERE (state = 'queued' OR (state IN ('leased', 'running') AND lease_expires_at < $3)) \
-                   AND attempts < max_attempts AND cancel_requested = 0 \
-                 ORDER BY priority DESC, id ASC LIMIT 1{skip_locked}) \
-             RETURNING {COLUMNS}"
-        );
-        let row = sqlx::query(&sql)
-            .bind(worker.0.clone())
-            .bind(now + lease_for.as_millis() as i64)
-            .bind(now)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| decode(&r)).transpose()
+        match self.submit(op).await? {
+            Done::Leased(job) => Ok(job.map(|j| *j)),
+            other => Err(mismatched("lease", other)),
+        }
     }
 
     /// Ends jobs whose lease expired and that may not be retried: out of attempts -> `failed`,
@@ -748,14 +754,69 @@ impl Queue {
         status: RunStatus,
         reason: Option<&str>,
     ) -> Result<(), QueueError> {
+        let op = Op::Finish(Finish {
+            job,
+            worker: worker.clone(),
+            state: JobState::from(status),
+            reason: reason.map(str::to_string),
+            now: self.clock.now_ms(),
+        });
+        match self.submit(op).await? {
+            Done::Finished(rows) => self.require_lease(rows, job, worker),
+            other => Err(mismatched("finish", other)),
+        }
+    }
+
+    /// [`Queue::finish`], then [`Queue::lease`] for the same worker, committed together: a
+    /// worker that goes on to its next job saves a commit (and on PostgreSQL a round trip).
+    /// The finish's answer comes first: [`QueueError::LeaseLost`] when the worker no longer
+    /// held the job — and then no next job was leased either, so nothing is left dangling.
+    pub async fn finish_and_lease(
+        &self,
+        job: JobId,
+        worker: &WorkerId,
+        status: RunStatus,
+        reason: Option<&str>,
+        lease_for: Duration,
+    ) -> Result<Option<Job>, QueueError> {
         let now = self.clock.now_ms();
+        self.sweep_expired(now).await?;
+        let op = Op::FinishAndLease {
+            finish: Finish {
+                job,
+                worker: worker.clone(),
+                state: JobState::from(status),
+                reason: reason.map(str::to_string),
+                now,
+            },
+            expires: now + lease_for.as_millis() as i64,
+        };
+        match self.submit(op).await? {
+            Done::FinishedAndLeased(rows, next) => {
+                if rows == 1 {
+                    Ok(next.map(|j| *j))
+                } else {
+                    if let Some(next) = next {
+                        // Hand the job back untouched rather than strand it until its lease
+                        // runs out.
+                        self.release(next.id, worker).await?;
+                    }
+                    self.require_lease(rows, job, worker).map(|()| None)
+                }
+            }
+            other => Err(mismatched("finish_and_lease", other)),
+        }
+    }
+
+    /// Gives a leased job that has not started back to the queue as it was (its attempt is not
+    /// counted): a worker that stops with a job it leased ahead of time.
+    pub async fn release(&self, job: JobId, worker: &WorkerId) -> Result<(), QueueError> {
         let done = sqlx::query(
-            "UPDATE jobs SET state = $1, reason = $2, lease_owner = NULL, lease_expires_at = NULL, \
-             updated_at = $3 WHERE id = $4 AND lease_owner = $5 AND state IN ('leased', 'running')",
+            "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL, \
+             attempts = attempts - 1, updated_at = $1 \
+             WHERE id = $2 AND lease_owner = $3 AND state = 'leased'",
         )
-        .bind(JobState::from(status).as_str())
-        .bind(reason.map(str::to_string))
-        .bind(now)
+        .bind(self.clock.now_ms())
         .bind(job.0)
         .bind(worker.0.clone())
         .execute(&self.pool)
@@ -925,6 +986,15 @@ impl Queue {
                 worker: worker.clone(),
             })
         }
+    }
+}
+
+/// A group commit answered with another operation's outcome: a bug in this module, reported
+/// rather than panicking.
+fn mismatched(asked: &str, got: Done) -> QueueError {
+    QueueError::Corrupt {
+        job: 0,
+        detail: format!("group commit answered {asked} with {got:?}"),
     }
 }
 

@@ -73,6 +73,13 @@ impl Recorder {
         Ok((out.hash, out.bytes))
     }
 
+    /// Moves a file into the store (renamed when on the store's file system, so nothing is
+    /// copied); returns its hash and size. The file's name is gone afterwards.
+    pub fn put_moved(&self, path: &std::path::Path) -> Result<(BlobHash, u64), LabError> {
+        let out = self.blobs.put_move(path)?;
+        Ok((out.hash, out.bytes))
+    }
+
     /// Reads a whole blob (for small ones: specs, metric chunks).
     pub fn get_bytes(&self, hash: &BlobHash) -> Result<Vec<u8>, LabError> {
         let mut out = Vec::new();

@@ -29,11 +29,9 @@ use std::sync::{Arc, Mutex};
 use glassbox_runner::backend::cpu::CpuBackend;
 use glassbox_runner::backend::{self, Backend, BackendKind, BackendRequest};
 use glassbox_runner::data::DataPipeline;
-use glassbox_runner::observer::{MetricRecord, Observer, RecordKind, RunInfo};
+use glassbox_runner::observer::{MetricRecord, RunInfo};
 use glassbox_runner::train::{Peak, RunOptions, RunOutcome, Trainer};
-use glassbox_schemas::record::{
-    ApprovalBody, ArtifactBody, CheckpointBody, ForecastOutcome, ResultBody, RunStartedBody,
-};
+use glassbox_schemas::record::{ApprovalBody, ForecastOutcome, ResultBody, RunStartedBody};
 use glassbox_schemas::spec::Forecast;
 use glassbox_schemas::{
     Blake3Hash, BlobHash, EntryKind, ExperimentId, ExperimentSpec, RunId, RunStatus, SpecHash,
@@ -45,6 +43,8 @@ use crate::error::LabError;
 use crate::outbox::{self, Notice};
 use crate::queue::{Job, JobId, JobKind, JobState, Queue, QueueError, WorkerId};
 use crate::recorder::{Recorder, one_ref};
+
+mod recording;
 
 /// Where a run's live telemetry goes as it happens (the dashboard's SSE feed). Called from the
 /// training thread: implementations must not block.
@@ -172,6 +172,10 @@ pub struct Worker {
     live: Option<Arc<dyn LiveSink>>,
     switches: CancelSwitches,
     peak: Mutex<Option<Peak>>,
+    /// Inside [`Worker::serve`]: a job's end also leases the next job in the same commit
+    /// ([`Queue::finish_and_lease`]), kept here until the loop comes round.
+    chaining: AtomicBool,
+    next: Mutex<Option<Job>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -185,6 +189,8 @@ impl Worker {
     pub fn new(queue: Queue, recorder: Arc<Recorder>, opts: WorkerOptions) -> Self {
         let peak = Mutex::new(opts.peak.clone());
         Self {
+            chaining: AtomicBool::new(false),
+            next: Mutex::new(None),
             queue,
             recorder,
             opts,
@@ -213,14 +219,36 @@ impl Worker {
 
     /// Leases the next job and runs it; `None` when the queue is idle.
     pub async fn run_next(&self) -> Result<Option<JobEnd>, LabError> {
-        let Some(job) = self
-            .queue
-            .lease(&self.opts.id, self.opts.settings.lease())
-            .await?
-        else {
-            return Ok(None);
+        let job = match self.take_next() {
+            Some(job) => job,
+            None => match self
+                .queue
+                .lease(&self.opts.id, self.opts.settings.lease())
+                .await?
+            {
+                Some(job) => job,
+                None => return Ok(None),
+            },
         };
         Ok(Some(self.execute(job).await?))
+    }
+
+    /// The job leased together with the last one's end, if any.
+    fn take_next(&self) -> Option<Job> {
+        self.next.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Gives back a job leased ahead that this worker will not run (it is stopping).
+    async fn release_next(&self) -> Result<(), LabError> {
+        self.chaining.store(false, Ordering::SeqCst);
+        if let Some(job) = self.take_next() {
+            match self.queue.release(job.id, &self.opts.id).await {
+                // Its lease already ran out and someone else has it: nothing to give back.
+                Ok(()) | Err(QueueError::LeaseLost { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Leases one given queued job and runs it; `None` when it is not queued.
@@ -244,6 +272,20 @@ impl Worker {
         exit_when_idle: bool,
         mut on_end: impl FnMut(&JobEnd),
     ) -> Result<(), LabError> {
+        self.chaining.store(true, Ordering::SeqCst);
+        let served = self
+            .serve_loop(&mut stop, exit_when_idle, &mut on_end)
+            .await;
+        let released = self.release_next().await;
+        served.and(released)
+    }
+
+    async fn serve_loop(
+        &self,
+        stop: &mut tokio::sync::watch::Receiver<bool>,
+        exit_when_idle: bool,
+        on_end: &mut impl FnMut(&JobEnd),
+    ) -> Result<(), LabError> {
         loop {
             if *stop.borrow() {
                 return Ok(());
@@ -255,7 +297,7 @@ impl Worker {
                 }
                 Ok(None) if exit_when_idle && self.queue_is_drained().await? => return Ok(()),
                 Ok(None) => true,
-                Err(LabError::Queue(QueueError::Database(e))) => {
+                Err(LabError::Queue(e)) if e.is_transient() => {
                     tracing::warn!(worker = %self.opts.id, error = %e, "queue unavailable; retrying");
                     eprintln!("worker {}: queue unavailable ({e}); retrying", self.opts.id);
                     true
@@ -513,7 +555,7 @@ impl Worker {
         // Heartbeats run on the async side while training blocks a thread.
         let lost = Arc::new(AtomicBool::new(false));
         let (hb_stop, hb_task) = self.spawn_heartbeat(job.id, cancel.clone(), lost.clone());
-        let mut observer = RecordingObserver {
+        let ctx = recording::RunContext {
             recorder: self.recorder.clone(),
             queue: self.queue.clone(),
             handle: Handle::current(),
@@ -521,18 +563,19 @@ impl Worker {
             worker: self.opts.id.clone(),
             experiment: job.experiment.clone(),
             run: run.clone(),
-            chunk: Vec::new(),
-            chunk_train_steps: 0,
-            flush_steps: self.opts.settings.metrics_flush_steps.max(1),
-            live: self.live.clone(),
-            error: None,
             cancel: cancel.clone(),
-            last_checkpoint: None,
             lease: self.opts.settings.lease(),
         };
-        let (outcome, observer) = tokio::task::block_in_place(|| {
+        let (mut observer, recording) = recording::spawn(
+            ctx,
+            self.opts.settings.metrics_flush_steps,
+            self.live.clone(),
+        )?;
+        let (outcome, recorded) = tokio::task::block_in_place(|| {
             let outcome = trainer.run(&opts, &mut observer);
-            (outcome, observer)
+            // Closing the channel lets the recording thread finish what it was handed.
+            drop(observer);
+            (outcome, recording.finish())
         });
         let _ = hb_stop.send(true);
         let _ = hb_task.await;
@@ -540,14 +583,14 @@ impl Worker {
             tracing::warn!(job = %job.id, worker = %self.opts.id, "lost the lease mid-run; another worker owns the job");
             return Ok(JobEnd::LeaseLost(job.id));
         }
-        let (status, reason) = match (&observer.error, outcome.status) {
+        let (status, reason) = match (&recorded.error, outcome.status) {
             (Some(e), _) => (
                 RunStatus::Failed,
                 Some(format!("recording the run failed: {e}")),
             ),
             (None, s) => (s, outcome.reason.clone()),
         };
-        let refs = observer
+        let refs = recorded
             .last_checkpoint
             .as_ref()
             .map(|h| one_ref("checkpoint", h))
@@ -717,9 +760,25 @@ impl Worker {
             blocking(move || rec.record(EntryKind::Result, Some(&experiment), refs, &body)).await?;
         // The result is on the record; the queue and the outbox must now learn of it even if
         // the database is restarting, or another worker would run the job again.
-        let finish = retry_db(self.opts.settings.lease(), || {
-            self.queue
-                .finish(job.id, &self.opts.id, status, reason.as_deref())
+        let finish = retry_db(self.opts.settings.lease(), || async {
+            if self.chaining.load(Ordering::SeqCst) {
+                let next = self
+                    .queue
+                    .finish_and_lease(
+                        job.id,
+                        &self.opts.id,
+                        status,
+                        reason.as_deref(),
+                        self.opts.settings.lease(),
+                    )
+                    .await?;
+                *self.next.lock().unwrap_or_else(|e| e.into_inner()) = next;
+                Ok(())
+            } else {
+                self.queue
+                    .finish(job.id, &self.opts.id, status, reason.as_deref())
+                    .await
+            }
         })
         .await;
         match finish {
@@ -818,7 +877,9 @@ pub fn hardware_description() -> String {
 }
 
 /// Retries a queue call while the database is unreachable, for up to `within`; other errors
-/// (a lost lease, a wrong state) return at once.
+/// (a lost lease, a wrong state) return at once. Only for calls that are safe to repeat after
+/// a commit whose outcome is unknown (a repeated finish reports a lost lease, never a second
+/// result).
 async fn retry_db<T, F, Fut>(within: std::time::Duration, mut f: F) -> Result<T, QueueError>
 where
     F: FnMut() -> Fut,
@@ -828,7 +889,7 @@ where
     let mut wait = std::time::Duration::from_millis(100);
     loop {
         match f().await {
-            Err(QueueError::Database(e)) if tokio::time::Instant::now() < deadline => {
+            Err(e) if e.is_transient() && tokio::time::Instant::now() < deadline => {
                 tracing::warn!(error = %e, "queue unavailable; retrying");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(std::time::Duration::from_secs(2));
@@ -845,128 +906,4 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| LabError::Task(e.to_string()))?
-}
-
-/// The observer that puts a run on the record while it trains.
-struct RecordingObserver {
-    recorder: Arc<Recorder>,
-    queue: Queue,
-    handle: Handle,
-    job: JobId,
-    worker: WorkerId,
-    experiment: ExperimentId,
-    run: RunId,
-    chunk: Vec<MetricRecord>,
-    chunk_train_steps: u64,
-    flush_steps: u64,
-    live: Option<Arc<dyn LiveSink>>,
-    /// The first recording failure; the run is cancelled and ends `failed` with it.
-    error: Option<LabError>,
-    cancel: Arc<AtomicBool>,
-    last_checkpoint: Option<BlobHash>,
-    /// How long to ride out a database outage.
-    lease: std::time::Duration,
-}
-
-impl RecordingObserver {
-    fn fail(&mut self, e: LabError) {
-        tracing::error!(run = %self.run, error = %e, "recording failed; stopping the run");
-        if self.error.is_none() {
-            self.error = Some(e);
-        }
-        self.cancel.store(true, Ordering::SeqCst);
-    }
-
-    /// Stores the buffered records as a metric-chunk blob with an `artifact` entry.
-    fn flush(&mut self) {
-        if self.chunk.is_empty() || self.error.is_some() {
-            return;
-        }
-        let mut text = String::new();
-        for r in &self.chunk {
-            match serde_json::to_string(r) {
-                Ok(line) => {
-                    text.push_str(&line);
-                    text.push('\n');
-                }
-                Err(e) => return self.fail(LabError::Task(format!("metric record: {e}"))),
-            }
-        }
-        let first = self.chunk.first().map_or(0, |r| r.step);
-        let last = self.chunk.last().map_or(0, |r| r.step);
-        let result = self.recorder.put_bytes(text.as_bytes()).and_then(|hash| {
-            let body = ArtifactBody {
-                name: format!("metrics/{}/steps-{first:08}-{last:08}.jsonl", self.run),
-                bytes: text.len() as u64,
-                run: Some(self.run.clone()),
-            };
-            self.recorder.record(
-                EntryKind::Artifact,
-                Some(&self.experiment),
-                one_ref(glassbox_ledger::index::METRICS_REF, &hash),
-                &body,
-            )
-        });
-        match result {
-            Ok(_) => {
-                self.chunk.clear();
-                self.chunk_train_steps = 0;
-            }
-            Err(e) => self.fail(e),
-        }
-    }
-}
-
-impl Observer for RecordingObserver {
-    fn on_metrics(&mut self, record: &MetricRecord) {
-        if let Some(live) = &self.live {
-            live.metrics(&self.experiment, &self.run, record);
-        }
-        self.chunk.push(record.clone());
-        if record.kind == RecordKind::Train {
-            self.chunk_train_steps += 1;
-            if self.chunk_train_steps >= self.flush_steps {
-                self.flush();
-            }
-        }
-    }
-
-    fn on_checkpoint(&mut self, step: u64, path: &Path) {
-        self.flush();
-        if self.error.is_some() {
-            return;
-        }
-        let stored = self.recorder.put_file(path).and_then(|(hash, _)| {
-            self.recorder
-                .record(
-                    EntryKind::Checkpoint,
-                    Some(&self.experiment),
-                    one_ref("checkpoint", &hash),
-                    &CheckpointBody {
-                        run: self.run.clone(),
-                        step,
-                    },
-                )
-                .map(|_| hash)
-        });
-        let hash = match stored {
-            Ok(h) => h,
-            Err(e) => return self.fail(e),
-        };
-        let blob = hash.to_string();
-        let told = self.handle.block_on(retry_db(self.lease, || {
-            self.queue
-                .record_checkpoint(self.job, &self.worker, step, &blob)
-        }));
-        match told {
-            Ok(()) => self.last_checkpoint = Some(hash),
-            // Lost the lease: the heartbeat notices too and the run stops.
-            Err(QueueError::LeaseLost { .. }) => self.cancel.store(true, Ordering::SeqCst),
-            Err(e) => self.fail(e.into()),
-        }
-    }
-
-    fn on_end(&mut self, _outcome: &RunOutcome) {
-        self.flush();
-    }
 }

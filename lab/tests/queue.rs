@@ -5,7 +5,7 @@
 //! reachable. Each test gets its own PostgreSQL schema so tests run in parallel. Time is a
 //! manual clock: lease expiry is tested by moving it, not by sleeping.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 use std::time::Duration;
@@ -135,7 +135,175 @@ on_both_engines!(
     attempts_run_out_and_the_job_fails,
     cancel_before_and_during_a_run,
     hold_unhold_position_and_quota,
+    concurrent_writes_keep_their_answers,
+    finish_and_lease_hands_over_in_one_step,
 );
+
+/// A worker going on to its next job: the end of one and the lease of the next in one commit,
+/// the same answers as `finish` then `lease`; a stranger's attempt changes nothing; a job
+/// leased ahead can be given back untouched.
+async fn finish_and_lease_hands_over_in_one_step(engine: &str, name: &str) {
+    let (q, _clock, _dir) = fresh(engine, name).await;
+    let first = q.enqueue(&job(1, "ann", 0)).await.unwrap();
+    let low = q.enqueue(&job(2, "ann", 0)).await.unwrap();
+    let high = q.enqueue(&job(3, "bob", 5)).await.unwrap();
+    let me = worker("w1");
+    // Priority first: `high` is leased before the older `first`.
+    let a = q.lease(&me, LEASE).await.unwrap().unwrap();
+    assert_eq!(a.id, high);
+
+    let b = q
+        .finish_and_lease(a.id, &me, RunStatus::Succeeded, None, LEASE)
+        .await
+        .unwrap()
+        .expect("the next job");
+    assert_eq!(b.id, first, "then the oldest");
+    assert_eq!((b.state, b.attempts), (JobState::Leased, 1));
+    assert_eq!(b.lease_owner.as_ref(), Some(&me));
+    assert_eq!(q.get(a.id).await.unwrap().state, JobState::Succeeded);
+
+    // Someone who does not hold `b`: refused, and nothing else moves.
+    let err = q
+        .finish_and_lease(
+            b.id,
+            &worker("stranger"),
+            RunStatus::Failed,
+            Some("x"),
+            LEASE,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, QueueError::LeaseLost { job, .. } if job == b.id),
+        "{err}"
+    );
+    let untouched = q.get(low).await.unwrap();
+    assert_eq!((untouched.state, untouched.attempts), (JobState::Queued, 0));
+    assert_eq!(q.get(b.id).await.unwrap().state, JobState::Leased);
+
+    let c = q
+        .finish_and_lease(b.id, &me, RunStatus::Diverged, Some("loss is NaN"), LEASE)
+        .await
+        .unwrap()
+        .expect("the last job");
+    assert_eq!(c.id, low);
+    let ended = q.get(b.id).await.unwrap();
+    assert_eq!(ended.state, JobState::Diverged);
+    assert_eq!(ended.reason.as_deref(), Some("loss is NaN"));
+
+    // A stopping worker gives the job it leased ahead back as it was.
+    q.release(c.id, &me).await.unwrap();
+    let back = q.get(c.id).await.unwrap();
+    assert_eq!(
+        (back.state, back.attempts, back.lease_owner),
+        (JobState::Queued, 0, None)
+    );
+    assert!(matches!(
+        q.release(c.id, &me).await,
+        Err(QueueError::LeaseLost { .. })
+    ));
+
+    let again = q.lease(&me, LEASE).await.unwrap().unwrap();
+    assert_eq!(again.id, low);
+    let none = q
+        .finish_and_lease(again.id, &me, RunStatus::Succeeded, None, LEASE)
+        .await
+        .unwrap();
+    assert_eq!(none, None, "an empty queue leases nothing");
+    let mut counts = q.counts().await.unwrap();
+    counts.sort_by_key(|(s, _)| s.as_str());
+    assert_eq!(
+        counts,
+        vec![(JobState::Diverged, 1), (JobState::Succeeded, 2)]
+    );
+}
+
+/// Enqueues, leases and finishes that arrive together share commits on SQLite (group commit;
+/// PostgreSQL's server groups WAL flushes itself, so there each write is its own commit), and
+/// each caller still gets its own answer: distinct ids, distinct jobs, and a finish by a worker
+/// that does not hold the lease fails alone while its neighbours in the same commit succeed.
+async fn concurrent_writes_keep_their_answers(engine: &str, name: &str) {
+    const N: usize = 16;
+    let (q, _clock, _dir) = fresh(engine, name).await;
+    let together = Arc::new(tokio::sync::Barrier::new(N));
+
+    let mut set = tokio::task::JoinSet::new();
+    for n in 0..N {
+        let (q, together) = (q.clone(), together.clone());
+        set.spawn(async move {
+            together.wait().await;
+            q.enqueue(&job(n as u32, "ann", 0)).await.unwrap()
+        });
+    }
+    let ids: BTreeSet<_> = set.join_all().await.into_iter().collect();
+    assert_eq!(ids.len(), N, "every enqueue got its own id");
+    let stats = q.write_stats();
+    assert_eq!(stats.writes, N as u64);
+    shares_commits(engine, stats);
+
+    let mut set = tokio::task::JoinSet::new();
+    for w in 0..N {
+        let (q, together) = (q.clone(), together.clone());
+        set.spawn(async move {
+            together.wait().await;
+            let me = worker(&format!("w{w}"));
+            let job = q.lease(&me, LEASE).await.unwrap().expect("a job for each");
+            assert_eq!(job.lease_owner.as_ref(), Some(&me));
+            (w, job.id)
+        });
+    }
+    let leased: BTreeMap<usize, _> = set.join_all().await.into_iter().collect();
+    let jobs: BTreeSet<_> = leased.values().copied().collect();
+    assert_eq!(jobs, ids, "each job leased by exactly one worker");
+
+    let mut set = tokio::task::JoinSet::new();
+    for (&w, &id) in &leased {
+        let (q, together) = (q.clone(), together.clone());
+        set.spawn(async move {
+            together.wait().await;
+            // Odd workers' jobs are finished by someone who does not hold them.
+            let who = if w % 2 == 0 {
+                worker(&format!("w{w}"))
+            } else {
+                worker("stranger")
+            };
+            (w, id, q.finish(id, &who, RunStatus::Succeeded, None).await)
+        });
+    }
+    for (w, id, result) in set.join_all().await {
+        if w % 2 == 0 {
+            result.unwrap_or_else(|e| panic!("owner's finish of {id} failed: {e}"));
+        } else {
+            assert!(
+                matches!(&result, Err(QueueError::LeaseLost { job, worker }) if *job == id && worker.0 == "stranger"),
+                "a stranger's finish of {id} must fail alone: {result:?}"
+            );
+        }
+    }
+    let mut counts = q.counts().await.unwrap();
+    counts.sort_by_key(|(s, _)| s.as_str());
+    assert_eq!(
+        counts,
+        vec![
+            (JobState::Leased, N as u64 / 2),
+            (JobState::Succeeded, N as u64 / 2)
+        ]
+    );
+    let stats = q.write_stats();
+    assert_eq!(stats.writes, 3 * N as u64);
+    shares_commits(engine, stats);
+}
+
+fn shares_commits(engine: &str, stats: glassbox_lab::queue::WriteStats) {
+    if engine == "sqlite" {
+        assert!(
+            stats.commits < stats.writes,
+            "simultaneous writes shared no commit: {stats:?}"
+        );
+    } else {
+        assert_eq!(stats.commits, stats.writes, "{stats:?}");
+    }
+}
 
 async fn runs_by_priority_then_age(engine: &str, name: &str) {
     let (q, _clock, _dir) = fresh(engine, name).await;

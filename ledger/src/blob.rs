@@ -40,6 +40,15 @@ pub trait BlobStore: Send + Sync {
         let mut f = File::open(path).map_err(Error::io("cannot open", path))?;
         self.put(&mut f)
     }
+    /// Moves a file into the store (`ledger put --move`, a worker's checkpoint files): the
+    /// file's name is gone afterwards and its bytes are the blob. This default stores a copy
+    /// and then removes the file; a local store on the same file system renames it instead,
+    /// so nothing is copied ([`LocalBlobStore::put_move`]).
+    fn put_move(&self, path: &Path) -> Result<PutOutcome, Error> {
+        let out = self.put_file(path)?;
+        fs::remove_file(path).map_err(Error::io("stored, but cannot remove", path))?;
+        Ok(out)
+    }
     /// Streams a blob out; `Error::BlobNotFound` when absent.
     fn get(&self, hash: &BlobHash) -> Result<Box<dyn Read + Send>, Error>;
     /// A stored blob's size in bytes; `None` when absent.
@@ -146,6 +155,123 @@ impl LocalBlobStore {
         let mut f = File::open(path).map_err(Error::io("cannot open", path))?;
         self.put(&mut f)
     }
+
+    /// Moves a file into the store without copying it when it is on the store's file system:
+    /// hash it in place (all cores), fsync it, check nothing wrote to it meanwhile, rename it
+    /// to its blob path, fsync both directories. The file is then the blob (what DVC does on
+    /// `dvc add` with a copy-only cache). On another file system it is copied and removed
+    /// ([`BlobStore::put`], then unlink). If the blob is already stored, the file is removed.
+    /// A file that changes while it is hashed is refused and left where it was.
+    pub fn put_move(&self, path: &Path) -> Result<PutOutcome, Error> {
+        self.require_dir()?;
+        let file = File::open(path).map_err(Error::io("cannot open", path))?;
+        let before = file.metadata().map_err(Error::io("cannot stat", path))?;
+        if !before.is_file() {
+            return Err(Error::io("cannot store", path)(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            )));
+        }
+        let (digest, bytes) = hash_file_parallel(&file, path)?;
+        let hash = BlobHash(digest);
+        let dest = self.path_of(&hash);
+        let source_dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if dest.exists() {
+            fs::remove_file(path).map_err(Error::io("stored, but cannot remove", path))?;
+            sync_dir(&source_dir)?;
+            return Ok(PutOutcome {
+                hash,
+                bytes,
+                existed: true,
+            });
+        }
+        file.sync_all().map_err(Error::io("cannot fsync", path))?;
+        let after = fs::metadata(path).map_err(Error::io("cannot stat", path))?;
+        if file_stamp(&before) != file_stamp(&after) || after.len() != bytes {
+            return Err(Error::io("cannot store", path)(io::Error::other(
+                "the file changed while it was being hashed; nothing was stored",
+            )));
+        }
+        let parent = dest.parent().unwrap_or(&self.dir).to_path_buf();
+        let created = !parent.exists();
+        fs::create_dir_all(&parent).map_err(Error::io("cannot create", &parent))?;
+        match fs::rename(path, &dest) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
+                drop(file);
+                let out = LocalBlobStore::put_file(self, path)?;
+                fs::remove_file(path).map_err(Error::io("stored, but cannot remove", path))?;
+                sync_dir(&source_dir)?;
+                return Ok(out);
+            }
+            Err(e) => return Err(Error::io("cannot rename into", &dest)(e)),
+        }
+        sync_dir(&parent)?;
+        if created {
+            sync_dir(&self.dir)?;
+        }
+        sync_dir(&source_dir)?;
+        Ok(PutOutcome {
+            hash,
+            bytes,
+            existed: false,
+        })
+    }
+
+    fn require_dir(&self) -> Result<(), Error> {
+        if self.dir.is_dir() {
+            Ok(())
+        } else {
+            Err(Error::NoLab {
+                path: self.dir.parent().unwrap_or(&self.dir).to_path_buf(),
+                reason: format!("{} is not a directory", self.dir.display()),
+            })
+        }
+    }
+}
+
+/// What identifies a file's contents cheaply: if none of these changed, nobody wrote to it.
+fn file_stamp(m: &fs::Metadata) -> (u64, u64, u64, Option<std::time::SystemTime>) {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino(), m.len(), m.modified().ok())
+}
+
+/// Bytes of a file mapped at once while hashing it in place: each window is hashed on every
+/// core and unmapped before the next, so resident memory stays near this size for any file.
+const WINDOW: u64 = 16 << 20;
+
+/// Hashes an open regular file with every core, as `b3sum` does: the file is mapped (no copy
+/// into a buffer) a [`WINDOW`] at a time, each window hashed with BLAKE3's multithreaded
+/// path, then unmapped.
+fn hash_file_parallel(file: &File, path: &Path) -> Result<(Blake3Hash, u64), Error> {
+    let len = file
+        .metadata()
+        .map_err(Error::io("cannot stat", path))?
+        .len();
+    let mut hasher = blake3::Hasher::new();
+    let mut at = 0u64;
+    while at < len {
+        let n = WINDOW.min(len - at);
+        // SAFETY: the map is read-only and dropped before the next window. Its contents are
+        // only sound while no one truncates the file (another process shrinking it would make
+        // reading the lost pages raise SIGBUS) — the same condition `b3sum` and other
+        // mmap-based tools run under. `put_move` hashes files it is about to take over and
+        // checks afterwards that size and modification time did not change.
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(at)
+                .len(n as usize)
+                .map(file)
+        }
+        .map_err(Error::io("cannot map", path))?;
+        let _ = map.advise(memmap2::Advice::Sequential);
+        hasher.update_rayon(&map);
+        at += n;
+    }
+    Ok((hasher.finalize().into(), len))
 }
 
 /// Hashes and copies `reader` into `out` chunk by chunk.
@@ -204,13 +330,12 @@ impl BlobStore for LocalBlobStore {
         LocalBlobStore::put_file(self, path)
     }
 
+    fn put_move(&self, path: &Path) -> Result<PutOutcome, Error> {
+        LocalBlobStore::put_move(self, path)
+    }
+
     fn put(&self, reader: &mut dyn Read) -> Result<PutOutcome, Error> {
-        if !self.dir.is_dir() {
-            return Err(Error::NoLab {
-                path: self.dir.parent().unwrap_or(&self.dir).to_path_buf(),
-                reason: format!("{} is not a directory", self.dir.display()),
-            });
-        }
+        self.require_dir()?;
         let mut tmp = tempfile::Builder::new()
             .prefix(".tmp-")
             .tempfile_in(&self.dir)
@@ -355,5 +480,98 @@ mod tests {
         }
         let missing = dir.path().join("nope");
         assert!(open_store_with_env(missing.to_str().unwrap(), &|_| None).is_err());
+    }
+
+    #[test]
+    fn parallel_file_hash_matches_blake3_at_window_edges() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = WINDOW as usize;
+        for len in [0, 1, CHUNK + 1, w - 1, w, w + 1, 2 * w + 5] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let path = dir.path().join(format!("f{len}"));
+            fs::write(&path, &data).unwrap();
+            let (hash, n) = hash_file_parallel(&File::open(&path).unwrap(), &path).unwrap();
+            assert_eq!(
+                (hash, n),
+                (Blake3Hash::of(&data), len as u64),
+                "{len} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn put_move_renames_the_file_into_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalBlobStore::new(dir.path().join("blobs"));
+        fs::create_dir(dir.path().join("blobs")).unwrap();
+        let data = vec![9u8; CHUNK + 17];
+        let src = dir.path().join("big.bin");
+        fs::write(&src, &data).unwrap();
+        let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
+        let before = inode(&src);
+        let put = store.put_move(&src).unwrap();
+        assert_eq!(
+            (put.hash.0, put.bytes, put.existed),
+            (Blake3Hash::of(&data), data.len() as u64, false)
+        );
+        assert!(!src.exists(), "the file's name is gone");
+        let blob = store.path_of(&put.hash);
+        assert_eq!(inode(&blob), before, "renamed, not copied");
+        assert_eq!(fs::read(&blob).unwrap(), data);
+
+        // The same bytes again: already stored, the file is removed, nothing rewritten.
+        fs::write(&src, &data).unwrap();
+        let again = store.put_move(&src).unwrap();
+        assert!(again.existed && !src.exists());
+        assert_eq!(inode(&blob), before);
+        assert_eq!(store.list().unwrap(), vec![put.hash]);
+    }
+
+    #[test]
+    fn put_move_refuses_what_is_not_a_file_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("blobs")).unwrap();
+        let store = LocalBlobStore::new(dir.path().join("blobs"));
+        let missing = dir.path().join("missing.bin");
+        let err = store.put_move(&missing).unwrap_err().to_string();
+        assert!(
+            err.contains("cannot open") && err.contains("missing.bin"),
+            "{err}"
+        );
+        let sub = dir.path().join("a-directory");
+        fs::create_dir(&sub).unwrap();
+        let err = store.put_move(&sub).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+        assert!(sub.is_dir());
+        assert!(store.list().unwrap().is_empty());
+        // No lab: refused before the file is touched.
+        let src = dir.path().join("keep.bin");
+        fs::write(&src, b"keep").unwrap();
+        let nowhere = LocalBlobStore::new(dir.path().join("no-such-blobs"));
+        assert!(matches!(nowhere.put_move(&src), Err(Error::NoLab { .. })));
+        assert_eq!(fs::read(&src).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn put_move_across_file_systems_copies_then_removes() {
+        // /dev/shm is a tmpfs on Linux, so a rename from there into a store on disk fails with
+        // EXDEV and the move falls back to a copy. Where it is the same file system the
+        // rename path runs instead; the outcome must be the same either way.
+        let shm = Path::new("/dev/shm");
+        let src_dir = if shm.is_dir() {
+            tempfile::tempdir_in(shm).unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalBlobStore::new(dir.path());
+        let src = src_dir.path().join("elsewhere.bin");
+        fs::write(&src, b"from another file system").unwrap();
+        let put = store.put_move(&src).unwrap();
+        assert!(!src.exists());
+        assert_eq!(
+            fs::read(store.path_of(&put.hash)).unwrap(),
+            b"from another file system"
+        );
     }
 }

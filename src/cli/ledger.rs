@@ -57,6 +57,10 @@ pub enum LedgerCommand {
         file: PathBuf,
         #[arg(long)]
         json: bool,
+        /// Move the file into the store instead of copying it: on the store's file system it
+        /// is renamed (nothing copied) and its name is gone afterwards, as with `dvc add`.
+        #[arg(long = "move")]
+        move_file: bool,
         #[command(flatten)]
         index: IndexOpts,
         /// Where the lab's blobs live (a directory, `file:///path` or `s3://bucket/prefix`)
@@ -219,11 +223,17 @@ fn run_inner(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode
         LedgerCommand::Put {
             file,
             json,
+            move_file,
             index,
             blobs,
         } => {
             let store = lab_blob_store(&lab, blobs.as_deref())?;
-            put(&lab, store.as_ref(), &source, &file, json, &index)
+            let how = if move_file {
+                Ingest::Move
+            } else {
+                Ingest::Copy
+            };
+            put(&lab, store.as_ref(), &source, &file, how, json, &index)
         }
         LedgerCommand::Get {
             hash,
@@ -318,11 +328,21 @@ fn run_inner(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode
     }
 }
 
+/// How `ledger put` takes a file in.
+#[derive(Debug, Clone, Copy)]
+enum Ingest {
+    /// Store a copy; the file stays.
+    Copy,
+    /// Move the file into the store (`--move`).
+    Move,
+}
+
 fn put(
     lab: &Lab,
     blobs: &dyn BlobStore,
     source: &DirSource,
     file: &Path,
+    how: Ingest,
     json: bool,
     index: &IndexOpts,
 ) -> anyhow::Result<ExitCode> {
@@ -330,7 +350,10 @@ fn put(
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .with_context(|| format!("{} has no file name", file.display()))?;
-    let put = blobs.put_file(file)?;
+    let put = match how {
+        Ingest::Copy => blobs.put_file(file)?,
+        Ingest::Move => blobs.put_move(file)?,
+    };
     let entry = LedgerEntry::new(
         EntryKind::Artifact,
         None,

@@ -190,26 +190,34 @@ fn bench_ingest(args: &[String]) -> Res {
     let len = std::fs::metadata(&file)?.len();
     let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()))?;
     let (lab, _) = Lab::init(dir.path(), "bench.example/log")?;
-    // Warm the page cache so both tools read the same cached file.
-    std::io::copy(&mut std::fs::File::open(&file)?, &mut std::io::sink())?;
-    let t = Instant::now();
-    let out = std::process::Command::new("b3sum")
-        .arg("--no-names")
-        .arg(&file)
-        .output()?;
-    let b3 = t.elapsed().as_secs_f64();
-    if !out.status.success() {
-        return Err("b3sum failed (install it with `cargo install b3sum`)".into());
-    }
+    let mib = len as f64 / (1 << 20) as f64;
+    let b3sum = |path: &std::path::Path| -> Result<(f64, String), Box<dyn std::error::Error>> {
+        // Warm the page cache so both tools read the same cached file.
+        std::io::copy(&mut std::fs::File::open(path)?, &mut std::io::sink())?;
+        let t = Instant::now();
+        let out = std::process::Command::new("b3sum")
+            .arg("--no-names")
+            .arg(path)
+            .output()?;
+        let took = t.elapsed().as_secs_f64();
+        if !out.status.success() {
+            return Err("b3sum failed (install it with `cargo install b3sum`)".into());
+        }
+        Ok((
+            took,
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        ))
+    };
+
+    // 1. `ledger put FILE`: hash + a durable copy (the file stays).
+    let (b3, b3hex) = b3sum(&file)?;
     let t = Instant::now();
     let put = lab.blobs().put_file(&file)?;
     let ours = t.elapsed().as_secs_f64();
-    let b3hex = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if b3hex != put.hash.0.to_hex() {
         return Err(format!("hash mismatch: b3sum {b3hex}, ours {}", put.hash).into());
     }
-    let mib = len as f64 / (1 << 20) as f64;
-    // The floor for any durable ingest on this disk: a plain copy made durable the same way
+    // The floor for any durable copy on this disk: a plain copy made durable the same way
     // (`dd ... conv=fsync`), into the same directory, in the same run.
     let copy = dir.path().join("dd-copy.bin");
     let t = Instant::now();
@@ -223,13 +231,39 @@ fn bench_ingest(args: &[String]) -> Res {
         return Err("dd failed".into());
     }
     println!(
-        "bench-ingest: {mib:.0} MiB; b3sum (hash only) {b3:.2} s = {:.0} MiB/s; glassbox put (hash + durable write) {ours:.2} s = {:.0} MiB/s; ratio vs b3sum {:.2}x; durable copy (dd conv=fsync) {dd_s:.2} s = {:.0} MiB/s; ratio vs durable copy {:.2}x; peak RSS {} KiB",
+        "bench-ingest: {mib:.0} MiB; b3sum (hash only) {b3:.2} s = {:.0} MiB/s; glassbox put (hash + durable copy) {ours:.2} s = {:.0} MiB/s; ratio vs b3sum {:.2}x; durable copy (dd conv=fsync) {dd_s:.2} s = {:.0} MiB/s; ratio vs durable copy {:.2}x",
         mib / b3,
         mib / ours,
         b3 / ours,
         mib / dd_s,
         dd_s / ours,
-        vm_hwm_kib().unwrap_or(0)
     );
+
+    // 2. `ledger put --move FILE`: the file (already on disk, on the store's file system, as
+    // a user's downloaded corpus or a finished checkpoint is) becomes the blob. The dd copy
+    // above is that file: durable, and cached once b3sum has read it.
+    // A second, empty lab on the same file system, so the move really renames (the first
+    // store already holds these bytes, which would make the move a hash and an unlink).
+    let (lab2, _) = Lab::init(&dir.path().join("lab2"), "bench.example/log2")?;
+    let (b3, b3hex) = b3sum(&copy)?;
+    let t = Instant::now();
+    let moved = lab2.blobs().put_move(&copy)?;
+    let ours = t.elapsed().as_secs_f64();
+    if b3hex != moved.hash.0.to_hex() || moved.existed || copy.exists() {
+        return Err(format!(
+            "move went wrong: b3sum {b3hex}, ours {} (existed {}, source still there {})",
+            moved.hash,
+            moved.existed,
+            copy.exists()
+        )
+        .into());
+    }
+    println!(
+        "bench-ingest --move: {mib:.0} MiB; b3sum {b3:.2} s = {:.0} MiB/s; glassbox put --move (parallel hash + fsync + rename) {ours:.2} s = {:.0} MiB/s; ratio vs b3sum {:.2}x",
+        mib / b3,
+        mib / ours,
+        b3 / ours,
+    );
+    println!("peak RSS (VmHWM) {} KiB", vm_hwm_kib().unwrap_or(0));
     Ok(())
 }

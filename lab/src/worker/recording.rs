@@ -1,0 +1,245 @@
+//! Putting a run on the record while it trains, off the training thread.
+//!
+//! The runner calls its [`Observer`] on the training thread, between steps. Everything durable
+//! — a metric chunk's blob and `artifact` entry, a checkpoint's blob, `checkpoint` entry and
+//! queue pointer — waits for fsyncs, so doing it there would stall training on the disk. The
+//! [`RecordingObserver`] only buffers metrics and hands finished chunks and checkpoint files
+//! to a recording thread ([`spawn`]) through a bounded channel, in order; training goes on
+//! while they are written. The channel's bound keeps memory flat if the disk falls behind
+//! (training then waits, as it did before).
+//!
+//! Order is kept: a checkpoint is recorded after every chunk before it, so a worker that
+//! resumes from the queue's checkpoint finds the metrics up to that step on the record. The
+//! first failure cancels the run (it ends `failed` with the reason) and later work is skipped.
+//!
+//! This module does not decide what a run's result is; [`super::Worker`] does, after
+//! [`Recording::finish`] has drained the thread.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+
+use glassbox_runner::observer::{MetricRecord, Observer, RecordKind};
+use glassbox_runner::train::RunOutcome;
+use glassbox_schemas::record::{ArtifactBody, CheckpointBody};
+use glassbox_schemas::{BlobHash, EntryKind, ExperimentId, RunId};
+use tokio::runtime::Handle;
+
+use super::{LiveSink, retry_db};
+use crate::error::LabError;
+use crate::queue::{JobId, Queue, QueueError, WorkerId};
+use crate::recorder::{Recorder, one_ref};
+
+/// Finished chunks and checkpoints waiting for the recording thread before training waits.
+const BACKLOG: usize = 16;
+
+/// What the training thread hands over.
+enum Work {
+    /// Buffered metric records, stored as one JSON-lines blob with an `artifact` entry.
+    Chunk(Vec<MetricRecord>),
+    /// A checkpoint file the runner wrote (moved into the store, so it is gone afterwards).
+    Checkpoint { step: u64, path: PathBuf },
+}
+
+/// Who and what a run's records belong to.
+pub(super) struct RunContext {
+    pub recorder: Arc<Recorder>,
+    pub queue: Queue,
+    pub handle: Handle,
+    pub job: JobId,
+    pub worker: WorkerId,
+    pub experiment: ExperimentId,
+    pub run: RunId,
+    /// Set on the first failure so the trainer stops at its next step.
+    pub cancel: Arc<AtomicBool>,
+    /// How long to ride out a database outage.
+    pub lease: std::time::Duration,
+}
+
+/// What the recording thread leaves behind.
+pub(super) struct Recording {
+    /// The first recording failure, if any.
+    pub error: Option<LabError>,
+    /// The last checkpoint stored and pointed to in the queue.
+    pub last_checkpoint: Option<BlobHash>,
+}
+
+/// Starts the recording thread for one run; returns the observer to train with and the
+/// thread's handle.
+pub(super) fn spawn(
+    ctx: RunContext,
+    flush_steps: u64,
+    live: Option<Arc<dyn LiveSink>>,
+) -> Result<(RecordingObserver, RecordingThread), LabError> {
+    let (tx, rx) = sync_channel(BACKLOG);
+    let observer = RecordingObserver {
+        experiment: ctx.experiment.clone(),
+        run: ctx.run.clone(),
+        live,
+        chunk: Vec::new(),
+        chunk_train_steps: 0,
+        flush_steps: flush_steps.max(1),
+        to_thread: Some(tx),
+    };
+    let thread = std::thread::Builder::new()
+        .name(format!("record-{}", ctx.run))
+        .spawn(move || record_all(ctx, rx))
+        .map_err(|e| LabError::Task(format!("cannot start the recording thread: {e}")))?;
+    Ok((observer, RecordingThread(thread)))
+}
+
+/// The recording thread of one run.
+pub(super) struct RecordingThread(std::thread::JoinHandle<Recording>);
+
+impl RecordingThread {
+    /// Waits until everything handed over is recorded (call after dropping the observer, which
+    /// closes the channel). Blocks: call from a blocking context.
+    pub fn finish(self) -> Recording {
+        self.0.join().unwrap_or_else(|_| Recording {
+            error: Some(LabError::Task("the recording thread panicked".into())),
+            last_checkpoint: None,
+        })
+    }
+}
+
+/// The observer the trainer calls: buffers metrics and hands work to the recording thread.
+pub(super) struct RecordingObserver {
+    experiment: ExperimentId,
+    run: RunId,
+    live: Option<Arc<dyn LiveSink>>,
+    chunk: Vec<MetricRecord>,
+    chunk_train_steps: u64,
+    flush_steps: u64,
+    /// `None` once the recording thread has gone away (it failed and stopped listening).
+    to_thread: Option<SyncSender<Work>>,
+}
+
+impl RecordingObserver {
+    fn hand_over(&mut self, work: Work) {
+        if let Some(tx) = &self.to_thread
+            && tx.send(work).is_err()
+        {
+            // The thread has ended (a panic); `Recording::finish` reports it.
+            self.to_thread = None;
+        }
+    }
+
+    fn flush(&mut self) {
+        if !self.chunk.is_empty() {
+            let records = std::mem::take(&mut self.chunk);
+            self.chunk_train_steps = 0;
+            self.hand_over(Work::Chunk(records));
+        }
+    }
+}
+
+impl Observer for RecordingObserver {
+    fn on_metrics(&mut self, record: &MetricRecord) {
+        if let Some(live) = &self.live {
+            live.metrics(&self.experiment, &self.run, record);
+        }
+        self.chunk.push(record.clone());
+        if record.kind == RecordKind::Train {
+            self.chunk_train_steps += 1;
+            if self.chunk_train_steps >= self.flush_steps {
+                self.flush();
+            }
+        }
+    }
+
+    fn on_checkpoint(&mut self, step: u64, path: &std::path::Path) {
+        self.flush();
+        self.hand_over(Work::Checkpoint {
+            step,
+            path: path.to_path_buf(),
+        });
+    }
+
+    fn on_end(&mut self, _outcome: &RunOutcome) {
+        self.flush();
+    }
+}
+
+/// The recording thread's loop: every piece of work in order until the observer is dropped.
+fn record_all(ctx: RunContext, rx: Receiver<Work>) -> Recording {
+    let mut state = Recording {
+        error: None,
+        last_checkpoint: None,
+    };
+    for work in rx {
+        if state.error.is_some() {
+            continue;
+        }
+        let done = match work {
+            Work::Chunk(records) => store_chunk(&ctx, &records),
+            Work::Checkpoint { step, path } => store_checkpoint(&ctx, &mut state, step, &path),
+        };
+        if let Err(e) = done {
+            tracing::error!(run = %ctx.run, error = %e, "recording failed; stopping the run");
+            state.error = Some(e);
+            ctx.cancel.store(true, Ordering::SeqCst);
+        }
+    }
+    state
+}
+
+/// A metric chunk as a JSON-lines blob with an `artifact` entry naming its steps.
+fn store_chunk(ctx: &RunContext, records: &[MetricRecord]) -> Result<(), LabError> {
+    let mut text = String::new();
+    for r in records {
+        let line =
+            serde_json::to_string(r).map_err(|e| LabError::Task(format!("metric record: {e}")))?;
+        text.push_str(&line);
+        text.push('\n');
+    }
+    let first = records.first().map_or(0, |r| r.step);
+    let last = records.last().map_or(0, |r| r.step);
+    let hash = ctx.recorder.put_bytes(text.as_bytes())?;
+    let body = ArtifactBody {
+        name: format!("metrics/{}/steps-{first:08}-{last:08}.jsonl", ctx.run),
+        bytes: text.len() as u64,
+        run: Some(ctx.run.clone()),
+    };
+    ctx.recorder.record(
+        EntryKind::Artifact,
+        Some(&ctx.experiment),
+        one_ref(glassbox_ledger::index::METRICS_REF, &hash),
+        &body,
+    )?;
+    Ok(())
+}
+
+/// A checkpoint: its file moved into the store, a `checkpoint` entry, then the queue's pointer
+/// (so a worker that takes over resumes from it).
+fn store_checkpoint(
+    ctx: &RunContext,
+    state: &mut Recording,
+    step: u64,
+    path: &std::path::Path,
+) -> Result<(), LabError> {
+    // The checkpoint file is scratch (the runner never reads it back), and scratch sits in
+    // the lab beside `blobs/`: moving it in stores it without a second write.
+    let (hash, _) = ctx.recorder.put_moved(path)?;
+    ctx.recorder.record(
+        EntryKind::Checkpoint,
+        Some(&ctx.experiment),
+        one_ref("checkpoint", &hash),
+        &CheckpointBody {
+            run: ctx.run.clone(),
+            step,
+        },
+    )?;
+    let blob = hash.to_string();
+    let told = ctx.handle.block_on(retry_db(ctx.lease, || {
+        ctx.queue
+            .record_checkpoint(ctx.job, &ctx.worker, step, &blob)
+    }));
+    match told {
+        Ok(()) => state.last_checkpoint = Some(hash),
+        // Lost the lease: the heartbeat notices too and the run stops.
+        Err(QueueError::LeaseLost { .. }) => ctx.cancel.store(true, Ordering::SeqCst),
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
+}
