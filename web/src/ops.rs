@@ -166,6 +166,12 @@ async fn metrics(State(st): State<WebState>) -> Result<Response, WebError> {
             out,
             "# HELP glassbox_running_jobs Jobs leased or training.\n# TYPE glassbox_running_jobs gauge\nglassbox_running_jobs {running}"
         );
+        let writes = q.write_stats();
+        let _ = writeln!(
+            out,
+            "# HELP glassbox_queue_writes_total Enqueues, leases and finishes this process committed.\n# TYPE glassbox_queue_writes_total counter\nglassbox_queue_writes_total {}\n# HELP glassbox_queue_commits_total Transactions that committed them (fewer than the writes when concurrent writes shared a commit).\n# TYPE glassbox_queue_commits_total counter\nglassbox_queue_commits_total {}",
+            writes.writes, writes.commits
+        );
         out.push_str("# HELP glassbox_worker_lease_seconds_left Seconds until a worker's lease expires unless it heartbeats, per worker and job.\n# TYPE glassbox_worker_lease_seconds_left gauge\n");
         let now = q.clock().now_ms();
         for state in [JobState::Leased, JobState::Running] {

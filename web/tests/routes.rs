@@ -443,6 +443,8 @@ async fn ops_health_metrics_body_cap_and_security_headers() {
         "glassbox_queue_depth 1",
         "glassbox_running_jobs 0",
         "glassbox_queue_jobs{state=\"queued\"} 1",
+        "glassbox_queue_writes_total 1\n",
+        "glassbox_queue_commits_total 1\n",
         "glassbox_tokens_per_second 1234.5",
         "glassbox_live_subscribers 0",
         "glassbox_worker_lease_seconds_left",
