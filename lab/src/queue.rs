@@ -770,7 +770,8 @@ impl Queue {
     /// [`Queue::finish`], then [`Queue::lease`] for the same worker, committed together: a
     /// worker that goes on to its next job saves a commit (and on PostgreSQL a round trip).
     /// The finish's answer comes first: [`QueueError::LeaseLost`] when the worker no longer
-    /// held the job — and then no next job was leased either, so nothing is left dangling.
+    /// held the job, and then the job leased with it is handed straight back
+    /// ([`Queue::release`]), so nothing is left waiting on a lease.
     pub async fn finish_and_lease(
         &self,
         job: JobId,
