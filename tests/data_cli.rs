@@ -68,6 +68,21 @@ fn generated_corpus_is_recorded_and_trained_on_and_tampering_is_caught() {
     let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(s["status"], "succeeded");
     assert!(s["outcome"]["final_metrics"]["eval/gen/loss"].is_number());
+    // The final checkpoint was moved into the blob store: the summary names its blob, not the
+    // worker's scratch path, and the blob is the checkpoint file (safetensors: an 8-byte
+    // header length, then a JSON header).
+    assert!(s["outcome"]["checkpoint"].is_null(), "{s}");
+    assert_eq!(s["ledger"]["checkpoint"]["step"], 5, "{s}");
+    let blob = s["ledger"]["checkpoint"]["blob"].as_str().unwrap();
+    let ckpt = d.join("final.safetensors");
+    let out = glassbox(d, &["ledger", "get", blob, "-o", ckpt.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes = std::fs::read(&ckpt).unwrap();
+    assert_eq!(bytes.get(8), Some(&b'{'), "not a safetensors file");
 
     // Change the corpus bytes on disk: the next run refuses them and says which corpus.
     let hex = hash.trim_start_matches("blake3:");

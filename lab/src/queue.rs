@@ -466,11 +466,12 @@ impl Queue {
             }
             _ => url.to_string(),
         };
+        let max_connections = match engine {
+            Engine::Sqlite => 4,
+            Engine::Postgres => 8,
+        };
         let mut options = AnyPoolOptions::new()
-            .max_connections(match engine {
-                Engine::Sqlite => 4,
-                Engine::Postgres => 8,
-            })
+            .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(30));
         options = options.after_connect(move |conn, _meta| {
             Box::pin(async move {
@@ -509,7 +510,9 @@ impl Queue {
             engine,
             clock,
             last_sweep: Arc::new(AtomicI64::new(i64::MIN)),
-            group: Arc::default(),
+            // Half the pool at most stays with the hot writes (one suffices on SQLite, whose
+            // writes go one batch at a time); the rest serves reads and heartbeats.
+            group: Arc::new(GroupCommit::new(max_connections as usize / 2)),
         })
     }
 
@@ -559,8 +562,9 @@ impl Queue {
         }
     }
 
-    /// Closes the pool.
+    /// Closes the pool (after handing back the connections the hot writes keep).
     pub async fn close(&self) {
+        self.group.release_connections();
         self.pool.close().await;
     }
 

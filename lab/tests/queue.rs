@@ -44,29 +44,35 @@ async fn fresh_with(
             (q, clock, Some(dir))
         }
         _ => {
-            let base = postgres_url();
-            let schema = format!("lab_{name}_{}", std::process::id());
-            sqlx::any::install_default_drivers();
-            let admin = sqlx::AnyPool::connect(&base)
-                .await
-                .unwrap_or_else(|e| panic!("PostgreSQL at {base} is required: {e}"));
-            sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                .execute(&admin)
-                .await
-                .unwrap();
-            sqlx::query(&format!("CREATE SCHEMA {schema}"))
-                .execute(&admin)
-                .await
-                .unwrap();
-            admin.close().await;
-            let sep = if base.contains('?') { '&' } else { '?' };
-            let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+            let url = fresh_postgres_schema(name).await;
             let q = Queue::connect_with(&url, clock.clone(), durability)
                 .await
                 .unwrap();
             (q, clock, None)
         }
     }
+}
+
+/// An empty PostgreSQL schema for test `name`, and the URL that works in it; its connections
+/// carry `name` as their `application_name`.
+async fn fresh_postgres_schema(name: &str) -> String {
+    let base = postgres_url();
+    let schema = format!("lab_{name}_{}", std::process::id());
+    sqlx::any::install_default_drivers();
+    let admin = sqlx::AnyPool::connect(&base)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {base} is required: {e}"));
+    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}options=-c%20search_path%3D{schema}&application_name={schema}")
 }
 
 fn job(n: u32, author: &str, priority: i64) -> NewJob {
@@ -137,7 +143,81 @@ on_both_engines!(
     hold_unhold_position_and_quota,
     concurrent_writes_keep_their_answers,
     finish_and_lease_hands_over_in_one_step,
+    close_returns_with_connections_kept,
 );
+
+/// The hot writes keep pool connections between uses; closing hands them back (the pool's
+/// close waits for every connection), and a write after the close fails rather than waits.
+async fn close_returns_with_connections_kept(engine: &str, name: &str) {
+    let (q, _clock, _dir) = fresh(engine, name).await;
+    let mut set = tokio::task::JoinSet::new();
+    for n in 0..8 {
+        let q = q.clone();
+        set.spawn(async move { q.enqueue(&job(n, "ann", 0)).await.unwrap() });
+    }
+    assert_eq!(set.join_all().await.len(), 8);
+    tokio::time::timeout(Duration::from_secs(10), q.close())
+        .await
+        .expect("close returns although connections were kept");
+    let after = tokio::time::timeout(Duration::from_secs(10), q.enqueue(&job(9, "ann", 0)))
+        .await
+        .expect("a write after close answers");
+    assert!(after.is_err(), "a closed queue accepted a write: {after:?}");
+}
+
+/// A queue handle that outlives its runtime (kept connections inside) drops without a panic.
+#[test]
+fn a_queue_outliving_its_runtime_drops_cleanly() {
+    for engine in ["sqlite", "postgres"] {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let (q, dir) = runtime.block_on(async {
+            let (q, _clock, dir) = fresh(engine, "outliving_its_runtime").await;
+            q.enqueue(&job(1, "ann", 0)).await.unwrap();
+            let me = worker("w");
+            let leased = q.lease(&me, LEASE).await.unwrap().unwrap();
+            q.finish(leased.id, &me, RunStatus::Succeeded, None)
+                .await
+                .unwrap();
+            (q, dir)
+        });
+        drop(runtime);
+        drop(q);
+        drop(dir);
+    }
+}
+
+/// A connection the hot writes kept, then the server dropped (a restart, an idle timeout), is
+/// noticed and replaced before the next write: the write succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_connection_the_server_dropped_is_replaced() {
+    let name = "kept_connection_dropped";
+    let url = fresh_postgres_schema(name).await;
+    let schema = format!("lab_{name}_{}", std::process::id());
+    let q = Queue::connect(&url).await.unwrap();
+    let first = q.enqueue(&job(1, "ann", 0)).await.unwrap();
+
+    let admin = sqlx::AnyPool::connect(&postgres_url()).await.unwrap();
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = $1) AS t",
+    )
+    .bind(&schema)
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    admin.close().await;
+    assert!(killed >= 1, "the queue's connections were not found");
+
+    // Past the time after which a kept connection is tested before use.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let second = q
+        .enqueue(&job(2, "ann", 0))
+        .await
+        .expect("the write after the server dropped its connections");
+    assert!(second.0 > first.0);
+    let me = worker("w");
+    assert_eq!(q.lease(&me, LEASE).await.unwrap().unwrap().id, first);
+}
 
 /// A worker going on to its next job: the end of one and the lease of the next in one commit,
 /// the same answers as `finish` then `lease`; a stranger's attempt changes nothing; a job

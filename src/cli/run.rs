@@ -318,9 +318,20 @@ fn run_through_lab(
         // The index is derived data, caught up by its readers (`ledger log`, `serve`), so the
         // run does not wait for it.
         let peak_rss = peak_rss_bytes();
+        // The worker moved the run's checkpoint files into the blob store: the scratch path the
+        // runner reported is gone, so the last checkpoint is named by its blob instead.
+        let mut outcome = f.outcome.clone();
+        if let Some(o) = &mut outcome {
+            o.checkpoint = None;
+        }
+        let job = ctx.queue.get(f.job).await?;
+        let checkpoint = job
+            .checkpoint_blob
+            .zip(job.checkpoint_step)
+            .map(|(blob, step)| serde_json::json!({ "blob": blob, "step": step }));
         let summary = serde_json::json!({
             "spec": args.file.display().to_string(),
-            "outcome": f.outcome,
+            "outcome": outcome,
             "status": f.status,
             "reason": f.reason,
             "peak_rss_bytes": peak_rss,
@@ -333,6 +344,7 @@ fn run_through_lab(
                 "proposal_entry": recorded.entry,
                 "approval_entry": queued.approval_entry,
                 "result_entry": f.result_entry,
+                "checkpoint": checkpoint,
             },
         });
         let summary_path = out_dir.join("summary.json");
@@ -341,7 +353,7 @@ fn run_through_lab(
         if args.json {
             println!("{}", serde_json::to_string_pretty(&summary)?);
         } else {
-            match &f.outcome {
+            match &outcome {
                 Some(o) => print_summary(o, &out_dir, peak_rss),
                 None => {
                     println!("status: {}", f.status);
@@ -349,6 +361,12 @@ fn run_through_lab(
                         println!("reason: {r}");
                     }
                 }
+            }
+            if let Some(c) = &checkpoint {
+                println!(
+                    "checkpoint: step {} in the ledger's blob store (`glassbox ledger get {} -o FILE`)",
+                    c["step"], c["blob"].as_str().unwrap_or_default()
+                );
             }
             println!(
                 "ledger: {} result entry {} (`glassbox ledger show {}`; `glassbox verify` audits it)",
