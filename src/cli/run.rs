@@ -325,10 +325,7 @@ fn run_through_lab(
             o.checkpoint = None;
         }
         let job = ctx.queue.get(f.job).await?;
-        let checkpoint = job
-            .checkpoint_blob
-            .zip(job.checkpoint_step)
-            .map(|(blob, step)| serde_json::json!({ "blob": blob, "step": step }));
+        let checkpoint = job.checkpoint_blob.zip(job.checkpoint_step);
         let summary = serde_json::json!({
             "spec": args.file.display().to_string(),
             "outcome": outcome,
@@ -344,7 +341,9 @@ fn run_through_lab(
                 "proposal_entry": recorded.entry,
                 "approval_entry": queued.approval_entry,
                 "result_entry": f.result_entry,
-                "checkpoint": checkpoint,
+                "checkpoint": checkpoint
+                    .as_ref()
+                    .map(|(blob, step)| serde_json::json!({ "blob": blob, "step": step })),
             },
         });
         let summary_path = out_dir.join("summary.json");
@@ -362,10 +361,9 @@ fn run_through_lab(
                     }
                 }
             }
-            if let Some(c) = &checkpoint {
+            if let Some((blob, step)) = &checkpoint {
                 println!(
-                    "checkpoint: step {} in the ledger's blob store (`glassbox ledger get {} -o FILE`)",
-                    c["step"], c["blob"].as_str().unwrap_or_default()
+                    "checkpoint: step {step} in the ledger's blob store (`glassbox ledger get {blob} -o FILE`)"
                 );
             }
             println!(
