@@ -44,7 +44,7 @@ async fn fresh_with(
             (q, clock, Some(dir))
         }
         _ => {
-            let url = fresh_postgres_schema(name).await;
+            let (url, _schema) = fresh_postgres_schema(name).await;
             let q = Queue::connect_with(&url, clock.clone(), durability)
                 .await
                 .unwrap();
@@ -53,9 +53,9 @@ async fn fresh_with(
     }
 }
 
-/// An empty PostgreSQL schema for test `name`, and the URL that works in it; its connections
-/// carry `name` as their `application_name`.
-async fn fresh_postgres_schema(name: &str) -> String {
+/// An empty PostgreSQL schema for test `name`: the URL that works in it, and the schema's name,
+/// which its connections also carry as their `application_name`.
+async fn fresh_postgres_schema(name: &str) -> (String, String) {
     let base = postgres_url();
     let schema = format!("lab_{name}_{}", std::process::id());
     sqlx::any::install_default_drivers();
@@ -72,7 +72,8 @@ async fn fresh_postgres_schema(name: &str) -> String {
         .unwrap();
     admin.close().await;
     let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}options=-c%20search_path%3D{schema}&application_name={schema}")
+    let url = format!("{base}{sep}options=-c%20search_path%3D{schema}&application_name={schema}");
+    (url, schema)
 }
 
 fn job(n: u32, author: &str, priority: i64) -> NewJob {
@@ -191,8 +192,7 @@ fn a_queue_outliving_its_runtime_drops_cleanly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_connection_the_server_dropped_is_replaced() {
     let name = "kept_connection_dropped";
-    let url = fresh_postgres_schema(name).await;
-    let schema = format!("lab_{name}_{}", std::process::id());
+    let (url, schema) = fresh_postgres_schema(name).await;
     let q = Queue::connect(&url).await.unwrap();
     let first = q.enqueue(&job(1, "ann", 0)).await.unwrap();
 
