@@ -2,9 +2,9 @@
 //! heartbeats and checkpoint updates ride out the outage (the pool reconnects), the job
 //! finishes on its first attempt, and exactly one result is recorded.
 //!
-//! This restarts the real server (`pg_ctlcluster ... restart`, as root in CI), so it lives in a
-//! test binary of its own: cargo runs test binaries one after another, and no other test is
-//! using PostgreSQL while it runs.
+//! This restarts the real server (the script `cargo xtask test` provides, or `pg_ctlcluster ...
+//! restart` as root), so it lives in a test binary of its own: cargo runs test binaries one
+//! after another, and no other test is using PostgreSQL while it runs.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -25,7 +25,18 @@ fn jobs(dir: &Path, db: &str) -> Option<serde_json::Value> {
     serde_json::from_slice(&out.stdout).ok()
 }
 
+/// Restarts the tests' PostgreSQL: `GLASSBOX_TEST_POSTGRES_RESTART` (the script `cargo xtask
+/// test` writes beside the cluster it provides), else the machine's Debian cluster with
+/// `pg_ctlcluster` (as root).
 fn restart_postgres() {
+    if let Some(script) = std::env::var_os("GLASSBOX_TEST_POSTGRES_RESTART") {
+        let status = Command::new(&script)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {script:?}: {e}"));
+        assert!(status.success(), "restarting PostgreSQL with {script:?} failed");
+        return;
+    }
     let version = std::fs::read_dir("/etc/postgresql")
         .expect("a Debian PostgreSQL cluster (/etc/postgresql) is required")
         .filter_map(|e| e.ok())
