@@ -8,6 +8,9 @@
 //! Also here: [`LocalIssues`], which builds the signed webhook deliveries a real GitHub would
 //! send for an issue opened from the experiment form and for a comment on it.
 //!
+//! Every comment it holds was posted through it, so it lists them as written by
+//! [`LOCAL_BOT_LOGIN`] (the bot finds its own comments by marker among them).
+//!
 //! Not a GitHub emulator: no auth, no pagination, one in-memory model, nothing persisted.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +26,10 @@ use serde_json::{Value, json};
 
 /// Where the stand-in is mounted on the lab's server.
 pub const LOCAL_GITHUB_PREFIX: &str = "/local-github";
+
+/// The author the stand-in gives every comment: the bot, which is the only one posting here.
+/// Configure the bot's `bot_login` to this.
+pub const LOCAL_BOT_LOGIN: &str = "glassbox-bot";
 
 /// One comment the bot wrote.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -85,7 +92,7 @@ impl LocalGitHub {
         Router::new()
             .route(
                 "/repos/{owner}/{repo}/issues/{number}/comments",
-                post(create_comment),
+                post(create_comment).get(list_comments),
             )
             .route(
                 "/repos/{owner}/{repo}/issues/comments/{id}",
@@ -135,6 +142,21 @@ async fn create_comment(
         },
     );
     (StatusCode::CREATED, Json(json!({"id": id, "body": text}))).into_response()
+}
+
+async fn list_comments(
+    State(gh): State<LocalGitHub>,
+    Path((owner, repo, number)): Path<(String, String, u64)>,
+) -> Response {
+    let repo = format!("{owner}/{repo}");
+    let m = gh.lock();
+    let all: Vec<Value> = m
+        .comments
+        .values()
+        .filter(|c| c.repo == repo && c.issue == number)
+        .map(|c| json!({"id": c.id, "body": c.body, "user": {"login": LOCAL_BOT_LOGIN, "type": "Bot"}}))
+        .collect();
+    Json(all).into_response()
 }
 
 async fn update_comment(
@@ -220,6 +242,9 @@ impl LocalIssues {
     }
 
     fn issue(&self, number: u64, author: &str, title: &str, body: &str) -> Value {
+        let now = time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into());
         json!({
             "number": number,
             "title": title,
@@ -228,6 +253,7 @@ impl LocalIssues {
             "user": {"login": author, "type": "User"},
             "labels": [{"name": "experiment", "color": "ededed"}],
             "html_url": format!("https://github.com/{}/issues/{number}", self.repo),
+            "updated_at": now,
         })
     }
 
