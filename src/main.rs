@@ -66,6 +66,9 @@ enum Command {
     Worker(cli::worker::WorkerArgs),
     /// The job queue: list jobs (`--json`), or `jobs cancel ID`.
     Jobs(cli::jobs::JobsArgs),
+    /// The GitHub bot's deliveries: `bot deliveries [--failed] [--json]`, `bot redeliver ID`.
+    #[command(subcommand)]
+    Bot(cli::bot::BotCommand),
     /// Run a scaling ladder: the rungs, the fit, the forecast registered before the target runs.
     Ladder(cli::ladder::LadderArgs),
     /// Re-run a recorded run from the ledger and compare it bitwise (a `reproduction` entry).
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
         Command::Publish(args) => cli::publish::run(args, &cli.global),
         Command::Worker(args) => cli::worker::run(args, &cli.global),
         Command::Jobs(args) => cli::jobs::run(args, &cli.global),
+        Command::Bot(cmd) => cli::bot::run(cmd, &cli.global),
         Command::Data(cmd) => cli::data::run(cmd, &cli.global),
         Command::Ladder(args) => cli::ladder::run(args, &cli.global),
         Command::Reproduce(args) => cli::reproduce::run(args, &cli.global),

@@ -215,6 +215,7 @@ public_url = "{server}"
 
 [github]
 bot_login = "glassbox-bot"
+repositories = ["{REPO}"]
 webhook_secrets_env = ["GLASSBOX_WEBHOOK_SECRET"]
 maintainers = ["{MAINTAINER}"]
 flops_per_second = 5.0e10

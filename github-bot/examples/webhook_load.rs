@@ -11,7 +11,7 @@
 //! target is missed (p99 < 10 ms, >= 1,000 deliveries/s) or a delivery is lost or doubled.
 //!
 //! Deliveries are the recorded `issue_comment` payload (~16 KB) on an issue without the
-//! experiment label, so the worker handles them without calling GitHub.
+//! experiment label, so the worker handles them (as `ignored`) without calling GitHub.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -23,7 +23,8 @@ use glassbox_github_bot::signature::sign;
 use glassbox_github_bot::store::Durability;
 use glassbox_github_bot::worker::Processed;
 use glassbox_github_bot::{
-    Bot, GitHub, InMemoryLab, Login, Store, WebhookSettings, Worker, start_intake, webhook_router,
+    Bot, GitHub, InMemoryLab, Login, RepoName, Store, WebhookSettings, Worker, start_intake,
+    webhook_router,
 };
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -153,6 +154,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Drain with the real worker; every id must come out exactly once.
     let config = BotConfig {
         bot_login: Login::new("glassbox-bot"),
+        repositories: vec![
+            RepoName::parse(
+                payload["repository"]["full_name"]
+                    .as_str()
+                    .unwrap_or("gagbo/circadian.nvim"),
+            )
+            .ok_or("the fixture names no repository")?,
+        ],
         webhook_secrets: vec![SECRET.into()],
         max_body_bytes: 10 << 20,
         maintainers: vec![],
@@ -166,6 +175,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         budget: Default::default(),
         retry: Default::default(),
+        ignored_retention_hours: glassbox_github_bot::config::DEFAULT_IGNORED_RETENTION_HOURS,
     };
     let github = GitHub::from_config(&config)?;
     let bot = Bot::new(config, github, InMemoryLab::new(), store.clone());
@@ -181,7 +191,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut not_done = 0;
     while let Ok(p) = rx.try_recv() {
         match p {
-            Processed::Done(id) => {
+            Processed::Acted(id) | Processed::Ignored(id, _) => {
                 if !seen.insert(id) {
                     doubled += 1;
                 }
@@ -191,10 +201,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let after = store.counts().await?;
     println!(
-        "worker processed {} unique, {doubled} doubled, {not_done} not done, in {:.3} s; store done {} pending {}",
+        "worker processed {} unique, {doubled} doubled, {not_done} not done, in {:.3} s; store acted+ignored {} pending {}",
         seen.len(),
         drain.as_secs_f64(),
-        after.done,
+        after.acted + after.ignored,
         after.pending
     );
 

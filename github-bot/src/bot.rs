@@ -5,6 +5,15 @@
 //! spec -> hash -> cost -> budget), posting or editing the bot's own comments, and the
 //! experiment id of an issue. The bot holds no state of its own beyond [`Store`]; the lab holds
 //! the proposals. This module does not verify signatures or queue deliveries.
+//!
+//! [`Bot::handle_delivery`] decides what a stored delivery is before anything strict happens:
+//! an event or action the bot does not handle, or one from a repository (or App installation)
+//! it does not serve, is [`Handled::Ignored`] with the reason, and never reaches the lab.
+//!
+//! The bot's own comments carry a hidden marker per kind ([`render::comment_marker`]). To edit
+//! one, the bot uses the id in its store or, when the store has none (a lost row, a crash
+//! after the POST), looks for its marked comment among the issue's comments before posting: a
+//! comment is posted at most once per kind, whatever is retried.
 
 use std::sync::Arc;
 
@@ -13,13 +22,23 @@ use glassbox_schemas::{CostEstimate, ExperimentId, ExperimentSpec, SpecError, Sp
 
 use crate::config::BotConfig;
 use crate::error::BotError;
-use crate::event::{IssueData, WebhookEvent};
+use crate::event::{Envelope, HANDLED_EVENTS, IssueData, WebhookEvent};
 use crate::form::{FormProblem, ProposalForm, parse_issue_form};
 use crate::github::{GitHub, GitHubError};
 use crate::ids::{CommentId, IssueKey};
 use crate::lab::{LabEvent, LabPort, Proposal};
 use crate::labels::EXPERIMENT_LABEL;
+use crate::render;
 use crate::store::Store;
+
+/// What the bot did with one delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    /// It acted: asked the lab, commented, or both.
+    Acted,
+    /// Nothing to do; why (stored with the delivery).
+    Ignored(String),
+}
 
 /// The bot: config, GitHub client, the lab, and its store. Cheap to clone.
 #[derive(Debug)]
@@ -98,8 +117,31 @@ impl<L: LabPort> Bot<L> {
         &self.store
     }
 
-    /// Handles one webhook event.
-    pub async fn handle_event(&self, event: WebhookEvent) -> Result<(), BotError> {
+    /// Handles one stored delivery: ignores what the bot does not handle or serve (see the
+    /// module doc) before parsing the payload strictly, then dispatches the event.
+    pub async fn handle_delivery(&self, event: &str, payload: &[u8]) -> Result<Handled, BotError> {
+        if !HANDLED_EVENTS.contains(&event) {
+            return Ok(Handled::Ignored(format!("event `{event}` is not handled")));
+        }
+        if event == "ping" {
+            return Ok(Handled::Ignored("`ping` needs no action".into()));
+        }
+        let envelope = Envelope::parse(event, payload)?;
+        if let Some(reason) = envelope.unhandled() {
+            return Ok(Handled::Ignored(reason));
+        }
+        if let Err(e) = self
+            .config
+            .scope(envelope.repository.as_ref(), envelope.installation)
+        {
+            return Ok(Handled::Ignored(e.to_string()));
+        }
+        self.handle_event(WebhookEvent::parse(event, payload)?)
+            .await
+    }
+
+    /// Handles one parsed webhook event (scope-checked again: see [`BotConfig::scope`]).
+    pub async fn handle_event(&self, event: WebhookEvent) -> Result<Handled, BotError> {
         crate::handlers::dispatch(self, event).await
     }
 
@@ -193,24 +235,26 @@ impl<L: LabPort> Bot<L> {
     }
 
     /// Posts a new comment on the issue.
-    pub(crate) async fn reply(&self, issue: &IssueKey, body: &str) -> Result<CommentId, BotError> {
-        Ok(self
-            .github
+    pub(crate) async fn reply(&self, issue: &IssueKey, body: &str) -> Result<(), BotError> {
+        self.github
             .create_comment(&issue.repo, issue.number, body)
-            .await?)
+            .await?;
+        Ok(())
     }
 
     /// Edits the bot's comment of `kind` on the issue, or posts it if there is none (or it was
-    /// deleted).
+    /// deleted). The body gets the kind's marker; the comment is found by the id in the store,
+    /// else by that marker among the bot's comments on the issue, and only then posted.
     pub(crate) async fn upsert_comment(
         &self,
         issue: &IssueKey,
         kind: &str,
         body: &str,
-    ) -> Result<CommentId, BotError> {
+    ) -> Result<Option<CommentId>, BotError> {
+        let body = render::with_marker(kind, body);
         if let Some(id) = self.store.bot_comment(issue, kind).await? {
-            match self.github.update_comment(&issue.repo, id, body).await {
-                Ok(()) => return Ok(id),
+            match self.github.update_comment(&issue.repo, id, &body).await {
+                Ok(()) => return Ok(Some(id)),
                 Err(GitHubError::Status { status, .. })
                     if status == http::StatusCode::NOT_FOUND =>
                 {
@@ -218,9 +262,38 @@ impl<L: LabPort> Bot<L> {
                 }
                 Err(e) => return Err(e.into()),
             }
+        } else if let Some(found) = self.find_marked_comment(issue, kind).await? {
+            if found.body != body {
+                self.github
+                    .update_comment(&issue.repo, found.id, &body)
+                    .await?;
+            }
+            self.store.set_bot_comment(issue, kind, found.id).await?;
+            return Ok(Some(found.id));
         }
-        let id = self.reply(issue, body).await?;
-        self.store.set_bot_comment(issue, kind, id).await?;
+        let id = self
+            .github
+            .create_comment(&issue.repo, issue.number, &body)
+            .await?;
+        if let Some(id) = id {
+            self.store.set_bot_comment(issue, kind, id).await?;
+        }
         Ok(id)
+    }
+
+    /// The bot's own comment of `kind` on the issue, found by its marker (comments by anyone
+    /// else, marker or not, are never taken for the bot's).
+    async fn find_marked_comment(
+        &self,
+        issue: &IssueKey,
+        kind: &str,
+    ) -> Result<Option<crate::github::IssueComment>, BotError> {
+        let marker = render::comment_marker(kind);
+        Ok(self
+            .github
+            .list_comments(&issue.repo, issue.number)
+            .await?
+            .into_iter()
+            .find(|c| c.author == self.config.bot_login && c.body.contains(&marker)))
     }
 }

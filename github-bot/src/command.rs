@@ -1,5 +1,9 @@
-//! Slash commands in comments: `/approve`, `/reject <reason>`, `/hold`, `/unhold`, `/cancel`,
-//! `/rerun`, `/reproduce`, `/status`, `/help`.
+//! Slash commands in comments: `/approve [blake3:<hex>]`, `/reject <reason>`, `/hold`,
+//! `/unhold`, `/cancel`, `/rerun`, `/reproduce`, `/status`, `/help`.
+//!
+//! `/approve blake3:<hex>` pins the spec the maintainer reviewed: the full hash or a prefix of
+//! at least [`MIN_PIN_HEX`] hex digits ([`HashPin`]); any other argument is
+//! [`ParsedCommand::Malformed`], never a bare approval.
 //!
 //! A command is a line that starts with `/` and a word (leading spaces up to three are allowed,
 //! as Markdown allows for a paragraph). Lines inside fenced code blocks, indented code (four
@@ -9,11 +13,53 @@
 
 use std::fmt;
 
+use glassbox_schemas::SpecHash;
+use glassbox_schemas::hash::HASH_PREFIX;
+
+/// Fewest hex digits a `/approve` pin may have: 48 bits, so a pin names one spec.
+pub const MIN_PIN_HEX: usize = 12;
+
+/// The spec hash (or a prefix of it) a maintainer pinned with `/approve blake3:<hex>`: lowercase
+/// hex, [`MIN_PIN_HEX`] to 64 digits.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HashPin(String);
+
+impl HashPin {
+    /// Reads `blake3:<hex>` or `<hex>` (case-insensitive); the error says what is accepted.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let hex_part = text.strip_prefix(HASH_PREFIX).unwrap_or(text);
+        let shown: String = text.chars().take(80).collect();
+        if !(MIN_PIN_HEX..=64).contains(&hex_part.len())
+            || !hex_part.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return Err(format!(
+                "`{shown}` is not a spec hash; `/approve` takes nothing, or `{HASH_PREFIX}` followed by the spec's 64 hex digits or a prefix of at least {MIN_PIN_HEX}"
+            ));
+        }
+        Ok(Self(hex_part.to_ascii_lowercase()))
+    }
+
+    /// Whether `hash` is the pinned one (starts with the pinned digits).
+    pub fn matches(&self, hash: &SpecHash) -> bool {
+        hash.0.to_hex().starts_with(&self.0)
+    }
+}
+
+impl fmt::Display for HashPin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{HASH_PREFIX}{}", self.0)
+    }
+}
+
 /// A recognised command.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Command {
-    /// Approve the proposal's current spec hash and queue it.
-    Approve,
+    /// Approve the proposal's current spec hash and queue it; with a pin, only if the current
+    /// hash is the pinned one.
+    Approve {
+        /// `/approve blake3:<hex>`: the spec the maintainer reviewed.
+        pin: Option<HashPin>,
+    },
     /// Reject the proposal, with a reason.
     Reject {
         /// Why (may be empty; the handler asks for one).
@@ -52,7 +98,7 @@ impl Command {
     /// The name without the slash.
     pub fn name(&self) -> &'static str {
         match self {
-            Command::Approve => "approve",
+            Command::Approve { .. } => "approve",
             Command::Reject { .. } => "reject",
             Command::Hold => "hold",
             Command::Unhold => "unhold",
@@ -72,7 +118,9 @@ impl Command {
     /// One line of `/help`.
     pub fn usage(name: &str) -> &'static str {
         match name {
-            "approve" => "`/approve` — approve the current spec (bound to its hash) and queue it",
+            "approve" => {
+                "`/approve [blake3:<hash>]` — approve the current spec (bound to its hash) and queue it; with a hash (or its first 12+ digits), only if that is the current spec; it also lifts a rejection"
+            }
             "reject" => "`/reject <reason>` — reject the proposal, recording the reason",
             "hold" => "`/hold` — keep the approved proposal from being scheduled",
             "unhold" => "`/unhold` — release a hold",
@@ -90,6 +138,7 @@ impl fmt::Display for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Command::Reject { reason } if !reason.is_empty() => write!(f, "/reject {reason}"),
+            Command::Approve { pin: Some(pin) } => write!(f, "/approve {pin}"),
             c => write!(f, "/{}", c.name()),
         }
     }
@@ -107,6 +156,25 @@ pub enum ParsedCommand {
         /// The nearest command name.
         nearest: &'static str,
     },
+    /// A known command with an argument it does not take.
+    Malformed {
+        /// The command name.
+        name: &'static str,
+        /// What is wrong and what is accepted.
+        problem: String,
+    },
+}
+
+impl ParsedCommand {
+    /// The command as one canonical line (`/approve`, `/reject too big`, `/aprove`): with the
+    /// comment id, what makes a command act once however often its comment is delivered.
+    pub fn line(&self) -> String {
+        match self {
+            ParsedCommand::Known(c) => c.to_string(),
+            ParsedCommand::Unknown { word, .. } => format!("/{word}"),
+            ParsedCommand::Malformed { name, problem } => format!("/{name} ({problem})"),
+        }
+    }
 }
 
 /// The nearest command name to `word` (Levenshtein distance, ties in list order).
@@ -164,7 +232,17 @@ pub fn parse_commands(text: &str) -> Vec<ParsedCommand> {
         }
         let args = args.trim();
         let command = match word.to_ascii_lowercase().as_str() {
-            "approve" => Command::Approve,
+            "approve" if args.is_empty() => Command::Approve { pin: None },
+            "approve" => match HashPin::parse(args) {
+                Ok(pin) => Command::Approve { pin: Some(pin) },
+                Err(problem) => {
+                    out.push(ParsedCommand::Malformed {
+                        name: "approve",
+                        problem,
+                    });
+                    continue;
+                }
+            },
             "reject" => Command::Reject {
                 reason: args.to_string(),
             },
@@ -212,9 +290,53 @@ mod tests {
             .into_iter()
             .filter_map(|c| match c {
                 ParsedCommand::Known(c) => Some(c),
-                ParsedCommand::Unknown { .. } => None,
+                ParsedCommand::Unknown { .. } | ParsedCommand::Malformed { .. } => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn approve_takes_an_optional_hash_pin() {
+        let hash: SpecHash = format!("blake3:{}", "ab12".repeat(16)).parse().unwrap();
+        let full = format!("/approve {hash}");
+        match parse_commands(&full).as_slice() {
+            [ParsedCommand::Known(Command::Approve { pin: Some(pin) })] => {
+                assert!(pin.matches(&hash))
+            }
+            other => panic!("{full}: {other:?}"),
+        }
+        for prefix in ["/approve blake3:AB12ab12ab12", "/approve ab12ab12ab12ab"] {
+            match parse_commands(prefix).as_slice() {
+                [ParsedCommand::Known(Command::Approve { pin: Some(p) })] => {
+                    assert!(p.matches(&hash), "{prefix}")
+                }
+                other => panic!("{prefix}: {other:?}"),
+            }
+        }
+        let other: SpecHash = format!("blake3:{}", "cd34".repeat(16)).parse().unwrap();
+        assert!(!HashPin::parse("ab12ab12ab12").unwrap().matches(&other));
+        for bad in [
+            "/approve ab12ab12ab1",
+            "/approve blake3:xyz123456789",
+            "/approve please",
+        ] {
+            match parse_commands(bad).as_slice() {
+                [
+                    ParsedCommand::Malformed {
+                        name: "approve",
+                        problem,
+                    },
+                ] => {
+                    assert!(problem.contains("at least 12"), "{problem}")
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            known("/approve"),
+            vec![Command::Approve { pin: None }],
+            "the bare form stays"
+        );
     }
 
     #[test]
@@ -223,7 +345,7 @@ mod tests {
         assert_eq!(
             known(text),
             vec![
-                Command::Approve,
+                Command::Approve { pin: None },
                 Command::Reject {
                     reason: "too big".into()
                 },
@@ -258,7 +380,10 @@ mod tests {
     #[test]
     fn edits_run_only_new_commands() {
         let got = new_commands("/status", "/status\n/approve");
-        assert_eq!(got, vec![ParsedCommand::Known(Command::Approve)]);
+        assert_eq!(
+            got,
+            vec![ParsedCommand::Known(Command::Approve { pin: None })]
+        );
         assert!(new_commands("/approve", "/approve\nthanks").is_empty());
         assert_eq!(new_commands("/status", "/status\n/status").len(), 1);
     }

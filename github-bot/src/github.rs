@@ -5,7 +5,11 @@
 //! - 5xx and transport errors: retry with exponential backoff (`base * 2^attempt`);
 //! - 403/429 with `retry-after`, or with `x-ratelimit-remaining: 0` and `x-ratelimit-reset`:
 //!   wait as GitHub says (at most `max_wait_seconds`), then retry;
-//! - any other 4xx: fail at once, never retried (the request itself is wrong).
+//! - any other 4xx: fail at once, never retried (the request itself is wrong); a 403 that is
+//!   not a rate limit (no `retry-after`, remaining quota) is a refusal, not transient.
+//!
+//! A comment created with a 2xx whose body has no id is still created: [`GitHub::create_comment`]
+//! answers `Ok(None)` rather than an error, so the caller never posts it again.
 //!
 //! Authentication is a token or a GitHub App installation (octocrab mints and refreshes the
 //! installation tokens). This module does not decide what to say; it only says it.
@@ -18,6 +22,12 @@ use serde_json::{Value, json};
 
 use crate::config::{BotConfig, GitHubAuth, RetryConfig};
 use crate::ids::{CommentId, IssueNumber, Login, RepoName};
+
+/// Comments asked for per page when listing an issue's comments (GitHub's maximum).
+const COMMENTS_PER_PAGE: usize = 100;
+
+/// Most pages read when looking for the bot's comment on an issue (10,000 comments).
+const MAX_COMMENT_PAGES: usize = 100;
 
 /// A GitHub API failure, after retries.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +43,9 @@ pub enum GitHubError {
         status: StatusCode,
         /// GitHub's message, if any.
         message: String,
+        /// Whether GitHub said to wait (`retry-after`, or an exhausted rate limit): a 403 or
+        /// 429 that is a rate limit rather than a refusal.
+        rate_limited: bool,
     },
     /// The request could not be sent or the response not read.
     #[error("GitHub request {method} {route} failed: {message}")]
@@ -53,10 +66,14 @@ impl GitHubError {
     /// Whether retrying the whole event later could help (5xx, rate limits, transport).
     pub fn is_transient(&self) -> bool {
         match self {
-            GitHubError::Status { status, .. } => {
+            GitHubError::Status {
+                status,
+                rate_limited,
+                ..
+            } => {
                 status.is_server_error()
                     || *status == StatusCode::TOO_MANY_REQUESTS
-                    || *status == StatusCode::FORBIDDEN
+                    || (*status == StatusCode::FORBIDDEN && *rate_limited)
             }
             GitHubError::Transport { .. } => true,
             GitHubError::Setup(_) => false,
@@ -80,6 +97,17 @@ pub struct CollaboratorPermission {
     pub role_name: String,
 }
 
+/// One comment on an issue, as listing them shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssueComment {
+    /// Its id.
+    pub id: CommentId,
+    /// Who wrote it.
+    pub author: Login,
+    /// Its body.
+    pub body: String,
+}
+
 impl CollaboratorPermission {
     /// Write, maintain or admin.
     pub fn can_write(&self) -> bool {
@@ -101,19 +129,21 @@ impl GitHub {
             .base_uri(config.api_base_url.as_str())
             .map_err(setup)?;
         let client = match &config.auth {
-            GitHubAuth::Token { token } => builder.personal_token(token.clone()).build(),
+            GitHubAuth::Token { token } => {
+                builder.personal_token(token.expose().to_string()).build()
+            }
             GitHubAuth::App {
                 app_id,
                 installation_id,
                 private_key_pem,
             } => {
-                let key = octocrab::EncodingKey::from_rsa_pem(private_key_pem.as_bytes())
+                let key = octocrab::EncodingKey::from_rsa_pem(private_key_pem.expose().as_bytes())
                     .map_err(|e| GitHubError::Setup(format!("auth.private_key_pem: {e}")))?;
                 builder
                     .app(octocrab::models::AppId(*app_id), key)
                     .build()
                     .and_then(|app| {
-                        app.installation(octocrab::models::InstallationId(*installation_id))
+                        app.installation(octocrab::models::InstallationId(installation_id.0))
                     })
             }
         }
@@ -175,6 +205,7 @@ impl GitHub {
                     .ok()
                     .and_then(|v| v.get("message").and_then(Value::as_str).map(String::from))
                     .unwrap_or_else(|| text.chars().take(200).collect()),
+                rate_limited: wait.is_some(),
             };
             let max_wait = Duration::from_secs(self.retry.max_wait_seconds);
             let delay = if status.is_server_error() {
@@ -205,13 +236,14 @@ impl GitHub {
         Duration::from_millis(ms).min(Duration::from_secs(self.retry.max_wait_seconds.max(1)))
     }
 
-    /// Posts a comment; returns its id.
+    /// Posts a comment; returns its id, or `None` when GitHub answered 2xx without one (the
+    /// comment exists; posting again would make a second).
     pub async fn create_comment(
         &self,
         repo: &RepoName,
         issue: IssueNumber,
         body: &str,
-    ) -> Result<CommentId, GitHubError> {
+    ) -> Result<Option<CommentId>, GitHubError> {
         let route = format!(
             "/repos/{}/{}/issues/{issue}/comments",
             repo.owner, repo.name
@@ -219,14 +251,50 @@ impl GitHub {
         let v = self
             .call(Method::POST, &route, Some(&json!({ "body": body })))
             .await?;
-        v.get("id")
-            .and_then(Value::as_u64)
-            .map(CommentId)
-            .ok_or_else(|| GitHubError::Transport {
-                method: Method::POST,
-                route,
-                message: "response has no comment id".into(),
-            })
+        let id = v.get("id").and_then(Value::as_u64).map(CommentId);
+        if id.is_none() {
+            tracing::warn!(%route, "GitHub created a comment but sent no id; not posting again");
+        }
+        Ok(id)
+    }
+
+    /// Every comment on an issue, oldest first (`GET .../issues/{n}/comments`, page by page, at
+    /// most [`MAX_COMMENT_PAGES`] pages).
+    pub async fn list_comments(
+        &self,
+        repo: &RepoName,
+        issue: IssueNumber,
+    ) -> Result<Vec<IssueComment>, GitHubError> {
+        let mut out = Vec::new();
+        for page in 1..=MAX_COMMENT_PAGES {
+            let route = format!(
+                "/repos/{}/{}/issues/{issue}/comments?per_page={COMMENTS_PER_PAGE}&page={page}",
+                repo.owner, repo.name
+            );
+            let v = self.call(Method::GET, &route, None).await?;
+            let items = v.as_array().map(Vec::as_slice).unwrap_or_default();
+            for c in items {
+                let (Some(id), Some(login)) = (
+                    c.get("id").and_then(Value::as_u64),
+                    c.pointer("/user/login").and_then(Value::as_str),
+                ) else {
+                    continue;
+                };
+                out.push(IssueComment {
+                    id: CommentId(id),
+                    author: Login::new(login),
+                    body: c
+                        .get("body")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                });
+            }
+            if items.len() < COMMENTS_PER_PAGE {
+                break;
+            }
+        }
+        Ok(out)
     }
 
     /// Replaces a comment's body.
@@ -348,7 +416,7 @@ mod tests {
 
     fn config(auth: &str) -> BotConfig {
         toml::from_str(&format!(
-            "bot_login = 'b'\nwebhook_secrets = ['s']\nflops_per_second = 1.0\napi_base_url = 'http://127.0.0.1:9'\n[auth]\n{auth}"
+            "bot_login = 'b'\nrepositories = ['o/r']\nwebhook_secrets = ['s']\nflops_per_second = 1.0\napi_base_url = 'http://127.0.0.1:9'\n[auth]\n{auth}"
         ))
         .unwrap()
     }

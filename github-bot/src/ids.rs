@@ -31,6 +31,10 @@ number_id!(
     /// A comment's id (repository-wide, as in `/issues/comments/{id}`).
     CommentId
 );
+number_id!(
+    /// A GitHub App installation's id: `installation.id` in the webhooks delivered to an App.
+    InstallationId
+);
 
 /// A GitHub login. Compared case-insensitively, as GitHub does.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -87,8 +91,9 @@ impl fmt::Display for DeliveryId {
     }
 }
 
-/// A repository, `owner/name`.
+/// A repository, `owner/name`. In configuration and JSON it is the string `owner/name`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct RepoName {
     /// The owning user or organisation.
     pub owner: String,
@@ -107,6 +112,29 @@ impl RepoName {
             owner: owner.to_string(),
             name: name.to_string(),
         })
+    }
+}
+
+impl RepoName {
+    /// Whether `other` names the same repository (GitHub compares names case-insensitively).
+    pub fn same_as(&self, other: &RepoName) -> bool {
+        self.owner.eq_ignore_ascii_case(&other.owner) && self.name.eq_ignore_ascii_case(&other.name)
+    }
+}
+
+impl TryFrom<String> for RepoName {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s).ok_or_else(|| {
+            format!("{s:?} is not a repository; expected \"owner/name\" (one slash, no empty part)")
+        })
+    }
+}
+
+impl From<RepoName> for String {
+    fn from(r: RepoName) -> Self {
+        r.to_string()
     }
 }
 
@@ -148,5 +176,18 @@ mod tests {
         assert!(RepoName::parse("noslash").is_none());
         assert!(RepoName::parse("a/b/c").is_none());
         assert!(RepoName::parse("/b").is_none());
+        assert!(
+            RepoName::parse("Glassbox-Lab/GlassBox")
+                .unwrap()
+                .same_as(&r)
+        );
+        let from_toml: Vec<RepoName> =
+            serde_json::from_str(r#"["glassbox-lab/glassbox"]"#).unwrap();
+        assert_eq!(from_toml, vec![r]);
+        let err = serde_json::from_str::<RepoName>(r#""noslash""#).unwrap_err();
+        assert!(
+            err.to_string().contains("\"noslash\" is not a repository"),
+            "{err}"
+        );
     }
 }

@@ -6,7 +6,9 @@
 //! ledger entry itself, it hands the lab a [`Proposal`] and the lab records it. Approval is
 //! bound to a spec hash: the lab refuses an approval whose hash is not the proposal's current
 //! one ([`LabError::StaleHash`]), and recording a proposal with a new hash voids an approval of
-//! the old one ([`ProposalRecorded::voided_approval`]).
+//! the old one ([`ProposalRecorded::voided_approval`]). A rejection outlives edits: only a
+//! maintainer's approval lifts it. Closing, deleting, transferring or unlabelling the issue
+//! voids the approval as a rejection ([`LabPort::void_approval`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -108,6 +110,15 @@ pub enum Cancelled {
     Running(RunId),
 }
 
+/// What [`LabPort::void_approval`] undid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Voided {
+    /// The approval that was in force, if any.
+    pub approval: Option<ApprovalInfo>,
+    /// The job that was waiting (now out of the queue) or running (stopping at its next step).
+    pub job: Option<Cancelled>,
+}
+
 /// Why the lab refused an action. Messages are shown to people in comments.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LabError {
@@ -161,14 +172,27 @@ pub trait LabPort: Send + Sync + 'static {
         experiment: &ExperimentId,
     ) -> impl Future<Output = Result<Option<ApprovalInfo>, LabError>> + Send;
     /// Records an approval bound to `spec_hash` and queues the job; returns the queue position.
+    /// An approval lifts a rejection (the `approval` entry is the record of it).
     fn approve(&self, approval: Approval) -> impl Future<Output = Result<u32, LabError>> + Send;
-    /// Records a rejection with its reason.
+    /// Records a rejection with its reason. The proposal stays rejected, whatever its author
+    /// edits, until a maintainer approves it.
     fn reject(
         &self,
         experiment: &ExperimentId,
         by: &Login,
         reason: &str,
     ) -> impl Future<Output = Result<(), LabError>> + Send;
+    /// The issue was closed, deleted, transferred or unlabelled: when a job waits or runs,
+    /// records a `rejection` by `by` with `reason`, takes the job out of the queue or stops it at
+    /// its next step, and voids the approval; the proposal stays rejected until a maintainer
+    /// approves it again. With no job open, an approval whose run has ended is dropped without a
+    /// record (so reopening needs a new approval before a `/rerun`) and `None` is returned.
+    fn void_approval(
+        &self,
+        experiment: &ExperimentId,
+        by: &Login,
+        reason: &str,
+    ) -> impl Future<Output = Result<Option<Voided>, LabError>> + Send;
     /// Holds (`true`) or releases (`false`) an approved proposal.
     fn set_hold(
         &self,
@@ -342,7 +366,10 @@ impl LabPort for InMemoryLab {
             Some(e) => {
                 recorded.voided_approval = e.approval.take();
                 e.proposal = proposal.clone();
-                e.state = ExperimentState::Proposed;
+                // A rejection outlives edits; only a maintainer's approval lifts it.
+                if !matches!(e.state, ExperimentState::Rejected { .. }) {
+                    e.state = ExperimentState::Proposed;
+                }
             }
             None => {
                 m.experiments.insert(
@@ -399,17 +426,17 @@ impl LabPort for InMemoryLab {
             });
         }
         match &e.state {
-            ExperimentState::Proposed => {}
+            // An approval lifts a rejection; after a run ended or was cancelled it queues a
+            // new one, as the lab's flow does.
+            ExperimentState::Proposed
+            | ExperimentState::Rejected { .. }
+            | ExperimentState::Cancelled
+            | ExperimentState::Finished { .. } => {}
             ExperimentState::Queued { .. } | ExperimentState::Held => {
                 return Err(LabError::InvalidState("already approved".into()));
             }
             ExperimentState::Running { run } => {
                 return Err(LabError::InvalidState(format!("already running as {run}")));
-            }
-            other => {
-                return Err(LabError::InvalidState(format!(
-                    "cannot approve in state {other:?}; use /rerun"
-                )));
             }
         }
         e.approval = Some(ApprovalInfo {
@@ -442,6 +469,36 @@ impl LabPort for InMemoryLab {
         m.journal
             .push(format!("rejection {experiment} by {by}: {reason}"));
         Ok(())
+    }
+
+    async fn void_approval(
+        &self,
+        experiment: &ExperimentId,
+        by: &Login,
+        reason: &str,
+    ) -> Result<Option<Voided>, LabError> {
+        let mut m = self.lock();
+        let Some(e) = m.experiments.get_mut(experiment) else {
+            return Ok(None);
+        };
+        let job = match &e.state {
+            ExperimentState::Queued { .. } | ExperimentState::Held => Some(Cancelled::Queued),
+            ExperimentState::Running { run } => Some(Cancelled::Running(run.clone())),
+            _ => None,
+        };
+        let approval = e.approval.take();
+        if job.is_none() {
+            // An approval whose run has ended was spent on it; it is dropped without a record,
+            // so a `/rerun` after reopening needs a new `/approve`.
+            return Ok(None);
+        }
+        e.state = ExperimentState::Rejected {
+            reason: reason.to_string(),
+        };
+        m.queue.retain(|x| x != experiment);
+        m.journal
+            .push(format!("rejection {experiment} by {by}: {reason}"));
+        Ok(Some(Voided { approval, job }))
     }
 
     async fn set_hold(

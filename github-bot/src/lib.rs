@@ -13,7 +13,8 @@
 //! - [`lab::LabPort`] — the trait the lab implements (record proposal, approve bound to a spec
 //!   hash, reject, hold, cancel, rerun, reproduce, status, quota); [`lab::InMemoryLab`] for tests;
 //! - [`github::GitHub`] — octocrab with the bot's retry and rate-limit policy;
-//! - [`config::BotConfig`] — the TOML section the lab config embeds;
+//! - [`config::BotConfig`] — the TOML section the lab config embeds, with the repositories the
+//!   bot serves ([`config::BotConfig::scope`]); [`secret::Secret`] — values that never print;
 //! - [`local`] — a local stand-in for GitHub's REST routes and webhook payloads, for
 //!   `glassbox quickstart` without a network.
 //!
@@ -35,18 +36,20 @@ pub mod labels;
 pub mod local;
 pub mod permissions;
 pub mod render;
+pub mod secret;
 pub mod server;
 pub mod signature;
 pub mod store;
 pub mod worker;
 
-pub use bot::Bot;
+pub use bot::{Bot, Handled};
 pub use config::BotConfig;
 pub use error::BotError;
 pub use event::WebhookEvent;
 pub use github::GitHub;
-pub use ids::{CommentId, DeliveryId, IssueKey, IssueNumber, Login, RepoName};
+pub use ids::{CommentId, DeliveryId, InstallationId, IssueKey, IssueNumber, Login, RepoName};
 pub use lab::{InMemoryLab, LabEvent, LabPort};
+pub use secret::Secret;
 pub use server::{Intake, WEBHOOK_PATH, WebhookSettings, start_intake, webhook_router};
 pub use store::Store;
 pub use worker::Worker;

@@ -8,12 +8,15 @@
 //! Also here: [`LocalIssues`], which builds the signed webhook deliveries a real GitHub would
 //! send for an issue opened from the experiment form and for a comment on it.
 //!
-//! Not a GitHub emulator: no auth, no pagination, one in-memory model, nothing persisted.
+//! Every comment it holds was posted through it, so it lists them as written by
+//! [`LOCAL_BOT_LOGIN`] (the bot finds its own comments by marker among them).
+//!
+//! Not a GitHub emulator: no auth, one in-memory model, nothing persisted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
@@ -23,6 +26,10 @@ use serde_json::{Value, json};
 
 /// Where the stand-in is mounted on the lab's server.
 pub const LOCAL_GITHUB_PREFIX: &str = "/local-github";
+
+/// The author the stand-in gives every comment: the bot, which is the only one posting here.
+/// Configure the bot's `bot_login` to this.
+pub const LOCAL_BOT_LOGIN: &str = "glassbox-bot";
 
 /// One comment the bot wrote.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -85,7 +92,7 @@ impl LocalGitHub {
         Router::new()
             .route(
                 "/repos/{owner}/{repo}/issues/{number}/comments",
-                post(create_comment),
+                post(create_comment).get(list_comments),
             )
             .route(
                 "/repos/{owner}/{repo}/issues/comments/{id}",
@@ -135,6 +142,36 @@ async fn create_comment(
         },
     );
     (StatusCode::CREATED, Json(json!({"id": id, "body": text}))).into_response()
+}
+
+async fn list_comments(
+    State(gh): State<LocalGitHub>,
+    Path((owner, repo, number)): Path<(String, String, u64)>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    // `per_page` (default 30) and `page` (from 1), as GitHub pages a list.
+    let param = |name: &str| {
+        query
+            .as_deref()
+            .unwrap_or_default()
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == name)
+            .and_then(|(_, v)| v.parse::<usize>().ok())
+    };
+    let per_page = param("per_page").unwrap_or(30).clamp(1, 100);
+    let page = param("page").unwrap_or(1).max(1);
+    let repo = format!("{owner}/{repo}");
+    let m = gh.lock();
+    let all: Vec<Value> = m
+        .comments
+        .values()
+        .filter(|c| c.repo == repo && c.issue == number)
+        .skip(per_page.saturating_mul(page - 1))
+        .take(per_page)
+        .map(|c| json!({"id": c.id, "body": c.body, "user": {"login": LOCAL_BOT_LOGIN, "type": "Bot"}}))
+        .collect();
+    Json(all).into_response()
 }
 
 async fn update_comment(
@@ -220,6 +257,9 @@ impl LocalIssues {
     }
 
     fn issue(&self, number: u64, author: &str, title: &str, body: &str) -> Value {
+        let now = time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into());
         json!({
             "number": number,
             "title": title,
@@ -228,6 +268,7 @@ impl LocalIssues {
             "user": {"login": author, "type": "User"},
             "labels": [{"name": "experiment", "color": "ededed"}],
             "html_url": format!("https://github.com/{}/issues/{number}", self.repo),
+            "updated_at": now,
         })
     }
 
@@ -271,6 +312,39 @@ impl LocalIssues {
 mod tests {
     use super::*;
     use crate::event::WebhookEvent;
+
+    #[tokio::test]
+    async fn comments_are_listed_page_by_page_as_the_bots() {
+        use tower::ServiceExt;
+        let gh = LocalGitHub::new(&[]);
+        let send = |req: axum::http::Request<axum::body::Body>| async {
+            let resp = gh.router().oneshot(req).await.unwrap();
+            let bytes = http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            serde_json::from_slice::<Value>(&bytes).unwrap()
+        };
+        for i in 0..3 {
+            send(
+                axum::http::Request::post("/repos/o/r/issues/1/comments")
+                    .header("content-type", "application/json")
+                    .body(json!({"body": format!("c{i}")}).to_string().into())
+                    .unwrap(),
+            )
+            .await;
+        }
+        let page = |q: &str| {
+            axum::http::Request::get(format!("/repos/o/r/issues/1/comments?{q}"))
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let second = send(page("per_page=2&page=2")).await;
+        assert_eq!(second.as_array().unwrap().len(), 1, "{second}");
+        assert_eq!(second[0]["body"], "c2");
+        assert_eq!(second[0]["user"]["login"], LOCAL_BOT_LOGIN);
+        assert_eq!(send(page("")).await.as_array().unwrap().len(), 3);
+    }
 
     #[test]
     fn built_deliveries_parse_as_the_bot_expects() {

@@ -57,7 +57,8 @@ pub async fn authorize(
     if !is_maintainer {
         return Decision::Refused(format!("only maintainers may run it; {who}."));
     }
-    if matches!(command, Command::Approve) && actor == author && !config.allow_self_approval {
+    if matches!(command, Command::Approve { .. }) && actor == author && !config.allow_self_approval
+    {
         return Decision::Refused(
             "authors cannot approve their own proposal; another maintainer must approve it.".into(),
         );

@@ -8,13 +8,31 @@ use std::fmt::Write;
 
 use glassbox_schemas::{CostEstimate, RunStatus, SpecError, SpecHash};
 
-use crate::command::{COMMAND_NAMES, Command};
+use crate::command::{COMMAND_NAMES, Command, HashPin};
+use crate::event::IssueAction;
 use crate::form::FormProblem;
 use crate::ids::Login;
-use crate::lab::{ApprovalInfo, ExperimentState, ExperimentStatus, RunOutcome};
+use crate::lab::{ApprovalInfo, Cancelled, ExperimentState, ExperimentStatus, RunOutcome, Voided};
 
-/// Hidden marker that opens the validation comment (lets people and tools find it).
+/// Hidden marker that opens the validation comment (lets people and tools find it); it is
+/// [`comment_marker`] of the kind `validation`.
 pub const VALIDATION_MARKER: &str = "<!-- glassbox-bot: validation -->";
+
+/// The hidden marker that opens the bot's comment of `kind` (`validation`, `run:<run>`,
+/// `result:<run>`): how the bot finds its own comment again when its store has lost the id.
+pub fn comment_marker(kind: &str) -> String {
+    format!("<!-- glassbox-bot: {kind} -->")
+}
+
+/// `body`, opened by the marker of `kind` unless it already is.
+pub fn with_marker(kind: &str, body: &str) -> String {
+    let marker = comment_marker(kind);
+    if body.starts_with(&marker) {
+        body.to_string()
+    } else {
+        format!("{marker}\n{body}")
+    }
+}
 
 /// `1234567` -> `1,234,567`.
 pub fn thousands(n: u64) -> String {
@@ -61,7 +79,9 @@ pub fn state_line(status: Option<&ExperimentStatus>) -> String {
         Some(ExperimentState::Held) => "approved, on hold (`/unhold` releases it)".into(),
         Some(ExperimentState::Running { run }) => format!("running as `{run}`"),
         Some(ExperimentState::Finished { status }) => format!("finished: **{status}**"),
-        Some(ExperimentState::Rejected { reason }) => format!("rejected: {reason}"),
+        Some(ExperimentState::Rejected { reason }) => format!(
+            "rejected: {reason} (edits keep the rejection; a maintainer's `/approve` lifts it)"
+        ),
         Some(ExperimentState::Cancelled) => "cancelled".into(),
     }
 }
@@ -180,6 +200,84 @@ pub fn who_can(maintainers: &[Login], collaborators: bool, repo: &str) -> String
         );
     }
     s
+}
+
+/// Reply to a command with an argument it does not take.
+pub fn malformed_command(actor: &Login, name: &str, problem: &str) -> String {
+    format!("@{actor}, `/{name}` was not run: {problem}.")
+}
+
+/// Reply to `/approve <pin>` when the current spec is not the pinned one.
+pub fn approve_pin_mismatch(actor: &Login, pin: &HashPin, current: &SpecHash) -> String {
+    format!(
+        "@{actor}, `/approve` was not run: you pinned `{pin}`, but the current spec is `{current}`. Review the current spec and `/approve {current}` if it is the one you mean."
+    )
+}
+
+/// Reply to a successful `/approve`; `lifted` is the reason of the rejection it lifts.
+pub fn approved(actor: &Login, hash: &SpecHash, position: u32, lifted: Option<&str>) -> String {
+    let mut s =
+        format!("✅ Approved by @{actor} for spec `{hash}`; queued at position {position}.");
+    if let Some(reason) = lifted {
+        let _ = write!(
+            s,
+            " This lifts the earlier rejection ({reason}); the approval entry records it."
+        );
+    }
+    s.push_str(" Editing the spec voids this approval.");
+    s
+}
+
+/// Reply to a successful `/reject`.
+pub fn rejected(actor: &Login, reason: &str) -> String {
+    format!(
+        "Rejected by @{actor}: {reason}\n\nThe proposal stays rejected, even when the issue is edited, until a maintainer `/approve`s it (the approval lifts the rejection and is recorded in its place)."
+    )
+}
+
+/// The reason recorded when an issue event voids an approval, naming who did it.
+pub fn closing_reason(action: &IssueAction, sender: &Login) -> String {
+    match action {
+        IssueAction::Deleted => format!("issue deleted by @{sender}"),
+        IssueAction::Transferred => format!("issue transferred by @{sender}"),
+        IssueAction::Unlabeled(label) => format!("`{label}` label removed by @{sender}"),
+        _ => format!("issue closed by @{sender}"),
+    }
+}
+
+/// The comment after closing or unlabelling an issue voided its approval.
+pub fn voided_by_issue(reason: &str, voided: &Voided) -> String {
+    let mut s = format!("🛑 {}", capitalised(reason));
+    match &voided.approval {
+        Some(a) => {
+            let _ = write!(
+                s,
+                ": the approval by @{} of `{}` is void",
+                a.approver, a.spec_hash
+            );
+        }
+        None => s.push_str(": the approval is void"),
+    }
+    match &voided.job {
+        Some(Cancelled::Queued) => s.push_str(" and its job left the queue."),
+        Some(Cancelled::Running(run)) => {
+            let _ = write!(
+                s,
+                " and run `{run}` is being stopped; its result will be recorded as `cancelled`."
+            );
+        }
+        None => s.push('.'),
+    }
+    s.push_str(" This is recorded as a rejection; reopening the issue needs a maintainer's new `/approve`.");
+    s
+}
+
+fn capitalised(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(first) => first.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
 }
 
 /// Reply to an unknown command.
@@ -308,5 +406,14 @@ mod tests {
         assert_eq!(duration(30.0), "30.0 s");
         assert_eq!(duration(90.0), "1.5 min");
         assert_eq!(duration(7200.0), "2.0 h");
+    }
+
+    #[test]
+    fn markers_open_the_bots_comments_once() {
+        assert_eq!(comment_marker("validation"), VALIDATION_MARKER);
+        let once = with_marker("result:run-1", "done");
+        assert_eq!(once, "<!-- glassbox-bot: result:run-1 -->\ndone");
+        assert_eq!(with_marker("result:run-1", &once), once);
+        assert!(!once.contains(&comment_marker("result:run-10")));
     }
 }

@@ -4,10 +4,11 @@
 //! Per request, in order: the body is capped (`max_body_bytes`, else 413, unread); the
 //! `X-Hub-Signature-256` HMAC is verified against every configured secret (else 401, nothing
 //! stored); `ping` is answered 200 at once; any other event is written to the `deliveries`
-//! table keyed by `X-GitHub-Delivery` (a repeat id is answered 200 `duplicate` and not queued
-//! again), then answered 202. Processing happens later, in [`crate::worker`], which is woken
-//! through a [`Notify`]; events the bot does not handle are stored without payload (for
-//! de-duplication only) and acknowledged.
+//! table keyed by `X-GitHub-Delivery`, then answered 202. A repeat id is answered 200
+//! `duplicate` and not queued again, unless that delivery had `failed`: GitHub's "Redeliver"
+//! keeps the id, so it is queued again (202). Processing happens later, in [`crate::worker`],
+//! which is woken through a [`Notify`]; events the bot does not handle are stored without
+//! payload, as `ignored` with the reason, and acknowledged.
 //!
 //! The writer task batches concurrent deliveries into one SQLite transaction (one fsync), so
 //! durability costs one disk flush per batch rather than per request, and checkpoints the WAL
@@ -26,8 +27,9 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::event::HANDLED_EVENTS;
 use crate::ids::DeliveryId;
+use crate::secret::Secret;
 use crate::signature::{self, SIGNATURE_HEADER};
-use crate::store::{NewDelivery, Store};
+use crate::store::{Intaken, NewDelivery, Store};
 
 /// The path the router serves.
 pub const WEBHOOK_PATH: &str = "/github/webhook";
@@ -38,7 +40,7 @@ const MAX_BATCH: usize = 512;
 /// Deliveries committed between two background WAL checkpoints.
 const CHECKPOINT_EVERY: usize = 256;
 
-type WriteRequest = (NewDelivery, oneshot::Sender<Result<bool, String>>);
+type WriteRequest = (NewDelivery, oneshot::Sender<Result<Intaken, String>>);
 
 /// A handle to the writer task; cheap to clone.
 #[derive(Debug, Clone)]
@@ -65,10 +67,15 @@ pub fn start_intake(store: Store, wake: Arc<Notify>) -> (Intake, tokio::task::Jo
             let deliveries: Vec<NewDelivery> = batch.iter().map(|(d, _)| d.clone()).collect();
             match store.insert_deliveries(&deliveries).await {
                 Ok(fresh) => {
-                    let wake_worker = fresh
-                        .iter()
-                        .zip(&deliveries)
-                        .any(|(new, d)| *new && d.payload.is_some());
+                    let wake_worker =
+                        fresh
+                            .iter()
+                            .zip(&deliveries)
+                            .any(|(intaken, d)| match intaken {
+                                Intaken::New => d.payload.is_some(),
+                                Intaken::Requeued => true,
+                                Intaken::Duplicate => false,
+                            });
                     for ((_, reply), new) in batch.drain(..).zip(fresh) {
                         let _ = reply.send(Ok(new));
                     }
@@ -107,7 +114,7 @@ pub fn start_intake(store: Store, wake: Arc<Notify>) -> (Intake, tokio::task::Jo
 #[derive(Debug, Clone)]
 pub struct WebhookSettings {
     /// Secrets; any one verifies.
-    pub secrets: Vec<String>,
+    pub secrets: Vec<Secret>,
     /// Body cap in bytes.
     pub max_body_bytes: usize,
 }
@@ -171,9 +178,15 @@ async fn receive(
         return reply(StatusCode::SERVICE_UNAVAILABLE, "intake is shutting down\n");
     }
     match rx.await {
-        Ok(Ok(true)) if handled => reply(StatusCode::ACCEPTED, "queued\n"),
-        Ok(Ok(true)) => reply(StatusCode::ACCEPTED, "ignored: event not handled\n"),
-        Ok(Ok(false)) => reply(StatusCode::OK, "duplicate delivery; already accepted\n"),
+        Ok(Ok(Intaken::New)) if handled => reply(StatusCode::ACCEPTED, "queued\n"),
+        Ok(Ok(Intaken::New)) => reply(StatusCode::ACCEPTED, "ignored: event not handled\n"),
+        Ok(Ok(Intaken::Requeued)) => reply(
+            StatusCode::ACCEPTED,
+            "redelivery of a failed delivery; queued again\n",
+        ),
+        Ok(Ok(Intaken::Duplicate)) => {
+            reply(StatusCode::OK, "duplicate delivery; already accepted\n")
+        }
         Ok(Err(_)) | Err(_) => reply(
             StatusCode::SERVICE_UNAVAILABLE,
             "could not store the delivery; redeliver later\n",

@@ -1,12 +1,15 @@
-//! The worker: drains the durable delivery queue through [`Bot::handle_event`].
+//! The worker: drains the durable delivery queue through [`Bot::handle_delivery`].
 //!
 //! Deliveries are processed one at a time in arrival order (so two edits of one issue are seen
-//! in the order GitHub sent them). A delivery that fails transiently (GitHub 5xx after the
-//! client's own retries, rate limit, lab unavailable) is retried after `2^attempts` seconds,
-//! up to [`MAX_ATTEMPTS`]; any other failure marks it `failed` with the error. Because a
-//! delivery is only marked done after it was handled, a crash mid-way re-handles it on restart
-//! (at-least-once; the handlers are written to be safe to repeat: comments are edited in place,
-//! recording the same proposal hash twice is a no-op).
+//! in the order GitHub sent them). Each ends `acted`, `ignored` with the reason the bot gave, or,
+//! after a failure, `pending` again or `failed`: a transient failure (GitHub 5xx after the
+//! client's own retries, rate limit, lab unavailable) is retried after `2^attempts` seconds, up
+//! to [`MAX_ATTEMPTS`]; any other marks it `failed` with the error. Because a delivery is only
+//! marked after it was handled, a crash mid-way re-handles it on restart (at-least-once; the
+//! handlers are written to be safe to repeat: comments are found by marker and edited in
+//! place, a command runs once per comment, recording the same proposal hash twice is a no-op).
+//! While running, it prunes `ignored` deliveries older than `github.ignored_retention_hours`
+//! every [`PRUNE_EVERY`].
 //!
 //! Tests drive it with [`Worker::process_pending`], which returns when the queue is empty, or
 //! run it with [`Worker::run`] and wait on the `processed` channel instead of sleeping.
@@ -16,20 +19,24 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc};
 
-use crate::bot::Bot;
+use crate::bot::{Bot, Handled};
 use crate::error::BotError;
-use crate::event::WebhookEvent;
 use crate::ids::DeliveryId;
 use crate::lab::LabPort;
 
 /// Attempts before a delivery is marked failed.
 pub const MAX_ATTEMPTS: u32 = 8;
 
+/// How often a running worker prunes old `ignored` deliveries.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(600);
+
 /// How one delivery ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Processed {
-    /// Handled.
-    Done(DeliveryId),
+    /// Handled and acted on.
+    Acted(DeliveryId),
+    /// Handled, nothing done; the reason.
+    Ignored(DeliveryId, String),
     /// Will be retried.
     Retrying(DeliveryId, String),
     /// Given up.
@@ -66,14 +73,16 @@ impl<L: LabPort> Worker<L> {
         let mut n = 0;
         while let Some(d) = store.next_pending().await? {
             n += 1;
-            let result = match WebhookEvent::parse(&d.event, &d.payload) {
-                Ok(event) => self.bot.handle_event(event).await,
-                Err(e) => Err(e.into()),
-            };
+            let result = self.bot.handle_delivery(&d.event, &d.payload).await;
             let outcome = match result {
-                Ok(()) => {
-                    store.mark_done(d.seq).await?;
-                    Processed::Done(d.id)
+                Ok(Handled::Acted) => {
+                    store.mark_acted(d.seq).await?;
+                    Processed::Acted(d.id)
+                }
+                Ok(Handled::Ignored(reason)) => {
+                    tracing::debug!(delivery = %d.id, %reason, "delivery ignored");
+                    store.mark_ignored(d.seq, &reason).await?;
+                    Processed::Ignored(d.id, reason)
                 }
                 Err(e) if e.is_transient() && d.attempts + 1 < MAX_ATTEMPTS => {
                     let wait = Duration::from_secs(1u64 << (d.attempts + 1).min(10));
@@ -98,10 +107,25 @@ impl<L: LabPort> Worker<L> {
         Ok(n)
     }
 
+    /// Deletes `ignored` deliveries older than the config's `ignored_retention_hours`.
+    pub async fn prune_ignored(&self) -> Result<u64, BotError> {
+        let age = Duration::from_secs(self.bot.config.ignored_retention_hours.saturating_mul(3600));
+        Ok(self.bot.store.prune_ignored(age).await?)
+    }
+
     /// Runs until the task is aborted: drains the queue, then sleeps until woken or until the
-    /// next retry is due.
+    /// next retry is due; prunes old `ignored` deliveries every [`PRUNE_EVERY`].
     pub async fn run(self) {
+        let mut pruned_at: Option<tokio::time::Instant> = None;
         loop {
+            if pruned_at.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
+                pruned_at = Some(tokio::time::Instant::now());
+                match self.prune_ignored().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(pruned = n, "old ignored deliveries pruned"),
+                    Err(e) => tracing::warn!(error = %e, "could not prune ignored deliveries"),
+                }
+            }
             if let Err(e) = self.process_pending().await {
                 tracing::error!(error = %e, "worker could not read the queue");
             }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use glassbox_github_bot::lab::{
     Approval, ApprovalInfo, Cancelled, ExperimentState, ExperimentStatus, LabError as PortError,
-    LabEvent, LabPort, Proposal, ProposalRecorded, RunOutcome as PortOutcome,
+    LabEvent, LabPort, Proposal, ProposalRecorded, RunOutcome as PortOutcome, Voided,
 };
 use glassbox_github_bot::{IssueKey, IssueNumber, Login, RepoName};
 use glassbox_schemas::record::{
@@ -31,7 +31,7 @@ use sqlx::Row;
 
 use crate::config::LabConfig;
 use crate::error::LabError;
-use crate::outbox::{self, Notice};
+use crate::outbox::{self, Notice, NoticeDelivery};
 use crate::queue::{CancelOutcome, Job, JobId, JobKind, JobState, NewJob, Queue};
 use crate::recorder::Recorder;
 use crate::worker::CancelSwitches;
@@ -187,7 +187,8 @@ impl Flow {
     }
 
     /// Records a proposal. The same hash again is a no-op; a new hash writes a new entry and
-    /// voids a waiting approval of the old one (its job leaves the queue).
+    /// voids a waiting approval of the old one (its job leaves the queue). A rejection is kept
+    /// across edits: only an approval lifts it.
     pub async fn propose(&self, p: NewProposal) -> Result<Recorded, LabError> {
         let spec_hash = glassbox_schemas::spec_hash(&p.spec).map_err(|e| LabError::BadSpec {
             hash: "?".into(),
@@ -196,7 +197,6 @@ impl Flow {
         let existing = self.row(&p.experiment).await?;
         if let Some(row) = &existing
             && row.spec_hash == spec_hash
-            && row.rejected_reason.is_none()
         {
             let entry = self.proposal_entry(&p.experiment).await?;
             return Ok(Recorded {
@@ -265,7 +265,7 @@ impl Flow {
              VALUES ($1, $2, $3, $4, $5, $6) \
              ON CONFLICT (experiment) DO UPDATE SET spec_hash = excluded.spec_hash, \
              author = excluded.author, title = excluded.title, proposal_entry = excluded.proposal_entry, \
-             approved_hash = NULL, approver = NULL, approval_entry = NULL, rejected_reason = NULL, \
+             approved_hash = NULL, approver = NULL, approval_entry = NULL, \
              updated_at = excluded.updated_at",
         )
         .bind(p.experiment.0.clone())
@@ -327,7 +327,8 @@ impl Flow {
     }
 
     /// Records an approval of `spec_hash` by `approver` and queues a job. Approving the hash
-    /// that is already approved and waiting returns that job (a retried delivery).
+    /// that is already approved and waiting returns that job (a retried delivery). An approval
+    /// lifts a rejection.
     pub async fn approve(
         &self,
         experiment: &ExperimentId,
@@ -391,9 +392,10 @@ impl Flow {
                 max_attempts: self.inner.config.limits.max_attempts,
             })
             .await?;
+        // An approval lifts a rejection; the `approval` entry is its record.
         sqlx::query(
             "UPDATE proposals SET approved_hash = $1, approver = $2, approval_entry = $3, \
-             updated_at = $4 WHERE experiment = $5",
+             rejected_reason = NULL, updated_at = $4 WHERE experiment = $5",
         )
         .bind(spec_hash.to_string())
         .bind(approver.to_string())
@@ -520,6 +522,68 @@ impl Flow {
         Ok(entry)
     }
 
+    /// The issue was closed, deleted, transferred or unlabelled (`reason` says which, naming
+    /// `by`). When a job waits or runs: a `rejection` entry by `by` first, then the job is
+    /// cancelled (a running one at its next step) and the approval voided; the proposal stays
+    /// rejected until an approval lifts it. With no job open, a spent approval (its run ended)
+    /// is dropped without an entry, so a `/rerun` after reopening needs a new approval, and
+    /// `None` is returned.
+    pub async fn void_approval(
+        &self,
+        experiment: &ExperimentId,
+        by: &str,
+        reason: &str,
+    ) -> Result<Option<(Option<ApprovalInfo>, Job)>, LabError> {
+        let Some(row) = self.row(experiment).await? else {
+            return Ok(None);
+        };
+        let approval = match (row.approved_hash, row.approver) {
+            (Some(h), Some(a)) => Some(ApprovalInfo {
+                spec_hash: h,
+                approver: Login::new(a),
+            }),
+            _ => None,
+        };
+        let open = self
+            .inner
+            .queue
+            .latest_job_of(experiment)
+            .await?
+            .filter(|j| !j.state.is_terminal());
+        let Some(job) = open else {
+            sqlx::query(
+                "UPDATE proposals SET approved_hash = NULL, approver = NULL WHERE experiment = $1",
+            )
+            .bind(experiment.0.clone())
+            .execute(self.inner.queue.pool())
+            .await?;
+            return Ok(None);
+        };
+        let body = RejectionBody {
+            spec_hash: row.spec_hash,
+            by: by.to_string(),
+            reason: reason.to_string(),
+        };
+        let exp = experiment.clone();
+        self.blocking(move |rec| {
+            rec.record(EntryKind::Rejection, Some(&exp), Default::default(), &body)
+        })
+        .await?;
+        if self.inner.queue.cancel(job.id, reason).await? == CancelOutcome::Requested {
+            self.inner.switches.cancel(job.id);
+        }
+        sqlx::query(
+            "UPDATE proposals SET rejected_reason = $1, approved_hash = NULL, approver = NULL, \
+             updated_at = $2 WHERE experiment = $3",
+        )
+        .bind(reason.to_string())
+        .bind(self.inner.queue.clock().now_ms())
+        .bind(experiment.0.clone())
+        .execute(self.inner.queue.pool())
+        .await?;
+        Ok(Some((approval, job)))
+    }
+
     /// Cancels a job: at once if waiting, at its next step if running (in this process) or at
     /// its worker's next heartbeat (elsewhere).
     pub async fn cancel_job(&self, job: JobId, by: &str) -> Result<CancelOutcome, LabError> {
@@ -637,24 +701,43 @@ impl Flow {
         })
     }
 
-    /// Delivers pending notices through `deliver` (the bot), marking each delivered once it
-    /// returns `true`. Returns how many were delivered.
-    pub async fn deliver_notices<F, Fut>(&self, mut deliver: F) -> Result<usize, LabError>
+    /// Delivers the due notices through `deliver` (the bot), each on its own: a delivered one
+    /// is marked delivered, one that failed ([`NoticeDelivery::Retry`], or `false`) waits its
+    /// backoff ([`outbox::retry_later`]) while other experiments' notices still go out (its own
+    /// later ones wait behind it, to stay in order), and one that cannot succeed
+    /// ([`NoticeDelivery::GiveUp`]) is not tried again. Returns how many were delivered.
+    pub async fn deliver_notices<F, Fut, O>(&self, mut deliver: F) -> Result<usize, LabError>
     where
         F: FnMut(LabEvent) -> Fut,
-        Fut: std::future::Future<Output = bool>,
+        Fut: std::future::Future<Output = O>,
+        O: Into<NoticeDelivery>,
     {
         let mut n = 0;
-        for (id, notice) in outbox::pending(&self.inner.queue, 100).await? {
-            let ok = match self.lab_event(&notice) {
-                Some(event) => deliver(event).await,
-                None => true,
-            };
-            if !ok {
-                break;
+        // Experiments whose notice failed this round: their later notices wait, in order.
+        let mut held = std::collections::HashSet::new();
+        for p in outbox::due(&self.inner.queue, 100).await? {
+            if held.contains(p.notice.experiment()) {
+                continue;
             }
-            outbox::delivered(&self.inner.queue, id).await?;
-            n += 1;
+            let outcome = match self.lab_event(&p.notice) {
+                Some(event) => deliver(event).await.into(),
+                None => NoticeDelivery::Delivered,
+            };
+            match outcome {
+                NoticeDelivery::Delivered => {
+                    outbox::delivered(&self.inner.queue, p.id).await?;
+                    n += 1;
+                }
+                NoticeDelivery::Retry(error) => {
+                    held.insert(p.notice.experiment().clone());
+                    let wait = outbox::retry_later(&self.inner.queue, p.id, &error).await?;
+                    tracing::warn!(notice = p.id, %error, ?wait, "notice not delivered; will retry");
+                }
+                NoticeDelivery::GiveUp(error) => {
+                    outbox::give_up(&self.inner.queue, p.id, &error).await?;
+                    tracing::error!(notice = p.id, %error, "notice given up");
+                }
+            }
         }
         Ok(n)
     }
@@ -797,6 +880,26 @@ impl LabPort for Flow {
             .await
             .map(|_| ())
             .map_err(port_error)
+    }
+
+    async fn void_approval(
+        &self,
+        experiment: &ExperimentId,
+        by: &Login,
+        reason: &str,
+    ) -> Result<Option<Voided>, PortError> {
+        let voided = Flow::void_approval(self, experiment, by.as_str(), reason)
+            .await
+            .map_err(port_error)?;
+        Ok(voided.map(|(approval, job)| Voided {
+            approval,
+            job: Some(match job.state {
+                JobState::Queued | JobState::Held => Cancelled::Queued,
+                _ => Cancelled::Running(RunId(
+                    job.run_id.unwrap_or_else(|| format!("run-{:06}", job.id.0)),
+                )),
+            }),
+        }))
     }
 
     async fn set_hold(

@@ -4,8 +4,16 @@
 //! after a run, still gets its result announced: the notice waits in the table until a server
 //! delivers it and marks it delivered. Every notice is written after the ledger entry it
 //! announces, so nothing is announced that is not on the record.
+//!
+//! Notices of different experiments are independent: one that fails is retried later
+//! ([`retry_later`], an exponential backoff from [`RETRY_BASE`] up to [`RETRY_MAX`]) while the
+//! others go out; one experiment's notices stay in order ([`due`]); one that cannot succeed
+//! (GitHub refused it) is given up with the error ([`give_up`]). Delivering twice is
+//! harmless (the bot finds its comments by marker), so a crash after a delivery and before
+//! [`delivered`] repeats nothing people see.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use glassbox_schemas::record::ForecastOutcome;
 use glassbox_schemas::{ExperimentId, RunId, RunStatus, SpecHash};
@@ -14,6 +22,51 @@ use sqlx::Row;
 
 use crate::error::LabError;
 use crate::queue::Queue;
+
+/// First wait before a failed notice is tried again; it doubles per attempt.
+pub const RETRY_BASE: Duration = Duration::from_secs(2);
+
+/// Longest wait between two attempts of a notice.
+pub const RETRY_MAX: Duration = Duration::from_secs(3600);
+
+/// The wait before attempt `attempts + 1` of a notice that failed `attempts` times (>= 1).
+pub fn retry_delay(attempts: u32) -> Duration {
+    RETRY_BASE
+        .saturating_mul(1u32 << attempts.saturating_sub(1).min(20))
+        .min(RETRY_MAX)
+}
+
+/// How delivering one notice went (see [`crate::flow::Flow::deliver_notices`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoticeDelivery {
+    /// The bot took it.
+    Delivered,
+    /// It failed in a way that may pass (GitHub 5xx, rate limit, network): try again later.
+    Retry(String),
+    /// It cannot succeed (GitHub refused it): do not try again.
+    GiveUp(String),
+}
+
+impl From<bool> for NoticeDelivery {
+    fn from(delivered: bool) -> Self {
+        if delivered {
+            NoticeDelivery::Delivered
+        } else {
+            NoticeDelivery::Retry("the bot did not take the notice".into())
+        }
+    }
+}
+
+/// An undelivered notice and its attempts so far.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    /// Its row id.
+    pub id: i64,
+    /// What to announce.
+    pub notice: Notice,
+    /// Failed attempts so far.
+    pub attempts: u32,
+}
 
 /// One thing to announce.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,23 +126,93 @@ pub async fn push(queue: &Queue, notice: &Notice) -> Result<(), LabError> {
     Ok(())
 }
 
-/// Undelivered notices, oldest first, at most `limit`.
+/// Undelivered notices (those waiting to be retried included, those given up not), oldest
+/// first, at most `limit`.
 pub async fn pending(queue: &Queue, limit: u32) -> Result<Vec<(i64, Notice)>, LabError> {
     let rows = sqlx::query(
-        "SELECT id, event FROM notifications WHERE delivered_at IS NULL ORDER BY id LIMIT $1",
+        "SELECT id, event, attempts FROM notifications \
+         WHERE delivered_at IS NULL AND gave_up_at IS NULL ORDER BY id LIMIT $1",
     )
     .bind(i64::from(limit))
     .fetch_all(queue.pool())
     .await?;
+    Ok(decode(rows)?
+        .into_iter()
+        .map(|p| (p.id, p.notice))
+        .collect())
+}
+
+/// Undelivered notices whose next attempt is due now, oldest first, at most `limit`. A notice
+/// waits while an older one of the same experiment waits for its retry, so one experiment's
+/// notices are announced in order (a late "run started" never follows its result); the caller
+/// stops an experiment's notices at the first that fails.
+pub async fn due(queue: &Queue, limit: u32) -> Result<Vec<Pending>, LabError> {
+    let rows = sqlx::query(
+        "SELECT n.id, n.event, n.attempts FROM notifications n \
+         WHERE n.delivered_at IS NULL AND n.gave_up_at IS NULL AND n.next_attempt_at <= $1 \
+         AND NOT EXISTS (SELECT 1 FROM notifications o WHERE o.experiment = n.experiment \
+             AND o.id < n.id AND o.delivered_at IS NULL AND o.gave_up_at IS NULL \
+             AND o.next_attempt_at > $1) \
+         ORDER BY n.id LIMIT $2",
+    )
+    .bind(queue.clock().now_ms())
+    .bind(i64::from(limit))
+    .fetch_all(queue.pool())
+    .await?;
+    decode(rows)
+}
+
+fn decode(rows: Vec<sqlx::any::AnyRow>) -> Result<Vec<Pending>, LabError> {
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let id: i64 = r.try_get("id")?;
         let text: String = r.try_get("event")?;
+        let attempts: i64 = r.try_get("attempts")?;
         let notice = serde_json::from_str(&text)
             .map_err(|e| LabError::Task(format!("notification {id} does not decode: {e}")))?;
-        out.push((id, notice));
+        out.push(Pending {
+            id,
+            notice,
+            attempts: attempts.clamp(0, i64::from(u32::MAX)) as u32,
+        });
     }
     Ok(out)
+}
+
+/// Records a failed attempt: the notice is tried again after [`retry_delay`] of its attempts.
+pub async fn retry_later(queue: &Queue, id: i64, error: &str) -> Result<Duration, LabError> {
+    let attempts: i64 = sqlx::query("SELECT attempts FROM notifications WHERE id = $1")
+        .bind(id)
+        .fetch_one(queue.pool())
+        .await?
+        .try_get("attempts")?;
+    let attempts = (attempts.max(0) + 1).min(i64::from(u32::MAX)) as u32;
+    let wait = retry_delay(attempts);
+    sqlx::query(
+        "UPDATE notifications SET attempts = $1, next_attempt_at = $2, last_error = $3 \
+         WHERE id = $4",
+    )
+    .bind(i64::from(attempts))
+    .bind(queue.clock().now_ms() + wait.as_millis() as i64)
+    .bind(error.to_string())
+    .bind(id)
+    .execute(queue.pool())
+    .await?;
+    Ok(wait)
+}
+
+/// Gives a notice up: it is not tried again; `error` says why.
+pub async fn give_up(queue: &Queue, id: i64, error: &str) -> Result<(), LabError> {
+    sqlx::query(
+        "UPDATE notifications SET gave_up_at = $1, attempts = attempts + 1, last_error = $2 \
+         WHERE id = $3",
+    )
+    .bind(queue.clock().now_ms())
+    .bind(error.to_string())
+    .bind(id)
+    .execute(queue.pool())
+    .await?;
+    Ok(())
 }
 
 /// Marks a notice delivered.

@@ -5,7 +5,8 @@
 //! [`LabService::start`] spawns, on the current runtime:
 //! - the bot's intake writer and its delivery worker (GitHub events -> [`Flow`]);
 //! - the notice loop: every outbox notice becomes a comment through the bot, and is marked
-//!   delivered only once the bot has taken it (a failed comment is retried next round);
+//!   delivered only once the bot has taken it; a notice that failed transiently backs off on
+//!   its own (the others still go out), one GitHub refused is given up;
 //! - the in-process [`Worker`], when one is configured (one machine: `serve` trains too).
 //!
 //! Not here: HTTP pages and APIs (web), the GitHub client's retries (bot).
@@ -20,7 +21,14 @@ use tokio::task::JoinHandle;
 
 use crate::error::LabError;
 use crate::flow::Flow;
+use crate::outbox::NoticeDelivery;
 use crate::worker::{JobEnd, Worker};
+
+/// The bot's delivery store of the lab at `lab_root`: `sqlite://<lab>/bot.db` (`serve` writes
+/// it; `glassbox bot` reads it).
+pub fn bot_store_url(lab_root: &std::path::Path) -> String {
+    format!("sqlite://{}", lab_root.join("bot.db").display())
+}
 
 /// How often undelivered notices are looked for.
 const NOTICE_POLL: Duration = Duration::from_millis(500);
@@ -73,11 +81,11 @@ impl LabService {
                             let b = b.clone();
                             async move {
                                 match b.handle_lab_event(event).await {
-                                    Ok(()) => true,
-                                    Err(e) => {
-                                        tracing::warn!(error = %e, "result comment failed; retrying");
-                                        false
+                                    Ok(()) => NoticeDelivery::Delivered,
+                                    Err(e) if e.is_transient() => {
+                                        NoticeDelivery::Retry(e.to_string())
                                     }
+                                    Err(e) => NoticeDelivery::GiveUp(e.to_string()),
                                 }
                             }
                         })

@@ -9,17 +9,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use glassbox_github_bot::lab::{Approval, LabEvent, LabPort, Proposal};
+use glassbox_github_bot::lab::{Approval, Cancelled, ExperimentState, LabEvent, LabPort, Proposal};
 use glassbox_github_bot::{IssueNumber, Login};
 use glassbox_lab::flow::issue_key;
-use glassbox_lab::outbox;
-use glassbox_lab::queue::{JobKind, JobState, NewJob, Queue, WorkerId};
+use glassbox_lab::outbox::{self, NoticeDelivery};
+use glassbox_lab::queue::{Clock, JobKind, JobState, NewJob, Queue, WorkerId};
 use glassbox_lab::worker::{JobEnd, WorkerOptions};
 use glassbox_lab::{Flow, LabConfig, NewProposal, Recorder, Worker};
 use glassbox_ledger::index::Index;
 use glassbox_ledger::{DirSource, Lab, LogReader};
 use glassbox_runner::train::Peak;
-use glassbox_schemas::record::{IssueRef, ResultBody, RunStartedBody};
+use glassbox_schemas::record::{IssueRef, RejectionBody, ResultBody, RunStartedBody};
 use glassbox_schemas::spec::Forecast;
 use glassbox_schemas::{EntryKind, ExperimentId, ExperimentSpec, LedgerEntry, RunStatus};
 
@@ -37,6 +37,10 @@ struct Setup {
 }
 
 async fn setup(engine: &str, name: &str, config: LabConfig) -> Setup {
+    setup_with_clock(engine, name, config, Clock::System).await
+}
+
+async fn setup_with_clock(engine: &str, name: &str, config: LabConfig, clock: Clock) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let (lab, _) = Lab::init(&dir.path().join("lab"), "test.glassbox/lab").unwrap();
     let url = match engine {
@@ -59,7 +63,7 @@ async fn setup(engine: &str, name: &str, config: LabConfig) -> Setup {
             format!("{base}{sep}options=-c%20search_path%3D{schema}")
         }
     };
-    let queue = Queue::connect(&url).await.unwrap();
+    let queue = Queue::connect_with_clock(&url, clock).await.unwrap();
     let recorder = Arc::new(Recorder::local(lab));
     let flow = Flow::new(queue.clone(), recorder.clone(), config);
     Setup {
@@ -608,4 +612,233 @@ async fn the_bot_port_records_a_proposal_from_an_issue() {
         .unwrap();
     assert_eq!(status.spec_hash, hash);
     assert_eq!(issue_key(&experiment).unwrap().number, IssueNumber(42));
+}
+
+// Issue 16 (who may act): a rejection outlives edits, closing an issue voids its approval as a
+// rejection, and one failing notice does not hold back the others.
+
+async fn an_edit_keeps_a_rejection_until_an_approval_lifts_it(engine: &str) {
+    let s = setup(engine, "keep_rejection", LabConfig::default()).await;
+    let id = ExperimentId("octo/lab#11".into());
+    let a = s
+        .flow
+        .propose(proposal(11, "erin", spec(4, "", ""), None))
+        .await
+        .unwrap();
+    s.flow.reject(&id, "maint", "too big").await.unwrap();
+    let rejected = |reason: &str| ExperimentState::Rejected {
+        reason: reason.into(),
+    };
+    let again = s
+        .flow
+        .propose(proposal(11, "erin", spec(4, "", ""), None))
+        .await
+        .unwrap();
+    assert!(!again.new, "the same spec again records nothing");
+    let b = s
+        .flow
+        .propose(proposal(11, "erin", spec(5, "", ""), None))
+        .await
+        .unwrap();
+    assert!(b.new && b.spec_hash != a.spec_hash, "the edit is recorded");
+    let status = s.flow.status(&id).await.unwrap().unwrap();
+    assert_eq!(status.spec_hash, b.spec_hash);
+    assert_eq!(
+        status.state,
+        rejected("too big"),
+        "and the rejection is kept"
+    );
+    // A maintainer's approval of the new hash lifts it; the approval entry is the record.
+    s.flow
+        .approve(&id, &b.spec_hash, "maint2", false)
+        .await
+        .unwrap();
+    let status = s.flow.status(&id).await.unwrap().unwrap();
+    assert_eq!(status.state, ExperimentState::Queued { position: 1 });
+    assert_eq!(
+        kinds(&s.entries()),
+        ["proposal", "rejection", "proposal", "approval"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_keeps_a_rejection_until_an_approval_lifts_it_sqlite() {
+    an_edit_keeps_a_rejection_until_an_approval_lifts_it("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_keeps_a_rejection_until_an_approval_lifts_it_postgres() {
+    an_edit_keeps_a_rejection_until_an_approval_lifts_it("postgres").await;
+}
+
+async fn closing_voids_the_approval_as_a_rejection(engine: &str) {
+    let cfg = LabConfig::parse("[limits]\nmax_open_per_author = 100\n").unwrap();
+    let s = setup(engine, "closing", cfg).await;
+    let bob = Login::new("bob");
+    let id = |n: u64| ExperimentId(format!("octo/lab#{n}"));
+
+    // Waiting: the job leaves the queue, after a `rejection` entry naming the sender.
+    let (r, q) = s.propose_and_approve(12, "erin", spec(4, "", "")).await;
+    let v = LabPort::void_approval(&s.flow, &id(12), &bob, "issue closed by @bob")
+        .await
+        .unwrap()
+        .expect("an approval was voided");
+    assert_eq!(v.approval.unwrap().spec_hash, r.spec_hash);
+    assert_eq!(v.job, Some(Cancelled::Queued));
+    assert_eq!(s.queue.get(q.job).await.unwrap().state, JobState::Cancelled);
+    let entries = s.entries();
+    let last = entries.last().unwrap();
+    assert_eq!(last.kind, EntryKind::Rejection);
+    let body: RejectionBody = last.body_as().unwrap();
+    assert_eq!(
+        (body.by.as_str(), body.reason.as_str(), body.spec_hash),
+        ("bob", "issue closed by @bob", r.spec_hash)
+    );
+    let status = s.flow.status(&id(12)).await.unwrap().unwrap();
+    assert!(status.approval.is_none());
+    assert!(matches!(status.state, ExperimentState::Rejected { .. }));
+    // Again (closed, then deleted): nothing left to void, nothing recorded.
+    let n = s.entries().len();
+    assert!(
+        LabPort::void_approval(&s.flow, &id(12), &bob, "issue deleted by @bob")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(s.entries().len(), n);
+
+    // Running: the run is stopped at its next step and ends `cancelled`, on the record.
+    let (_, q) = s
+        .propose_and_approve(13, "erin", spec(100_000, "checkpoint_interval = 0", ""))
+        .await;
+    let worker = s.worker("w");
+    let run = tokio::spawn(async move { worker.run_next().await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while s.queue.get(q.job).await.unwrap().state != JobState::Running {
+        assert!(std::time::Instant::now() < deadline, "job never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let v = LabPort::void_approval(&s.flow, &id(13), &bob, "issue transferred by @bob")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(v.job, Some(Cancelled::Running(_))), "{v:?}");
+    let f = recorded(run.await.unwrap().unwrap());
+    assert_eq!(f.status, RunStatus::Cancelled);
+
+    // A spent approval (its run ended) is dropped without an entry.
+    let (_, _) = s.propose_and_approve(14, "erin", spec(2, "", "")).await;
+    recorded(s.worker("w").run_next().await.unwrap());
+    let n = s.entries().len();
+    assert!(
+        LabPort::void_approval(&s.flow, &id(14), &bob, "issue closed by @bob")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(s.entries().len(), n);
+    assert!(
+        s.flow
+            .status(&id(14))
+            .await
+            .unwrap()
+            .unwrap()
+            .approval
+            .is_none()
+    );
+    assert!(
+        s.flow.rerun(&id(14), "bob").await.is_err(),
+        "a rerun needs a new approval"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_voids_the_approval_as_a_rejection_sqlite() {
+    closing_voids_the_approval_as_a_rejection("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_voids_the_approval_as_a_rejection_postgres() {
+    closing_voids_the_approval_as_a_rejection("postgres").await;
+}
+
+async fn a_failing_notice_backs_off_and_the_others_go_out(engine: &str) {
+    let clock = Clock::Manual(Arc::new(std::sync::atomic::AtomicI64::new(1_000_000)));
+    let s = setup_with_clock(engine, "notices", LabConfig::default(), clock.clone()).await;
+    let hash = glassbox_schemas::spec_hash(&spec(4, "", "")).unwrap();
+    // Notices for #1, #2, #3, then a second one for #1.
+    for (entry, n) in [(1, 1u64), (2, 2), (3, 3), (4, 1)] {
+        outbox::push(
+            &s.queue,
+            &outbox::Notice::RunStarted {
+                experiment: ExperimentId(format!("octo/lab#{n}")),
+                run: glassbox_schemas::RunId(format!("run-{entry}")),
+                spec_hash: hash,
+                entry,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let number = |e: &LabEvent| match e {
+        LabEvent::RunStarted { issue, .. } | LabEvent::Finished { issue, .. } => issue.number.0,
+        LabEvent::Progress { issue, .. } => issue.number.0,
+    };
+    // #1 fails (GitHub down), #3 cannot succeed (GitHub refused it); #2 still goes out.
+    let tried = std::sync::Mutex::new(Vec::new());
+    let sent = s
+        .flow
+        .deliver_notices(|e| {
+            let n = number(&e);
+            tried.lock().unwrap().push(n);
+            async move {
+                match n {
+                    1 => NoticeDelivery::Retry("GitHub answered 502".into()),
+                    3 => NoticeDelivery::GiveUp("GitHub answered 403".into()),
+                    _ => NoticeDelivery::Delivered,
+                }
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(sent, 1);
+    assert_eq!(
+        *tried.lock().unwrap(),
+        [1, 2, 3],
+        "#1's second notice waits behind its first"
+    );
+    let pending: Vec<u64> = outbox::pending(&s.queue, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, n)| issue_key(n.experiment()).unwrap().number.0)
+        .collect();
+    assert_eq!(pending, [1, 1], "#1's wait; #3 was given up");
+    // Not due yet: nothing is tried.
+    let sent = s.flow.deliver_notices(|_| async { true }).await.unwrap();
+    assert_eq!(sent, 0);
+    // After its backoff #1's first goes out, then its second, in order.
+    clock.advance(outbox::retry_delay(1));
+    let runs = std::sync::Mutex::new(Vec::new());
+    let record = |e: LabEvent| {
+        if let LabEvent::RunStarted { run, .. } = e {
+            runs.lock().unwrap().push(run.0);
+        }
+        async { true }
+    };
+    assert_eq!(s.flow.deliver_notices(record).await.unwrap(), 2);
+    assert_eq!(*runs.lock().unwrap(), ["run-1", "run-4"]);
+    assert!(outbox::pending(&s.queue, 10).await.unwrap().is_empty());
+    assert!(outbox::retry_delay(2) > outbox::retry_delay(1));
+    assert_eq!(outbox::retry_delay(40), outbox::RETRY_MAX);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_notice_backs_off_and_the_others_go_out_sqlite() {
+    a_failing_notice_backs_off_and_the_others_go_out("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_notice_backs_off_and_the_others_go_out_postgres() {
+    a_failing_notice_backs_off_and_the_others_go_out("postgres").await;
 }

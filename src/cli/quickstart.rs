@@ -19,10 +19,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use glassbox_github_bot::config::{BotConfig, BudgetConfig, GitHubAuth, RetryConfig};
+use glassbox_github_bot::config::{
+    BotConfig, BudgetConfig, DEFAULT_IGNORED_RETENTION_HOURS, GitHubAuth, RetryConfig,
+};
 use glassbox_github_bot::form::render_issue_form;
-use glassbox_github_bot::local::{LOCAL_GITHUB_PREFIX, LocalGitHub, LocalIssues};
-use glassbox_github_bot::{Login, WEBHOOK_PATH};
+use glassbox_github_bot::local::{LOCAL_BOT_LOGIN, LOCAL_GITHUB_PREFIX, LocalGitHub, LocalIssues};
+use glassbox_github_bot::{Login, RepoName, Secret, WEBHOOK_PATH};
 use glassbox_lab::{LiveSink, dataset};
 use glassbox_ledger::Lab;
 use glassbox_schemas::ExperimentId;
@@ -63,6 +65,18 @@ fn first_line(body: &str) -> &str {
         .unwrap_or_default()
 }
 
+/// A fresh webhook secret: 256 random bits from the operating system, as hex.
+fn webhook_secret() -> anyhow::Result<Secret> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("no randomness from the operating system: {e}"))?;
+    Ok(Secret::new(hex_lower(&bytes)))
+}
+
+fn hex_lower(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn stage(name: &str, text: impl std::fmt::Display) {
     eprintln!("{name:>9}  {text}");
 }
@@ -70,13 +84,13 @@ fn stage(name: &str, text: impl std::fmt::Display) {
 /// Posts a signed webhook delivery to the running server, as GitHub would.
 async fn deliver(
     addr: SocketAddr,
-    secret: &str,
+    secret: &Secret,
     event: &str,
     delivery: &str,
     payload: &serde_json::Value,
 ) -> anyhow::Result<u16> {
     let body = serde_json::to_vec(payload)?;
-    let sig = glassbox_github_bot::signature::sign(secret.as_bytes(), &body);
+    let sig = glassbox_github_bot::signature::sign(secret.expose().as_bytes(), &body);
     let url = format!("http://{addr}{WEBHOOK_PATH}");
     let (event, delivery) = (event.to_string(), delivery.to_string());
     tokio::task::spawn_blocking(move || {
@@ -180,10 +194,11 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
             .with_context(|| format!("cannot listen on {} (try --bind 127.0.0.1:0)", args.bind))?;
         let addr = listener.local_addr()?;
         let base = format!("http://{addr}");
-        let secret = crate::cli::ledger::default_origin()?;
+        let secret = webhook_secret()?;
         let github = LocalGitHub::new(&[MAINTAINER]);
         let bot = BotConfig {
-            bot_login: Login::new("glassbox-bot"),
+            bot_login: Login::new(LOCAL_BOT_LOGIN),
+            repositories: vec![RepoName::parse(REPO).context("the quickstart's repository")?],
             webhook_secrets: vec![secret.clone()],
             max_body_bytes: glassbox_github_bot::config::DEFAULT_MAX_BODY_BYTES,
             maintainers: vec![Login::new(MAINTAINER)],
@@ -201,6 +216,7 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
                 base_backoff_ms: 100,
                 max_wait_seconds: 5,
             },
+            ignored_retention_hours: DEFAULT_IGNORED_RETENTION_HOURS,
         };
         ctx.flow = glassbox_lab::Flow::new(ctx.queue.clone(), ctx.recorder.clone(), ctx.config.clone())
             .with_public_url(&base);
@@ -334,4 +350,17 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
         running.shutdown().await?;
         Ok(exit::code(exit::OK))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_webhook_secret_is_256_random_bits() {
+        let (a, b) = (webhook_secret().unwrap(), webhook_secret().unwrap());
+        assert_eq!(a.expose().len(), 64, "32 bytes as hex");
+        assert!(a.expose().bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b, "fresh per run");
+    }
 }

@@ -125,37 +125,68 @@ pub fn read_config(path: &std::path::Path) -> anyhow::Result<Result<ServeConfig,
 
 /// Secrets never live in the config file: `webhook_secrets_env = ["VAR", ...]` /
 /// `webhook_secrets_file = "PATH"` (one per line) and, under `[github.auth]`, `token_env`,
-/// `private_key_file` are read here into the fields the bot expects.
+/// `private_key_file` are read here into the fields the bot expects. An empty secret is an
+/// error in every form (an unset or empty variable, a file with no secret in it, `""` inline:
+/// that one is refused by `BotConfig::validate`), since HMAC accepts an empty key.
 fn resolve_secrets(mut gh: toml::Value) -> Result<toml::Value, Vec<String>> {
     let mut problems = Vec::new();
     let Some(t) = gh.as_table_mut() else {
         return Err(vec!["github: must be a table ([github])".into()]);
     };
+    let env_secret = |key: &str, name: &str, problems: &mut Vec<String>| match std::env::var(name) {
+        Ok(s) if !s.trim().is_empty() => Some(s),
+        Ok(_) => {
+            problems.push(format!(
+                "github.{key}: environment variable {name} is empty; set it to the secret"
+            ));
+            None
+        }
+        Err(_) => {
+            problems.push(format!(
+                "github.{key}: environment variable {name} is not set"
+            ));
+            None
+        }
+    };
     let mut secrets: Vec<String> = Vec::new();
     if let Some(v) = t.remove("webhook_secrets_env") {
-        for name in v
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|n| n.as_str())
-        {
-            match std::env::var(name) {
-                Ok(s) if !s.is_empty() => secrets.push(s),
-                _ => problems.push(format!(
-                    "github.webhook_secrets_env: environment variable {name} is not set"
-                )),
+        match v.as_array() {
+            Some(names) => {
+                for n in names {
+                    match n.as_str() {
+                        Some(name) => secrets.extend(env_secret(
+                            "webhook_secrets_env",
+                            name,
+                            &mut problems,
+                        )),
+                        None => problems.push(format!(
+                            "github.webhook_secrets_env: {n} is not a variable name; expected [\"VAR\", ...]"
+                        )),
+                    }
+                }
             }
+            None => problems.push(format!(
+                "github.webhook_secrets_env = {v}: expected a list of variable names, [\"VAR\", ...]"
+            )),
         }
     }
     if let Some(v) = t.remove("webhook_secrets_file") {
         let path = v.as_str().unwrap_or_default().to_string();
         match std::fs::read_to_string(&path) {
-            Ok(s) => secrets.extend(
-                s.lines()
+            Ok(s) => {
+                let found: Vec<String> = s
+                    .lines()
                     .map(str::trim)
                     .filter(|l| !l.is_empty())
-                    .map(String::from),
-            ),
+                    .map(String::from)
+                    .collect();
+                if found.is_empty() {
+                    problems.push(format!(
+                        "github.webhook_secrets_file = {path:?}: holds no secret (one per line; blank lines are skipped)"
+                    ));
+                }
+                secrets.extend(found);
+            }
             Err(e) => problems.push(format!("github.webhook_secrets_file = {path:?}: {e}")),
         }
     }
@@ -170,18 +201,16 @@ fn resolve_secrets(mut gh: toml::Value) -> Result<toml::Value, Vec<String>> {
     if let Some(auth) = t.get_mut("auth").and_then(|a| a.as_table_mut()) {
         if let Some(v) = auth.remove("token_env") {
             let name = v.as_str().unwrap_or_default().to_string();
-            match std::env::var(&name) {
-                Ok(s) if !s.is_empty() => {
-                    auth.insert("token".into(), toml::Value::String(s));
-                }
-                _ => problems.push(format!(
-                    "github.auth.token_env: environment variable {name} is not set"
-                )),
+            if let Some(s) = env_secret("auth.token_env", &name, &mut problems) {
+                auth.insert("token".into(), toml::Value::String(s));
             }
         }
         if let Some(v) = auth.remove("private_key_file") {
             let path = v.as_str().unwrap_or_default().to_string();
             match std::fs::read_to_string(&path) {
+                Ok(s) if s.trim().is_empty() => problems.push(format!(
+                    "github.auth.private_key_file = {path:?}: the file is empty; expected the App's PEM key"
+                )),
                 Ok(s) => {
                     auth.insert("private_key_pem".into(), toml::Value::String(s));
                 }
@@ -327,12 +356,7 @@ pub async fn start(
             .with_switches(ctx.flow.switches())
             .with_live(Arc::new(FanoutSink(sinks)))
     });
-    let bot = github.map(|g| {
-        (
-            g,
-            format!("sqlite://{}", ctx.lab.root().join("bot.db").display()),
-        )
-    });
+    let bot = github.map(|g| (g, glassbox_lab::service::bot_store_url(ctx.lab.root())));
     let service = glassbox_lab::service::LabService::start(
         ctx.flow.clone(),
         bot,

@@ -1,13 +1,21 @@
-//! `/approve`: approve the spec hash in the issue as it is now, within the author's quota, and
-//! queue the job. The approval names the hash, so a later edit cannot ride on it.
+//! `/approve [blake3:<hex>]`: approve the spec hash in the issue as it is now, within the
+//! author's quota, and queue the job. The approval names the hash, so a later edit cannot ride
+//! on it; with a pin, it approves only if the current hash is the pinned one (what the
+//! maintainer reviewed), else it answers with both hashes. An approval lifts a rejection.
 
 use crate::bot::{Bot, ProposalCheck};
+use crate::command::HashPin;
 use crate::error::BotError;
 use crate::handlers::{CommandContext, proposal, reply_lab_refusal};
-use crate::lab::{Approval, LabPort};
+use crate::lab::{Approval, ExperimentState, LabPort};
 use crate::labels::APPROVED;
+use crate::render;
 
-pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, ctx: &CommandContext) -> Result<(), BotError> {
+pub(crate) async fn handle<L: LabPort>(
+    bot: &Bot<L>,
+    ctx: &CommandContext,
+    pin: Option<&HashPin>,
+) -> Result<(), BotError> {
     let key = &ctx.issue.key;
     let hash = match bot.check_proposal(&ctx.issue) {
         ProposalCheck::Valid { proposal, .. } => proposal.spec_hash,
@@ -35,6 +43,13 @@ pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, ctx: &CommandContext) -> Re
             return Ok(());
         }
     };
+    if let Some(pin) = pin
+        && !pin.matches(&hash)
+    {
+        bot.reply(key, &render::approve_pin_mismatch(&ctx.actor, pin, &hash))
+            .await?;
+        return Ok(());
+    }
     if let Some(max) = bot.config.budget.max_queued_per_author {
         let queued = bot.lab.queued_count(&ctx.issue.author).await?;
         if queued >= max {
@@ -49,6 +64,13 @@ pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, ctx: &CommandContext) -> Re
             return Ok(());
         }
     }
+    let lifted = match bot.lab.status(&ctx.experiment).await? {
+        Some(s) => match s.state {
+            ExperimentState::Rejected { reason } => Some(reason),
+            _ => None,
+        },
+        None => None,
+    };
     let approval = Approval {
         experiment: ctx.experiment.clone(),
         spec_hash: hash,
@@ -61,10 +83,7 @@ pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, ctx: &CommandContext) -> Re
                 .await?;
             bot.reply(
                 key,
-                &format!(
-                    "✅ Approved by @{} for spec `{hash}`; queued at position {position}. Editing the spec voids this approval.",
-                    ctx.actor
-                ),
+                &render::approved(&ctx.actor, &hash, position, lifted.as_deref()),
             )
             .await?;
             // Refresh the validation comment so it shows the queue position.

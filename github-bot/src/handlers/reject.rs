@@ -1,11 +1,13 @@
 //! `/reject <reason>`: record a rejection with its reason. A reason is required, because the
-//! rejection is published in the ledger.
+//! rejection is published in the ledger. The proposal stays rejected, whatever its author
+//! edits, until a maintainer's `/approve` lifts it.
 
 use crate::bot::Bot;
 use crate::error::BotError;
 use crate::handlers::{CommandContext, reply_lab_refusal};
 use crate::lab::LabPort;
 use crate::labels::APPROVED;
+use crate::render;
 
 pub(crate) async fn handle<L: LabPort>(
     bot: &Bot<L>,
@@ -29,7 +31,7 @@ pub(crate) async fn handle<L: LabPort>(
             bot.github
                 .remove_label(&key.repo, key.number, APPROVED)
                 .await?;
-            bot.reply(key, &format!("Rejected by @{}: {reason}", ctx.actor))
+            bot.reply(key, &render::rejected(&ctx.actor, reason))
                 .await?;
             Ok(())
         }

@@ -1,6 +1,10 @@
 //! Lab events to comments and labels: a run comment when a run starts (edited in place as it
 //! progresses, with the live dashboard link), and a result comment when it ends, whatever the
 //! ending, with the final metrics, forecast vs outcome, ledger index and inclusion proof link.
+//!
+//! Each is safe to deliver again: both comments are found by their marker before one is
+//! posted (at most one result comment per run, even across a lost store row or a crash after
+//! the POST), and labels are added and removed, never toggled.
 
 use crate::bot::Bot;
 use crate::error::BotError;
@@ -10,6 +14,10 @@ use crate::render;
 
 fn run_comment_kind(run: &str) -> String {
     format!("run:{run}")
+}
+
+fn result_comment_kind(run: &str) -> String {
+    format!("result:{run}")
 }
 
 pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, event: LabEvent) -> Result<(), BotError> {
@@ -38,8 +46,12 @@ pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, event: LabEvent) -> Result<
                 .await?;
         }
         LabEvent::Finished { issue, result } => {
-            bot.reply(&issue, &render::run_result(&result, dashboard))
-                .await?;
+            bot.upsert_comment(
+                &issue,
+                &result_comment_kind(&result.run.0),
+                &render::run_result(&result, dashboard),
+            )
+            .await?;
             bot.github
                 .remove_label(&issue.repo, issue.number, RUNNING)
                 .await?;

@@ -18,7 +18,12 @@ pub struct FakeComment {
     pub issue: u64,
     pub body: String,
     pub edits: u32,
+    /// Who wrote it: the bot for everything posted through the API.
+    pub author: String,
 }
+
+/// The login the fake gives comments posted through its API (the harness's `bot_login`).
+pub const FAKE_BOT_LOGIN: &str = "glassbox-bot";
 
 /// One injected failure: the next request of `method` under `prefix` answers `status`.
 #[derive(Debug, Clone)]
@@ -88,9 +93,32 @@ impl Respond for Responder {
                         issue,
                         body: text.clone(),
                         edits: 0,
+                        author: FAKE_BOT_LOGIN.into(),
                     },
                 );
                 ResponseTemplate::new(201).set_body_json(json!({"id": id, "body": text}))
+            }
+            ("GET", ["repos", _, _, "issues", n, "comments"]) => {
+                let issue: u64 = n.parse().unwrap();
+                let query = |k: &str| {
+                    req.url
+                        .query_pairs()
+                        .find(|(q, _)| q == k)
+                        .and_then(|(_, v)| v.parse::<usize>().ok())
+                };
+                let (per_page, page) =
+                    (query("per_page").unwrap_or(30), query("page").unwrap_or(1));
+                let all: Vec<Value> = m
+                    .comments
+                    .iter()
+                    .filter(|(_, c)| c.issue == issue)
+                    .skip(per_page * (page.max(1) - 1))
+                    .take(per_page)
+                    .map(|(id, c)| {
+                        json!({"id": id, "body": c.body, "user": {"login": c.author, "type": "User"}})
+                    })
+                    .collect();
+                ResponseTemplate::new(200).set_body_json(all)
             }
             ("PATCH", ["repos", _, _, "issues", "comments", id]) => {
                 let id: u64 = id.parse().unwrap();
@@ -197,6 +225,23 @@ impl FakeGitHub {
                     .collect(),
             });
         }
+    }
+
+    /// A comment written on GitHub by `author` (not through the bot); returns its id.
+    pub fn add_comment(&self, issue: u64, author: &str, body: &str) -> u64 {
+        let mut m = self.model();
+        m.next_comment_id += 1;
+        let id = 9000 + m.next_comment_id;
+        m.comments.insert(
+            id,
+            FakeComment {
+                issue,
+                body: body.into(),
+                edits: 0,
+                author: author.into(),
+            },
+        );
+        id
     }
 
     pub fn set_permission(&self, login: &str, permission: &str, role: &str) {

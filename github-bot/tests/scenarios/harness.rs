@@ -14,7 +14,8 @@ use glassbox_github_bot::config::{BotConfig, GitHubAuth, RetryConfig};
 use glassbox_github_bot::form::render_issue_form;
 use glassbox_github_bot::signature::sign;
 use glassbox_github_bot::{
-    Bot, GitHub, InMemoryLab, Login, Store, WebhookSettings, Worker, start_intake, webhook_router,
+    Bot, GitHub, InMemoryLab, Login, RepoName, Store, WebhookSettings, Worker, start_intake,
+    webhook_router,
 };
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -50,6 +51,7 @@ pub fn form_body(edit: impl FnOnce(&str) -> String) -> String {
 pub fn default_config(api: &str) -> BotConfig {
     BotConfig {
         bot_login: Login::new("glassbox-bot"),
+        repositories: vec![RepoName::parse(REPO).unwrap()],
         webhook_secrets: vec!["an old secret".into(), SECRET.into()],
         max_body_bytes: glassbox_github_bot::config::DEFAULT_MAX_BODY_BYTES,
         maintainers: vec![Login::new("alice"), Login::new("bob")],
@@ -67,6 +69,7 @@ pub fn default_config(api: &str) -> BotConfig {
             base_backoff_ms: 1,
             max_wait_seconds: 2,
         },
+        ignored_retention_hours: glassbox_github_bot::config::DEFAULT_IGNORED_RETENTION_HOURS,
     }
 }
 
@@ -95,7 +98,13 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let db_url = format!("sqlite://{}", dir.path().join("bot.db").display());
         let store = Store::open(&db_url).await.unwrap();
-        let github = GitHub::from_config(&config).unwrap();
+        // An App config is tested for the bot's scope check only; the fake GitHub is reached
+        // with a token either way (minting installation tokens needs a real key and GitHub).
+        let mut client_config = config.clone();
+        client_config.auth = GitHubAuth::Token {
+            token: "test-token".into(),
+        };
+        let github = GitHub::from_config(&client_config).unwrap();
         let lab = InMemoryLab::new();
         let settings = WebhookSettings {
             secrets: config.webhook_secrets.clone(),
@@ -148,13 +157,25 @@ impl Harness {
         self.post(&headers, body).await.0
     }
 
-    /// Signs and sends with a fresh delivery id, then processes the queue.
-    pub async fn deliver(&mut self, event: &str, payload: &Value) {
+    /// Signs and sends with a fresh delivery id, then processes the queue; returns the id.
+    pub async fn deliver(&mut self, event: &str, payload: &Value) -> String {
         self.next_delivery += 1;
         let id = format!("delivery-{}", self.next_delivery);
         let status = self.deliver_as(event, &id, payload).await;
         assert_eq!(status, StatusCode::ACCEPTED, "delivery {id} of {event}");
         self.drain().await;
+        id
+    }
+
+    /// The stored record of a delivery.
+    pub async fn delivery(&self, id: &str) -> glassbox_github_bot::store::DeliveryRecord {
+        self.store
+            .list_deliveries(None, 10_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|d| d.id.0 == id)
+            .unwrap_or_else(|| panic!("no delivery {id}"))
     }
 
     /// Processes every pending delivery (the sync point: no sleeps).
@@ -217,6 +238,17 @@ pub fn comment_created(
     p["comment"]["user"]["login"] = json!(commenter);
     p["comment"]["user"]["type"] = json!("User");
     p["sender"]["login"] = json!(commenter);
+    p["sender"]["type"] = json!("User");
+    p
+}
+
+/// Sets the issue's `updated_at` (GitHub's order of issue events), as Unix seconds.
+pub fn at(mut p: Value, unix_seconds: i64) -> Value {
+    let t = time::OffsetDateTime::from_unix_timestamp(unix_seconds)
+        .unwrap()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    p["issue"]["updated_at"] = json!(t);
     p
 }
 
@@ -239,5 +271,6 @@ pub fn comment_edited(
     p["comment"]["user"]["login"] = json!(commenter);
     p["comment"]["user"]["type"] = json!("User");
     p["sender"]["login"] = json!(commenter);
+    p["sender"]["type"] = json!("User");
     p
 }

@@ -8,6 +8,7 @@
 
 mod fake_github;
 mod harness;
+mod trust;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -412,9 +413,21 @@ async fn unknown_events_and_actions_are_acknowledged_and_ignored() {
     )
     .await;
     let labeled = fixture("issues_labeled_webhook_event.json");
-    h.deliver("issues", &labeled).await;
+    let labeled_id = h.deliver("issues", &labeled).await;
     assert!(h.gh.model().requests.is_empty());
-    assert_eq!(h.store.counts().await.unwrap().done, 2);
+    // Each is recorded as ignored, with the reason; none failed, none acted.
+    assert_eq!(
+        h.store.counts().await.unwrap(),
+        DeliveryCounts {
+            ignored: 3,
+            ..Default::default()
+        }
+    );
+    let reason = h.delivery(&labeled_id).await.detail.unwrap();
+    assert!(
+        reason.contains("\"enhancement\", not `experiment`"),
+        "{reason}"
+    );
 }
 
 #[tokio::test]
@@ -892,7 +905,7 @@ async fn a_crash_after_the_2xx_loses_nothing() {
     // Sync marker: the restarted worker reports the delivery it recovered.
     assert_eq!(
         rx.recv().await,
-        Some(Processed::Done("before-crash".into()))
+        Some(Processed::Acted("before-crash".into()))
     );
     assert_eq!(gh.comments_on(22).len(), 1);
     assert_eq!(lab.snapshot().journal.len(), 1);
@@ -926,7 +939,7 @@ async fn a_crash_after_the_2xx_loses_nothing() {
     );
     assert_eq!(
         rx.recv().await,
-        Some(Processed::Done("after-restart".into()))
+        Some(Processed::Acted("after-restart".into()))
     );
     assert_eq!(
         gh.comments_on(22).len(),
