@@ -204,6 +204,7 @@ pub async fn reproduce(
                 label: "reproduction (MFU not compared)".into(),
             },
             cancel: Arc::new(AtomicBool::new(false)),
+            wall_limit: None,
         };
         let mut trainer = Trainer::new(&be, spec2, data, &opts)?;
         let mut collect = Collect(Vec::new());

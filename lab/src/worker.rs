@@ -517,6 +517,7 @@ impl Worker {
             resume,
             peak,
             cancel: cancel.clone(),
+            wall_limit: None,
         };
         let store = crate::corpus::BlobCorpusStore::new(self.recorder.blobs().clone());
         let data = match DataPipeline::new(&spec, &store) {
@@ -680,6 +681,7 @@ impl Worker {
             seed: spec.train.seed,
             kernel_hashes,
             resumed_from_step: resumed,
+            build: None,
         };
         let rec = self.recorder.clone();
         let experiment = job.experiment.clone();

@@ -181,6 +181,7 @@ fn train_on<B: Backend>(
         resume: args.resume.clone(),
         peak,
         cancel: Arc::new(AtomicBool::new(false)),
+        wall_limit: None,
     };
     let mut trainer = Trainer::new(be, spec.clone(), data, &opts)?;
     let resumed_at = args.resume.as_ref().map(|_| trainer.step());
