@@ -290,6 +290,7 @@ fn run_through_lab(
             crate::GIT_REVISION.to_string(),
         );
         opts.settings = ctx.config.worker.clone();
+        opts.limits = ctx.config.limits.clone();
         opts.backend = args.backend.into();
         if let Some(t) = args.threads {
             opts.threads = t.max(1);
