@@ -1,26 +1,37 @@
 //! Build script of the `glassbox` binary: records the git revision it was built from, so that
-//! `glassbox --version` and every `run_started` ledger entry can name the exact code.
+//! `glassbox --version` and every `run_started` ledger entry can name the exact code: the full
+//! commit (40 hex digits), with `-dirty` when tracked files differed from it.
+//! (`run_started` also records the BLAKE3 of the executable itself, at run time.)
 
 use std::process::Command;
 
-fn main() {
-    let rev = Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
+fn git(args: &[&str]) -> Option<String> {
+    Command::new("git")
+        .args(args)
         .output()
         .ok()
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".to_string());
-    let dirty = Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| !o.stdout.is_empty())
+}
+
+fn main() {
+    let rev = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".to_string());
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+        .map(|s| !s.is_empty())
         .unwrap_or(false);
     let revision = if dirty { format!("{rev}-dirty") } else { rev };
     println!("cargo:rustc-env=GLASSBOX_GIT_REVISION={revision}");
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    println!("cargo:rerun-if-changed=.git/index");
+    // Rebuild when HEAD moves, the branch it names moves, or the index changes. In a worktree
+    // `.git` is a file, so ask git where these live rather than assuming `.git/HEAD`.
+    for path in ["HEAD", "index", "packed-refs"] {
+        if let Some(p) = git(&["rev-parse", "--git-path", path]) {
+            println!("cargo:rerun-if-changed={p}");
+        }
+    }
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"])
+        && let Some(p) = git(&["rev-parse", "--git-path", &branch])
+    {
+        println!("cargo:rerun-if-changed={p}");
+    }
     println!("cargo:rerun-if-env-changed=GLASSBOX_GIT_REVISION");
 }

@@ -162,7 +162,8 @@ fn schema_command_prints_the_committed_schema() {
 fn version_names_the_git_revision() {
     let out = glassbox(&["--version"]);
     let text = stdout(&out);
-    // "glassbox 0.1.0 (<12 hex>[-dirty])", or "(unknown)" when built outside a git checkout.
+    // "glassbox 0.1.0 (<40 hex>[-dirty])": the full commit, as run records name it; or
+    // "(unknown)" when built outside a git checkout.
     let rev = text
         .trim()
         .rsplit('(')
@@ -171,7 +172,7 @@ fn version_names_the_git_revision() {
         .trim_end_matches(')');
     let hex = rev.trim_end_matches("-dirty");
     assert!(
-        rev == "unknown" || (hex.len() == 12 && hex.bytes().all(|b| b.is_ascii_hexdigit())),
+        rev == "unknown" || (hex.len() == 40 && hex.bytes().all(|b| b.is_ascii_hexdigit())),
         "{text}"
     );
 }

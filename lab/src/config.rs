@@ -4,9 +4,16 @@
 //! ```toml
 //! [limits]
 //! max_flops_per_proposal = 1e15   # refuse approving a spec whose estimated FLOPs exceed this
-//! max_wall_seconds = 3600         # refuse a spec whose budget.max_wall_seconds exceeds this
+//! max_wall_seconds = 3600         # every run stops (budget_exceeded) after this long, whatever
+//!                                 # its spec's budget; a larger budget.max_wall_seconds is refused
 //! max_open_per_author = 3         # approved-and-waiting or running jobs per proposer
 //! max_attempts = 3                # leases per job before it fails for good
+//! max_memory_bytes = 8e9          # the cost model's memory estimate must fit: refused at approval,
+//!                                 # and a worker ends an over-limit run budget_exceeded before it
+//!                                 # allocates; default: half this machine's RAM (CPU workers),
+//!                                 # the device's memory (GPU workers)
+//! max_metric_points = 50000000    # scalar points plus vector components a run may record
+//! max_proposals_per_author_per_day = 20  # proposal entries per GitHub author in any 24 hours
 //!
 //! [queue]
 //! default_priority = 0            # jobs run by priority (higher first), then age (older first)
@@ -49,6 +56,14 @@ pub struct Limits {
     pub max_open_per_author: u64,
     /// Leases per job before it fails for good.
     pub max_attempts: u32,
+    /// Largest memory estimate (the cost model's `memory_bytes`) a run may have; `None`: half
+    /// this machine's RAM, or the device's memory on a GPU worker ([`crate::limits`]).
+    pub max_memory_bytes: Option<f64>,
+    /// Largest metric volume (`cost::metric_volume(..).total()`) a run may record.
+    pub max_metric_points: u64,
+    /// Proposal entries one author may cause in any 24 hours (GitHub proposals; an edit that
+    /// does not change the spec hash writes no entry and does not count).
+    pub max_proposals_per_author_per_day: u32,
 }
 
 impl Default for Limits {
@@ -58,6 +73,9 @@ impl Default for Limits {
             max_wall_seconds: 3600,
             max_open_per_author: 3,
             max_attempts: 3,
+            max_memory_bytes: None,
+            max_metric_points: 50_000_000,
+            max_proposals_per_author_per_day: 20,
         }
     }
 }
@@ -221,6 +239,28 @@ impl LabConfig {
         if l.max_attempts == 0 {
             bad("limits.max_attempts", "0".into(), "must be at least 1");
         }
+        if l.max_wall_seconds == 0 {
+            bad("limits.max_wall_seconds", "0".into(), "must be at least 1");
+        }
+        if let Some(m) = l.max_memory_bytes
+            && !(m.is_finite() && m >= 1.0)
+        {
+            bad(
+                "limits.max_memory_bytes",
+                m.to_string(),
+                "must be a positive number of bytes",
+            );
+        }
+        if l.max_metric_points == 0 {
+            bad("limits.max_metric_points", "0".into(), "must be at least 1");
+        }
+        if l.max_proposals_per_author_per_day == 0 {
+            bad(
+                "limits.max_proposals_per_author_per_day",
+                "0".into(),
+                "must be at least 1",
+            );
+        }
         let w = &self.worker;
         if !(w.lease_seconds.is_finite() && w.lease_seconds >= 1.0) {
             bad(
@@ -334,6 +374,29 @@ mod tests {
         assert!(
             problems[0].starts_with("queue.durability: unknown variant `fast`"),
             "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn trust_limits_parse_and_are_checked() {
+        let cfg = LabConfig::parse(
+            "[limits]\nmax_memory_bytes = 8e9\nmax_metric_points = 1000\nmax_proposals_per_author_per_day = 2\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.limits.max_memory_bytes, Some(8e9));
+        assert_eq!(cfg.limits.max_metric_points, 1000);
+        assert_eq!(cfg.limits.max_proposals_per_author_per_day, 2);
+        let problems = LabConfig::parse(
+            "[limits]\nmax_memory_bytes = -1\nmax_wall_seconds = 0\nmax_proposals_per_author_per_day = 0\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            problems,
+            vec![
+                "limits.max_wall_seconds = 0: must be at least 1",
+                "limits.max_memory_bytes = -1: must be a positive number of bytes",
+                "limits.max_proposals_per_author_per_day = 0: must be at least 1",
+            ]
         );
     }
 

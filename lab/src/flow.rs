@@ -206,6 +206,7 @@ impl Flow {
                 voided: None,
             });
         }
+        self.check_proposal(&p).await?;
         let canonical = glassbox_schemas::canonical::spec_canonical_json(&p.spec).map_err(|e| {
             LabError::BadSpec {
                 hash: spec_hash.to_string(),
@@ -259,6 +260,8 @@ impl Flow {
         if let (Some(f), Some(fe)) = (&p.forecast, forecast_entry) {
             register_forecast(&self.inner.queue, &spec_hash, f, fe).await?;
         }
+        self.count_proposal_entry(&p.author, &p.experiment, entry)
+            .await?;
         let now = self.inner.queue.clock().now_ms();
         sqlx::query(
             "INSERT INTO proposals (experiment, spec_hash, author, title, proposal_entry, updated_at) \
@@ -348,15 +351,20 @@ impl Flow {
         if let Some(job) = self.inner.queue.latest_job_of(experiment).await?
             && !job.state.is_terminal()
         {
-            if !local && row.approved_hash.as_ref() == Some(spec_hash) {
-                if let Some(approval_entry) = job.approval_entry {
-                    let position = self.position(&job).await?;
-                    return Ok(Queued {
-                        job: job.id,
-                        position,
-                        approval_entry,
-                    });
-                }
+            // A retried delivery: the job of this very hash is the answer, even when the
+            // flow's own row missed the approval (a crash between the enqueue and the row).
+            if !local
+                && job.spec_hash == *spec_hash
+                && let Some(approval_entry) = job.approval_entry
+            {
+                self.repair_approved_row(experiment, &row, spec_hash, approval_entry)
+                    .await?;
+                let position = self.position(&job).await?;
+                return Ok(Queued {
+                    job: job.id,
+                    position,
+                    approval_entry,
+                });
             }
             if local {
                 return Err(LabError::Refused(format!(
@@ -371,13 +379,21 @@ impl Flow {
             spec_hash: *spec_hash,
             approver: approver.to_string(),
         };
-        let exp = experiment.clone();
-        let approval_entry = self
-            .blocking(move |rec| {
-                rec.record(EntryKind::Approval, Some(&exp), Default::default(), &body)
-            })
-            .await?;
         let proposal_entry = self.proposal_entry(experiment).await?;
+        let approval_entry = match self
+            .unqueued_approval(experiment, spec_hash, proposal_entry)
+            .await?
+        {
+            // A crash between the approval entry and its job: that approval gets its job now.
+            Some(entry) => entry,
+            None => {
+                let exp = experiment.clone();
+                self.blocking(move |rec| {
+                    rec.record(EntryKind::Approval, Some(&exp), Default::default(), &body)
+                })
+                .await?
+            }
+        };
         let job = self
             .inner
             .queue
@@ -445,6 +461,8 @@ impl Flow {
                 limits.max_wall_seconds
             ));
         }
+        problems.extend(crate::limits::spec_problems(limits, spec));
+        problems.extend(self.undeclared_corpora(spec).await?);
         if !local {
             let open = self.inner.queue.open_jobs_of(author).await?;
             if open >= limits.max_open_per_author {
@@ -459,6 +477,203 @@ impl Flow {
         } else {
             Err(LabError::Refused(problems.join("; ")))
         }
+    }
+
+    /// The lab's rules for recording a proposal at all (issue 16): a forecast must name a
+    /// metric the spec's run reports, and an author may cause at most
+    /// `limits.max_proposals_per_author_per_day` proposal entries from GitHub in 24 hours.
+    async fn check_proposal(&self, p: &NewProposal) -> Result<(), LabError> {
+        let forecasts = p.forecast.iter().chain(p.spec.forecast.iter());
+        let problems: Vec<String> = forecasts
+            .filter_map(|f| glassbox_schemas::metrics::forecast_metric_problem(&p.spec, &f.metric))
+            .collect();
+        if !problems.is_empty() {
+            return Err(LabError::Refused(problems.join("; ")));
+        }
+        if p.issue.is_none() {
+            return Ok(());
+        }
+        let max = self.inner.config.limits.max_proposals_per_author_per_day;
+        let since = self.inner.queue.clock().now_ms() - DAY_MS;
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n FROM proposal_entries WHERE author = $1 AND created_at > $2",
+        )
+        .bind(p.author.clone())
+        .bind(since)
+        .fetch_one(self.inner.queue.pool())
+        .await?;
+        let n = row.try_get::<i64, _>("n")?;
+        if n >= i64::from(max) {
+            return Err(LabError::Refused(format!(
+                "{} has made {n} proposals in the last 24 hours; the limit is {max} (limits.max_proposals_per_author_per_day); try again later",
+                p.author
+            )));
+        }
+        Ok(())
+    }
+
+    /// Counts a proposal entry against its author's daily limit.
+    async fn count_proposal_entry(
+        &self,
+        author: &str,
+        experiment: &ExperimentId,
+        entry: u64,
+    ) -> Result<(), LabError> {
+        sqlx::query(
+            "INSERT INTO proposal_entries (author, experiment, entry, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(author.to_string())
+        .bind(experiment.0.clone())
+        .bind(entry as i64)
+        .bind(self.inner.queue.clock().now_ms())
+        .execute(self.inner.queue.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Every corpus of the mixture must be one a `dataset` entry declares (a checkpoint or any
+    /// other blob is not a corpus); one problem per component that names another blob.
+    async fn undeclared_corpora(&self, spec: &ExperimentSpec) -> Result<Vec<String>, LabError> {
+        let named: Vec<(usize, BlobHash)> = spec
+            .data
+            .mixture
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.corpus.map(|h| (i, h)))
+            .collect();
+        if named.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.blocking(move |rec| {
+            let mut out = Vec::new();
+            for (i, hash) in named {
+                if rec.dataset_entry(&hash)?.is_none() {
+                    out.push(format!(
+                        "data.mixture[{i}].corpus = {hash}: no `dataset` entry of this lab declares it; only corpora added with `glassbox data import` or `glassbox data generate` can be trained on"
+                    ));
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// An approval entry of `spec_hash` written after the current proposal (`since`) that has
+    /// no job: its job was never queued (a crash in between), so a retried `/approve` uses it
+    /// rather than writing a second approval.
+    async fn unqueued_approval(
+        &self,
+        experiment: &ExperimentId,
+        spec_hash: &SpecHash,
+        since: u64,
+    ) -> Result<Option<u64>, LabError> {
+        let (exp, hash) = (experiment.clone(), *spec_hash);
+        let last = self
+            .blocking(move |rec| rec.last_approval(&exp, &hash))
+            .await?;
+        match last {
+            Some(entry) if entry > since => {
+                let queued = self.inner.queue.job_with_approval(entry).await?;
+                Ok(queued.is_none().then_some(entry))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Puts a queued approval back into the flow's row when the row missed it (a crash after
+    /// the job was queued); the approver comes from the approval entry.
+    async fn repair_approved_row(
+        &self,
+        experiment: &ExperimentId,
+        row: &Row_,
+        spec_hash: &SpecHash,
+        approval_entry: u64,
+    ) -> Result<(), LabError> {
+        if row.approved_hash.as_ref() == Some(spec_hash) || row.rejected_reason.is_some() {
+            return Ok(());
+        }
+        let approver = self
+            .blocking(move |rec| {
+                let body: ApprovalBody = rec.entry(approval_entry)?.body_as()?;
+                Ok(body.approver)
+            })
+            .await?;
+        sqlx::query(
+            "UPDATE proposals SET approved_hash = $1, approver = $2, approval_entry = $3, \
+             updated_at = $4 WHERE experiment = $5",
+        )
+        .bind(spec_hash.to_string())
+        .bind(approver)
+        .bind(approval_entry as i64)
+        .bind(self.inner.queue.clock().now_ms())
+        .bind(experiment.0.clone())
+        .execute(self.inner.queue.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Queues a reproduction of `run` (of `experiment`) requested by `by`: a job like any
+    /// other (the requester's priority and open-job limit), at most one per run at a time.
+    /// Returns the job and its position.
+    pub async fn queue_reproduction(
+        &self,
+        experiment: &ExperimentId,
+        run: &RunId,
+        by: &str,
+    ) -> Result<(JobId, u32), LabError> {
+        let of_run = self
+            .inner
+            .queue
+            .latest_job_of(experiment)
+            .await?
+            .filter(|j| j.run_id.as_deref() == Some(run.0.as_str()))
+            .ok_or_else(|| LabError::Refused(format!("{run} is not a run of {experiment}")))?;
+        let limits = &self.inner.config.limits;
+        let open = self.inner.queue.open_jobs_of(by).await?;
+        if open >= limits.max_open_per_author {
+            return Err(LabError::Refused(format!(
+                "{by} already has {open} jobs waiting or running; the limit is {} (limits.max_open_per_author)",
+                limits.max_open_per_author
+            )));
+        }
+        let new = NewJob {
+            kind: JobKind::Reproduction,
+            experiment: experiment.clone(),
+            spec_hash: of_run.spec_hash,
+            author: by.to_string(),
+            proposal_entry: of_run.proposal_entry,
+            approval_entry: None,
+            priority: self.inner.config.queue.priority_of(by),
+            max_attempts: limits.max_attempts,
+        };
+        let job = match self.inner.queue.enqueue_reproduction(&new, &run.0).await {
+            Ok(j) => j,
+            Err(crate::queue::QueueError::AlreadyOpen { job, state }) => {
+                return Err(LabError::Refused(format!(
+                    "a reproduction of {run} is already {state} (job {job}); wait for it or cancel it"
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let j = self.inner.queue.get(job).await?;
+        Ok((job, self.position(&j).await?))
+    }
+
+    /// What a `/cancel` on an experiment stops: its run job while that is not over, else a
+    /// reproduction of it that waits or runs.
+    async fn job_to_cancel(&self, experiment: &ExperimentId) -> Result<Option<Job>, LabError> {
+        let run = self.inner.queue.latest_job_of(experiment).await?;
+        if let Some(j) = &run
+            && !j.state.is_terminal()
+        {
+            return Ok(run);
+        }
+        Ok(self
+            .inner
+            .queue
+            .open_reproduction_of_experiment(experiment)
+            .await?
+            .or(run))
     }
 
     /// Records a local proposal and its approval by the same person and queues it: the path
@@ -743,6 +958,9 @@ impl Flow {
     }
 }
 
+/// 24 hours in milliseconds (the per-author proposal window).
+const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
 fn terminal_status(s: JobState) -> RunStatus {
     match s {
         JobState::Succeeded => RunStatus::Succeeded,
@@ -925,11 +1143,9 @@ impl LabPort for Flow {
 
     async fn cancel(&self, experiment: &ExperimentId, by: &Login) -> Result<Cancelled, PortError> {
         let job = self
-            .inner
-            .queue
-            .latest_job_of(experiment)
+            .job_to_cancel(experiment)
             .await
-            .map_err(|e| port_error(e.into()))?
+            .map_err(port_error)?
             .ok_or_else(|| PortError::InvalidState("nothing is queued or running".into()))?;
         match self
             .cancel_job(job.id, by.as_str())
@@ -976,19 +1192,11 @@ impl LabPort for Flow {
                 ));
             }
         };
-        // The reproduction re-trains on this machine and ends as a `reproduction` entry.
-        let rec = self.inner.recorder.clone();
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let who = by.as_str().to_string();
-        tokio::spawn(async move {
-            match crate::reproduce::reproduce(rec, run.clone(), threads, |_, _| {}).await {
-                Ok(r) => {
-                    tracing::info!(%run, outcome = %r.outcome, entry = r.entry, requested_by = %who, "reproduction recorded")
-                }
-                Err(e) => tracing::warn!(%run, error = %e, "reproduction failed"),
-            }
-        });
-        Ok(1)
+        // A queued job like any other: a worker re-trains it and records the `reproduction`.
+        self.queue_reproduction(experiment, &run, by.as_str())
+            .await
+            .map(|(_, position)| position)
+            .map_err(port_error)
     }
 
     async fn status(

@@ -14,7 +14,8 @@
 //! - [`ladder`] — scaling ladders: rungs, the fit, the pre-registered forecast, the target;
 //! - [`reproduce`] — re-running a recorded run from the ledger and comparing bitwise;
 //! - [`service`] — the running lab (`serve`): bot + webhook route, notice delivery, worker;
-//! - [`config`] — [`LabConfig`]: budgets, quotas, job order, worker timing.
+//! - [`config`] — [`LabConfig`]: budgets, quotas, job order, worker timing;
+//! - [`limits`] — the `[limits]` on memory, metric volume and wall time applied to a spec.
 //!
 //! The lab owns the mutable operational state (the queue database); the immutable record is
 //! the ledger's, and every transition is written there before it is announced. It does not
@@ -26,6 +27,7 @@ pub mod dataset;
 pub mod error;
 pub mod flow;
 pub mod ladder;
+pub mod limits;
 pub mod outbox;
 pub mod queue;
 pub mod recorder;

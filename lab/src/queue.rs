@@ -8,9 +8,13 @@
 //! Leases: a worker that claims a job owns it until `lease_expires_at`; it renews the lease with
 //! [`Queue::heartbeat`]. A worker that dies stops renewing; once the lease expires the next
 //! [`Queue::lease`] hands the job to another worker (which resumes from the job's last
-//! checkpoint) until `max_attempts` is spent, after which the job ends `failed` with the reason.
+//! checkpoint) until `max_attempts` is spent. A job whose lease ran out with no attempt left
+//! (or with a cancel requested) is never handed out to train again: a worker claims it with
+//! [`Queue::claim_abandoned`] and ends it like any other, `result` entry first.
 //! Every write that a worker makes names its worker id and succeeds only while it still holds
-//! the lease, so a worker that lost its job can never record a second result for it.
+//! the lease, so a worker that lost its job can never record a second result for it; a job's
+//! end is fenced by [`Queue::begin_ending`], which holds the job's row while the worker puts
+//! the result on the record.
 //!
 //! Enqueues, leases and finishes that arrive together share one transaction and one commit
 //! ([`group_commit`]): each caller still returns only after its write is committed.
@@ -265,6 +269,8 @@ pub struct Job {
     pub checkpoint_blob: Option<String>,
     /// The run id of the current or last attempt.
     pub run_id: Option<String>,
+    /// For a reproduction job: the run it re-runs.
+    pub reproduces: Option<String>,
     /// Why it ended as it did (for anything but success).
     pub reason: Option<String>,
     /// Enqueued at (Unix ms).
@@ -310,6 +316,14 @@ pub enum QueueError {
         action: &'static str,
         /// The state(s) that would allow it.
         needs: &'static str,
+    },
+    /// A reproduction of the run already waits or runs.
+    #[error("job {job} already reproduces this run ({state}); wait for it or cancel it")]
+    AlreadyOpen {
+        /// The open job.
+        job: JobId,
+        /// Its state.
+        state: JobState,
     },
     /// The commit of a group of writes failed; the database may or may not have applied them,
     /// so they are not retried blindly. Check with `glassbox jobs` before repeating one.
@@ -393,9 +407,83 @@ pub struct Heartbeat {
     pub cancel_requested: bool,
 }
 
+/// A job's end in progress ([`Queue::begin_ending`]): the lease is checked and the job's row
+/// held until [`Ending::finish`] (or [`Ending::finish_and_lease`]) commits; dropped, it changes
+/// nothing.
+pub struct Ending {
+    tx: sqlx::Transaction<'static, sqlx::Any>,
+    job: JobId,
+    worker: WorkerId,
+    engine: Engine,
+    clock: Clock,
+}
+
+impl fmt::Debug for Ending {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Ending(job {} by {})", self.job, self.worker)
+    }
+}
+
+impl Ending {
+    fn finish_op(&self, status: RunStatus, reason: Option<&str>) -> Finish {
+        Finish {
+            job: self.job,
+            worker: self.worker.clone(),
+            state: JobState::from(status),
+            reason: reason.map(str::to_string),
+            now: self.clock.now_ms(),
+        }
+    }
+
+    /// Gives the job back untouched (the end could not be recorded); as dropping, but waits
+    /// for the database to release the row.
+    pub async fn rollback(self) -> Result<(), QueueError> {
+        Ok(self.tx.rollback().await?)
+    }
+
+    /// Ends the job with `status` and commits.
+    pub async fn finish(
+        mut self,
+        status: RunStatus,
+        reason: Option<&str>,
+    ) -> Result<(), QueueError> {
+        let f = self.finish_op(status, reason);
+        group_commit::finish(&mut self.tx, &f).await?;
+        self.tx
+            .commit()
+            .await
+            .map_err(|e| QueueError::CommitFailed(e.to_string()))
+    }
+
+    /// Ends the job and leases the worker's next one in the same commit
+    /// ([`Queue::finish_and_lease`]).
+    pub async fn finish_and_lease(
+        mut self,
+        status: RunStatus,
+        reason: Option<&str>,
+        lease_for: Duration,
+    ) -> Result<Option<Job>, QueueError> {
+        let f = self.finish_op(status, reason);
+        group_commit::finish(&mut self.tx, &f).await?;
+        let next = group_commit::lease(
+            &mut self.tx,
+            self.engine,
+            &self.worker,
+            f.now + lease_for.as_millis() as i64,
+            f.now,
+        )
+        .await?;
+        self.tx
+            .commit()
+            .await
+            .map_err(|e| QueueError::CommitFailed(e.to_string()))?;
+        Ok(next.map(|j| *j))
+    }
+}
+
 const COLUMNS: &str = "id, kind, experiment, spec_hash, author, proposal_entry, approval_entry, priority, \
     state, attempts, max_attempts, lease_owner, lease_expires_at, cancel_requested, \
-    checkpoint_step, checkpoint_blob, run_id, reason, created_at, updated_at";
+    checkpoint_step, checkpoint_blob, run_id, reproduces, reason, created_at, updated_at";
 
 /// The job queue.
 #[derive(Debug, Clone)]
@@ -409,11 +497,17 @@ pub struct Queue {
     group: Arc<GroupCommit>,
 }
 
-/// How often one queue handle sweeps expired leases. A job whose lease ran out with no attempts
-/// left is never handed out again (the lease query excludes it); the sweep only writes its
-/// final state, so doing it once a second instead of on every lease costs nothing in
-/// correctness and saves two commits per lease.
+/// How often one queue handle looks for abandoned jobs when it found none last time. A job
+/// whose lease ran out with no attempts left is never handed out to train again (the lease
+/// query excludes it); it only waits for a worker to record its end, so looking once a second
+/// instead of on every lease costs nothing in correctness and saves a statement per lease.
 const SWEEP_EVERY_MS: i64 = 1_000;
+
+/// The reason a job ends with when its worker stopped answering on its last allowed attempt.
+pub const ABANDONED_REASON: &str = "worker lost its lease on every allowed attempt";
+
+/// The reason a job ends with when a cancel was requested and its worker then stopped answering.
+pub const ABANDONED_CANCELLED_REASON: &str = "cancelled; its worker stopped answering";
 
 /// What a committed queue change survives (the lab config's `queue.durability`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -589,7 +683,6 @@ impl Queue {
         lease_for: Duration,
     ) -> Result<Option<Job>, QueueError> {
         let now = self.clock.now_ms();
-        self.sweep_expired(now).await?;
         let op = Op::Lease {
             worker: worker.clone(),
             expires: now + lease_for.as_millis() as i64,
@@ -601,35 +694,156 @@ impl Queue {
         }
     }
 
-    /// Ends jobs whose lease expired and that may not be retried: out of attempts -> `failed`,
-    /// cancel requested -> `cancelled`.
-    async fn sweep_expired(&self, now: i64) -> Result<(), QueueError> {
+    /// Claims, for `worker` and `lease_for`, a job whose lease ran out and that may not be
+    /// trained again: out of attempts, or a cancel was requested. The worker then ends it the
+    /// way every job ends (the `result` entry, then [`Queue::begin_ending`]), with
+    /// [`ABANDONED_REASON`] or [`ABANDONED_CANCELLED_REASON`]; its attempts are not counted.
+    /// If that worker dies too, the job is claimed again once this lease runs out. `None` when
+    /// there is none (and then, for a second, without asking the database again).
+    pub async fn claim_abandoned(
+        &self,
+        worker: &WorkerId,
+        lease_for: Duration,
+    ) -> Result<Option<Job>, QueueError> {
+        let now = self.clock.now_ms();
         let last = self.last_sweep.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < SWEEP_EVERY_MS
-            || self
-                .last_sweep
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return Ok(());
+        if now.saturating_sub(last) < SWEEP_EVERY_MS {
+            return Ok(None);
         }
-        sqlx::query(
-            "UPDATE jobs SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, \
-             reason = 'cancelled; its worker stopped answering', updated_at = $1 \
-             WHERE state IN ('leased', 'running') AND lease_expires_at < $1 AND cancel_requested = 1",
-        )
+        let skip_locked = match self.engine {
+            Engine::Postgres => " FOR UPDATE SKIP LOCKED",
+            Engine::Sqlite => "",
+        };
+        let row = sqlx::query(&format!(
+            "UPDATE jobs SET lease_owner = $1, lease_expires_at = $2, updated_at = $3 \
+             WHERE id = (SELECT id FROM jobs \
+                 WHERE state IN ('leased', 'running') AND lease_expires_at < $3 \
+                   AND (attempts >= max_attempts OR cancel_requested = 1) \
+                 ORDER BY id ASC LIMIT 1{skip_locked}) \
+             RETURNING {COLUMNS}"
+        ))
+        .bind(worker.0.clone())
+        .bind(now + lease_for.as_millis() as i64)
         .bind(now)
-        .execute(&self.pool)
+        .fetch_optional(&self.pool)
         .await?;
-        sqlx::query(
-            "UPDATE jobs SET state = 'failed', lease_owner = NULL, lease_expires_at = NULL, \
-             reason = 'worker lost its lease on every allowed attempt', updated_at = $1 \
-             WHERE state IN ('leased', 'running') AND lease_expires_at < $1 AND attempts >= max_attempts",
+        match row {
+            Some(r) => decode(&r).map(Some),
+            None => {
+                self.last_sweep.store(now, Ordering::Relaxed);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Starts ending `job` for `worker`: checks that `worker` holds its lease and keeps the
+    /// job's row locked (on SQLite, the database's write lock) until [`Ending::finish`]
+    /// commits or the [`Ending`] is dropped (nothing changes). The worker records the job's
+    /// end in the ledger while it holds the [`Ending`], so a worker whose lease ran out (and
+    /// whose job another worker took) gets [`QueueError::LeaseLost`] here and records nothing:
+    /// a job never has two results.
+    pub async fn begin_ending(&self, job: JobId, worker: &WorkerId) -> Result<Ending, QueueError> {
+        let mut tx = self.pool.begin().await?;
+        let held = sqlx::query(
+            "UPDATE jobs SET updated_at = $1 \
+             WHERE id = $2 AND lease_owner = $3 AND state IN ('leased', 'running')",
         )
-        .bind(now)
-        .execute(&self.pool)
+        .bind(self.clock.now_ms())
+        .bind(job.0)
+        .bind(worker.0.clone())
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        if held.rows_affected() != 1 {
+            let _ = tx.rollback().await;
+            return Err(QueueError::LeaseLost {
+                job,
+                worker: worker.clone(),
+            });
+        }
+        Ok(Ending {
+            tx,
+            job,
+            worker: worker.clone(),
+            engine: self.engine,
+            clock: self.clock.clone(),
+        })
+    }
+
+    /// Adds a reproduction job of `run` (its `kind` must be [`JobKind::Reproduction`]); at most
+    /// one waits or runs per run: a second is [`QueueError::AlreadyOpen`].
+    pub async fn enqueue_reproduction(&self, job: &NewJob, run: &str) -> Result<JobId, QueueError> {
+        if let Some(open) = self.open_reproduction_of(run).await? {
+            return Err(QueueError::AlreadyOpen {
+                job: open.id,
+                state: open.state,
+            });
+        }
+        let now = self.clock.now_ms();
+        let row = sqlx::query(
+            "INSERT INTO jobs (experiment, spec_hash, author, proposal_entry, approval_entry, \
+             priority, state, max_attempts, created_at, updated_at, kind, reproduces) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $8, 'reproduction', $9) RETURNING id",
+        )
+        .bind(job.experiment.0.clone())
+        .bind(job.spec_hash.to_string())
+        .bind(job.author.clone())
+        .bind(job.proposal_entry.map(|v| v as i64))
+        .bind(job.approval_entry.map(|v| v as i64))
+        .bind(job.priority)
+        .bind(i64::from(job.max_attempts.max(1)))
+        .bind(now)
+        .bind(run.to_string())
+        .fetch_one(&self.pool)
+        .await;
+        match row {
+            Ok(r) => Ok(JobId(r.try_get::<i64, _>("id")?)),
+            // Two requests at once: the unique index lets one through.
+            Err(e) => match self.open_reproduction_of(run).await? {
+                Some(open) => Err(QueueError::AlreadyOpen {
+                    job: open.id,
+                    state: open.state,
+                }),
+                None => Err(e.into()),
+            },
+        }
+    }
+
+    /// The reproduction job of `run` that is waiting or running, if any.
+    pub async fn open_reproduction_of(&self, run: &str) -> Result<Option<Job>, QueueError> {
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM jobs WHERE kind = 'reproduction' AND reproduces = $1 \
+             AND state IN ('queued', 'held', 'leased', 'running') ORDER BY id DESC LIMIT 1"
+        ))
+        .bind(run.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| decode(&r)).transpose()
+    }
+
+    /// The newest reproduction job of an experiment that is waiting or running, if any.
+    pub async fn open_reproduction_of_experiment(
+        &self,
+        experiment: &ExperimentId,
+    ) -> Result<Option<Job>, QueueError> {
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM jobs WHERE kind = 'reproduction' AND experiment = $1 \
+             AND state IN ('queued', 'held', 'leased', 'running') ORDER BY id DESC LIMIT 1"
+        ))
+        .bind(experiment.0.clone())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| decode(&r)).transpose()
+    }
+
+    /// The job, of any kind, whose approval is ledger entry `entry`, if any.
+    pub async fn job_with_approval(&self, entry: u64) -> Result<Option<Job>, QueueError> {
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM jobs WHERE approval_entry = $1 ORDER BY id DESC LIMIT 1"
+        ))
+        .bind(entry as i64)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| decode(&r)).transpose()
     }
 
     /// Claims one given job for `worker` if it is queued (a local `glassbox run` trains the job
@@ -656,13 +870,15 @@ impl Queue {
         row.map(|r| decode(&r)).transpose()
     }
 
-    /// The newest job of an experiment, if any.
+    /// The newest run job of an experiment, if any (reproductions of its runs are not its
+    /// state; see [`Queue::open_reproduction_of`]).
     pub async fn latest_job_of(
         &self,
         experiment: &ExperimentId,
     ) -> Result<Option<Job>, QueueError> {
         let row = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM jobs WHERE experiment = $1 ORDER BY id DESC LIMIT 1"
+            "SELECT {COLUMNS} FROM jobs WHERE experiment = $1 AND kind = 'run' \
+             ORDER BY id DESC LIMIT 1"
         ))
         .bind(experiment.0.clone())
         .fetch_optional(&self.pool)
@@ -785,7 +1001,6 @@ impl Queue {
         lease_for: Duration,
     ) -> Result<Option<Job>, QueueError> {
         let now = self.clock.now_ms();
-        self.sweep_expired(now).await?;
         let op = Op::FinishAndLease {
             finish: Finish {
                 job,
@@ -1030,6 +1245,7 @@ fn decode(r: &AnyRow) -> Result<Job, QueueError> {
         checkpoint_step: opt_u64("checkpoint_step")?,
         checkpoint_blob: r.try_get("checkpoint_blob")?,
         run_id: r.try_get("run_id")?,
+        reproduces: r.try_get("reproduces")?,
         reason: r.try_get("reason")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,

@@ -5,16 +5,19 @@
 //! `glassbox run` and several `glassbox worker` processes on one machine can all write to one
 //! log in turn (the log's own group commit batches concurrent appends within a process). It
 //! also reads entries back (an approval, to check a job against it) and keeps the index in
-//! step with the log. It does not decide what to record: the flow and the worker do.
+//! step with the log, and answers the few questions the lab asks of its own log (which corpora
+//! a `dataset` entry declares, whether a run already has its `result`, the last approval of a
+//! spec), reading only the entries appended since it last looked. It does not decide what to
+//! record: the flow and the worker do.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::sync::{Arc, Mutex};
 
 use glassbox_ledger::index::Index;
 use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
 use glassbox_schemas::record::refs;
-use glassbox_schemas::{Blake3Hash, BlobHash, EntryKind, ExperimentId, LedgerEntry};
+use glassbox_schemas::{Blake3Hash, BlobHash, EntryKind, ExperimentId, LedgerEntry, SpecHash};
 use serde::Serialize;
 
 use crate::error::LabError;
@@ -25,6 +28,49 @@ pub struct Recorder {
     blobs: Arc<dyn BlobStore>,
     /// Serialises this process's appends (the OS lock serialises processes).
     append_lock: Mutex<()>,
+    /// What the log has said so far, caught up on each question.
+    facts: Mutex<LogFacts>,
+}
+
+/// The facts the lab looks up in its own log, folded from the entries read so far.
+#[derive(Debug, Default)]
+struct LogFacts {
+    /// Entries folded in.
+    scanned: u64,
+    /// Corpus hash -> its (first) `dataset` entry.
+    datasets: HashMap<BlobHash, u64>,
+    /// Run id -> its (first) `result` entry.
+    results: HashMap<String, u64>,
+    /// (experiment, spec hash) -> its last `approval` entry.
+    approvals: HashMap<(String, SpecHash), u64>,
+}
+
+impl LogFacts {
+    fn fold(&mut self, index: u64, e: &LedgerEntry) {
+        match e.kind {
+            EntryKind::Dataset => {
+                if let Some(h) = e.refs.get("corpus") {
+                    self.datasets.entry(BlobHash(*h)).or_insert(index);
+                }
+            }
+            EntryKind::Result => {
+                if let Some(run) = e.body.get("run").and_then(|r| r.as_str()) {
+                    self.results.entry(run.to_string()).or_insert(index);
+                }
+            }
+            EntryKind::Approval => {
+                let hash = e
+                    .body
+                    .get("spec_hash")
+                    .and_then(|h| h.as_str())
+                    .and_then(|h| h.parse::<SpecHash>().ok());
+                if let (Some(exp), Some(hash)) = (&e.experiment, hash) {
+                    self.approvals.insert((exp.0.clone(), hash), index);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 impl std::fmt::Debug for Recorder {
@@ -41,6 +87,7 @@ impl Recorder {
             lab,
             blobs,
             append_lock: Mutex::new(()),
+            facts: Mutex::new(LogFacts::default()),
         }
     }
 
@@ -125,6 +172,51 @@ impl Recorder {
         let reader = LogReader::open(&source, &self.lab.verifier_key()?)?;
         let bytes = reader.entry(glassbox_ledger::LeafIndex(index))?;
         Ok(LedgerEntry::from_bytes(&bytes)?)
+    }
+
+    /// Folds the entries appended since the last question into the facts and answers `ask`.
+    fn ask<T>(&self, ask: impl FnOnce(&LogFacts) -> T) -> Result<T, LabError> {
+        let mut facts = self.facts.lock().unwrap_or_else(|p| p.into_inner());
+        let source = DirSource {
+            root: self.lab.root().to_path_buf(),
+        };
+        let reader = LogReader::open(&source, &self.lab.verifier_key()?)?;
+        let size = reader.size().0;
+        let width = glassbox_ledger::tiles::TILE_WIDTH;
+        while facts.scanned < size {
+            let bundle = facts.scanned / width;
+            for (i, bytes) in reader.bundle(bundle)?.iter().enumerate() {
+                let index = bundle * width + i as u64;
+                if index >= facts.scanned {
+                    facts.fold(index, &LedgerEntry::from_bytes(bytes)?);
+                }
+            }
+            facts.scanned = ((bundle + 1) * width).min(size);
+        }
+        Ok(ask(&facts))
+    }
+
+    /// The `dataset` entry that declares corpus `hash`, if any.
+    pub fn dataset_entry(&self, hash: &BlobHash) -> Result<Option<u64>, LabError> {
+        self.ask(|f| f.datasets.get(hash).copied())
+    }
+
+    /// The `result` entry of `run`, if it has one.
+    pub fn result_entry(&self, run: &str) -> Result<Option<u64>, LabError> {
+        self.ask(|f| f.results.get(run).copied())
+    }
+
+    /// The last `approval` entry of `spec_hash` for `experiment`, if any.
+    pub fn last_approval(
+        &self,
+        experiment: &ExperimentId,
+        spec_hash: &SpecHash,
+    ) -> Result<Option<u64>, LabError> {
+        self.ask(|f| {
+            f.approvals
+                .get(&(experiment.0.clone(), *spec_hash))
+                .copied()
+        })
     }
 
     /// Catches the index up with the log, metric chunks included.

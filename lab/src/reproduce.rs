@@ -8,6 +8,13 @@
 //! measure the machine, not the run. The outcome is a `reproduction` entry: `reproduced`, or
 //! `differs` with `differs at step N: metric, expected X, got Y`.
 //!
+//! It also says which program re-ran it against the one that made the run (same binary, a
+//! different binary of the same commit, ...) from the `run_started` entry's build identity.
+//!
+//! [`reproduce`] is `glassbox reproduce`: compare and record at once. A `/reproduce` from
+//! GitHub is a queued job instead: a worker calls [`compare`] with its threads, the job's cancel
+//! flag and the lab's wall-clock limit, and records the entry itself when the job ends.
+//!
 //! Not here: choosing what to reproduce (the CLI and the bot) or training internals (runner).
 
 use std::collections::BTreeMap;
@@ -20,10 +27,12 @@ use glassbox_runner::backend::Backend;
 use glassbox_runner::backend::cpu::CpuBackend;
 use glassbox_runner::data::DataPipeline;
 use glassbox_runner::observer::{MetricRecord, Observer, RecordKind};
-use glassbox_runner::train::{Peak, RunOptions, Trainer};
-use glassbox_schemas::record::{ReproductionBody, ResultBody, RunStartedBody};
+use glassbox_runner::train::{Peak, RunOptions, Trainer, WallLimit};
+use glassbox_schemas::record::{
+    BinaryComparison, BuildIdentity, ReproductionBody, ResultBody, RunStartedBody,
+};
 use glassbox_schemas::{
-    Blake3Hash, BlobHash, EntryKind, ExperimentId, ExperimentSpec, LedgerEntry, RunId,
+    Blake3Hash, BlobHash, EntryKind, ExperimentId, ExperimentSpec, LedgerEntry, RunId, RunStatus,
 };
 use serde::Serialize;
 
@@ -47,6 +56,38 @@ pub struct Reproduction {
     /// The backend the run was made with.
     pub original_backend: String,
     /// Steps compared.
+    pub steps: u64,
+    /// Metric values compared.
+    pub values_compared: usize,
+    /// This program against the one that made the run.
+    pub binary: BinaryComparison,
+}
+
+/// How to re-run a run.
+#[derive(Debug, Clone)]
+pub struct ReproduceOptions {
+    /// CPU threads (the result is the same for any number).
+    pub threads: usize,
+    /// Set to stop the re-run at its next step (the outcome is then `cancelled`).
+    pub cancel: Arc<AtomicBool>,
+    /// A wall-clock limit (the lab's), besides the spec's own budget.
+    pub wall_limit: Option<WallLimit>,
+    /// The program re-running it, compared with the run's.
+    pub build: Option<BuildIdentity>,
+}
+
+/// A re-run compared with its record, before the `reproduction` entry is written.
+#[derive(Debug, Clone)]
+pub struct Compared {
+    /// The body of the `reproduction` entry.
+    pub body: ReproductionBody,
+    /// The experiment the run belongs to.
+    pub experiment: Option<ExperimentId>,
+    /// The code revision the run was made with.
+    pub original_revision: String,
+    /// The backend the run was made with.
+    pub original_backend: String,
+    /// Steps re-run.
     pub steps: u64,
     /// Metric values compared.
     pub values_compared: usize,
@@ -159,8 +200,49 @@ pub async fn reproduce(
     rec: Arc<Recorder>,
     run: RunId,
     threads: usize,
-    mut before_run: impl FnMut(&str, &str),
+    build: Option<BuildIdentity>,
+    before_run: impl FnMut(&str, &str),
 ) -> Result<Reproduction, LabError> {
+    let opts = ReproduceOptions {
+        threads,
+        cancel: Arc::new(AtomicBool::new(false)),
+        wall_limit: None,
+        build,
+    };
+    let c = compare(rec.clone(), run.clone(), &opts, before_run).await?;
+    let body = c.body.clone();
+    let experiment = c.experiment.clone();
+    let entry = tokio::task::spawn_blocking(move || {
+        rec.record(
+            EntryKind::Reproduction,
+            experiment.as_ref(),
+            Default::default(),
+            &body,
+        )
+    })
+    .await
+    .map_err(|e| LabError::Task(e.to_string()))??;
+    Ok(Reproduction {
+        run,
+        outcome: c.body.outcome,
+        detail: c.body.detail,
+        entry,
+        original_revision: c.original_revision,
+        original_backend: c.original_backend,
+        steps: c.steps,
+        values_compared: c.values_compared,
+        binary: c.body.binary.unwrap_or(BinaryComparison::Unrecorded),
+    })
+}
+
+/// Re-runs `run` as `opts` says and compares it with its record; records nothing. Errors are
+/// a run that cannot be re-run (no record, a corrupt blob, a spec that does not load).
+pub async fn compare(
+    rec: Arc<Recorder>,
+    run: RunId,
+    opts: &ReproduceOptions,
+    mut before_run: impl FnMut(&str, &str),
+) -> Result<Compared, LabError> {
     let r2 = rec.clone();
     let run2 = run.clone();
     let record = tokio::task::spawn_blocking(move || find_run(&r2, &run2))
@@ -192,22 +274,24 @@ pub async fn reproduce(
 
     let spec2 = spec.clone();
     let blobs = rec.blobs().clone();
+    let threads = opts.threads;
+    let run_opts = RunOptions {
+        out_dir: None,
+        resume: None,
+        peak: Peak {
+            flops_per_second: 1e12,
+            label: "reproduction (MFU not compared)".into(),
+        },
+        cancel: opts.cancel.clone(),
+        wall_limit: opts.wall_limit.clone(),
+    };
     let (outcome, got) = tokio::task::spawn_blocking(move || {
         let be = CpuBackend::<f32>::new(threads.max(1))?;
         let store = BlobCorpusStore::new(blobs);
         let data = DataPipeline::new(&spec2, &store)?;
-        let opts = RunOptions {
-            out_dir: None,
-            resume: None,
-            peak: Peak {
-                flops_per_second: 1e12,
-                label: "reproduction (MFU not compared)".into(),
-            },
-            cancel: Arc::new(AtomicBool::new(false)),
-        };
-        let mut trainer = Trainer::new(&be, spec2, data, &opts)?;
+        let mut trainer = Trainer::new(&be, spec2, data, &run_opts)?;
         let mut collect = Collect(Vec::new());
-        let outcome = be.run(|| trainer.run(&opts, &mut collect));
+        let outcome = be.run(|| trainer.run(&run_opts, &mut collect));
         Ok::<_, LabError>((outcome, collect.0))
     })
     .await
@@ -217,6 +301,42 @@ pub async fn reproduce(
     let have = flatten(&got);
     let mut detail = None;
     let mut compared = 0;
+    // A re-run stopped from outside (a cancel, the lab's wall-clock limit) did not differ: it
+    // did not finish.
+    let stopped = match outcome.status {
+        RunStatus::Cancelled if record.result.status != RunStatus::Cancelled => Some("cancelled"),
+        RunStatus::BudgetExceeded if record.result.status != RunStatus::BudgetExceeded => {
+            Some("failed")
+        }
+        _ => None,
+    };
+    if let Some(how) = stopped {
+        detail = Some(format!(
+            "the re-run stopped after {} of {} steps: {}",
+            outcome.steps,
+            record.result.steps,
+            outcome.reason.clone().unwrap_or_default()
+        ));
+        let body = ReproductionBody {
+            run: run.clone(),
+            outcome: how.into(),
+            detail,
+            backend: format!("cpu: {}", outcome.info.backend),
+            binary: opts
+                .build
+                .as_ref()
+                .map(|b| b.compare(record.started.build.as_ref())),
+            build: opts.build.clone(),
+        };
+        return Ok(Compared {
+            body,
+            experiment: record.experiment,
+            original_revision: record.started.code_revision,
+            original_backend: record.started.backend,
+            steps: outcome.steps,
+            values_compared: 0,
+        });
+    }
     for ((step, eval, name), w) in &want {
         if is_wall_clock(name) || !w.is_finite() {
             continue;
@@ -260,30 +380,17 @@ pub async fn reproduce(
         } else {
             "differs".into()
         },
-        detail: detail.clone(),
-        backend: format!("cpu: {}", outcome.info.backend),
-    };
-    let experiment = record.experiment.clone();
-    let rec3 = rec.clone();
-    let entry = tokio::task::spawn_blocking(move || {
-        rec3.record(
-            EntryKind::Reproduction,
-            experiment.as_ref(),
-            Default::default(),
-            &body,
-        )
-    })
-    .await
-    .map_err(|e| LabError::Task(e.to_string()))??;
-    Ok(Reproduction {
-        run,
-        outcome: if detail.is_none() {
-            "reproduced".into()
-        } else {
-            "differs".into()
-        },
         detail,
-        entry,
+        backend: format!("cpu: {}", outcome.info.backend),
+        binary: opts
+            .build
+            .as_ref()
+            .map(|b| b.compare(record.started.build.as_ref())),
+        build: opts.build.clone(),
+    };
+    Ok(Compared {
+        body,
+        experiment: record.experiment,
         original_revision: record.started.code_revision,
         original_backend: record.started.backend,
         steps: outcome.steps,

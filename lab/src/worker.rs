@@ -11,40 +11,60 @@
 //!    checkpoints as blobs with an `artifact` / `checkpoint` entry each, and telling the queue
 //!    where the last checkpoint is;
 //! 6. record the `result` (every ending: succeeded, diverged, budget_exceeded, cancelled,
-//!    failed — including failures before training), with the forecast compared, then end the
-//!    job in the queue, then add the notice to the outbox.
+//!    failed — including failures before training, a spec over the worker's memory limit, and
+//!    a panic on the training thread), with the forecast compared and the run's own log beside
+//!    it (an `artifact` entry), then end the job in the queue, then add the notice to the
+//!    outbox. That is one path, [`Worker`]'s `conclude`, fenced by [`Queue::begin_ending`]: a
+//!    worker that lost its lease records nothing, and a run that already has its `result` (a
+//!    crash between the entry and the queue) is not given a second.
 //!
 //! A worker that dies stops heartbeating; another worker takes the job over when the lease
 //! runs out and resumes from the checkpoint. The runner is deterministic on the CPU, so the
-//! resumed run ends with the same parameters as an uninterrupted one.
+//! resumed run ends with the same parameters as an uninterrupted one. A job whose worker dies
+//! on its last allowed attempt is claimed by the next worker that looks
+//! ([`Queue::claim_abandoned`]) and ended `failed` through the same path.
+//!
+//! Reproduction jobs (`/reproduce`) are queued like runs and run here too: on this worker's
+//! threads, under the lab's limits, cancellable, with a `reproduction` entry at the end.
 //!
 //! This module does not decide which jobs exist (the flow does) or how training works (the
 //! runner does).
 
 use std::collections::{BTreeMap, HashMap};
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use glassbox_runner::backend::cpu::CpuBackend;
 use glassbox_runner::backend::{self, Backend, BackendKind, BackendRequest};
 use glassbox_runner::data::DataPipeline;
 use glassbox_runner::observer::{MetricRecord, RunInfo};
 use glassbox_runner::train::{Peak, RunOptions, RunOutcome, Trainer};
-use glassbox_schemas::record::{ApprovalBody, ForecastOutcome, ResultBody, RunStartedBody};
+use glassbox_schemas::record::{
+    ApprovalBody, ArtifactBody, BuildIdentity, ForecastOutcome, ReproductionBody, ResultBody,
+    RunStartedBody,
+};
 use glassbox_schemas::spec::Forecast;
 use glassbox_schemas::{
-    Blake3Hash, BlobHash, EntryKind, ExperimentId, ExperimentSpec, RunId, RunStatus, SpecHash,
+    Blake3Hash, BlobHash, EntryKind, ExperimentId, ExperimentSpec, LedgerEntry, RunId, RunStatus,
+    SpecHash,
 };
 use tokio::runtime::Handle;
 
-use crate::config::WorkerSettings;
+use crate::config::{Limits, WorkerSettings};
 use crate::error::LabError;
 use crate::outbox::{self, Notice};
-use crate::queue::{Job, JobId, JobKind, JobState, Queue, QueueError, WorkerId};
+use crate::queue::{
+    ABANDONED_CANCELLED_REASON, ABANDONED_REASON, Ending, Job, JobId, JobKind, JobState, Queue,
+    QueueError, WorkerId,
+};
 use crate::recorder::{Recorder, one_ref};
 
 mod recording;
+pub mod run_log;
+
+pub use run_log::RunLog;
 
 /// Where a run's live telemetry goes as it happens (the dashboard's SSE feed). Called from the
 /// training thread: implementations must not block.
@@ -110,10 +130,14 @@ pub struct WorkerOptions {
     pub backend: BackendRequest,
     /// Scratch space for checkpoints before they become blobs.
     pub scratch: PathBuf,
-    /// The code revision recorded in `run_started`.
+    /// The code revision recorded in `run_started`: the full git commit, `-dirty` when the
+    /// tree was modified (the binary's `GLASSBOX_GIT_REVISION`).
     pub code_revision: String,
     /// The MFU reference; measured once at the first job when `None`.
     pub peak: Option<Peak>,
+    /// The lab's limits this worker applies: memory (checked before allocating) and wall time
+    /// (every run, beside the spec's own budget).
+    pub limits: Limits,
 }
 
 impl WorkerOptions {
@@ -127,8 +151,26 @@ impl WorkerOptions {
             scratch,
             code_revision,
             peak: None,
+            limits: Limits::default(),
         }
     }
+}
+
+/// Which program is running: the commit and dirty flag from the code revision
+/// (`<40 hex>[-dirty]`), and the BLAKE3 of the executable file (`std::env::current_exe`).
+/// `None` when the executable cannot be read.
+pub fn build_identity(code_revision: &str) -> Option<BuildIdentity> {
+    let executable_blake3 = executable_hash()?;
+    let (commit, dirty) = match code_revision.strip_suffix("-dirty") {
+        Some(c) => (c, true),
+        None => (code_revision, false),
+    };
+    let is_commit = commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit());
+    Some(BuildIdentity {
+        commit: is_commit.then(|| commit.to_ascii_lowercase()),
+        dirty,
+        executable_blake3,
+    })
 }
 
 /// A job's end as the worker recorded it.
@@ -176,6 +218,44 @@ pub struct Worker {
     /// ([`Queue::finish_and_lease`]), kept here until the loop comes round.
     chaining: AtomicBool,
     next: Mutex<Option<Job>>,
+    /// This program's identity, hashed once at the first job.
+    build: OnceLock<Option<BuildIdentity>>,
+}
+
+/// BLAKE3 of the running executable, read once per process (a binary replaced on disk while
+/// it runs is still named by the bytes it started from, as far as the first read saw them).
+fn executable_hash() -> Option<Blake3Hash> {
+    static HASH: OnceLock<Option<Blake3Hash>> = OnceLock::new();
+    *HASH.get_or_init(|| {
+        let exe = std::env::current_exe().ok()?;
+        let mut hasher = blake3::Hasher::new();
+        hasher.update_reader(std::fs::File::open(&exe).ok()?).ok()?;
+        Some(Blake3Hash::from_bytes(*hasher.finalize().as_bytes()))
+    })
+}
+
+/// How a job ended, as [`Worker`]'s `conclude` records it.
+struct JobOutcome {
+    status: RunStatus,
+    reason: Option<String>,
+    steps: u64,
+    final_metrics: BTreeMap<String, f64>,
+    refs: BTreeMap<String, Blake3Hash>,
+    params: Option<String>,
+}
+
+impl JobOutcome {
+    /// An ending before training (or without it): no steps, no metrics.
+    fn early(status: RunStatus, reason: String) -> Self {
+        Self {
+            status,
+            reason: Some(reason),
+            steps: 0,
+            final_metrics: BTreeMap::new(),
+            refs: BTreeMap::new(),
+            params: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for Worker {
@@ -187,6 +267,8 @@ impl std::fmt::Debug for Worker {
 impl Worker {
     /// A worker.
     pub fn new(queue: Queue, recorder: Arc<Recorder>, opts: WorkerOptions) -> Self {
+        // Hash the executable in the background, so the first run does not wait for it.
+        std::thread::spawn(executable_hash);
         let peak = Mutex::new(opts.peak.clone());
         Self {
             chaining: AtomicBool::new(false),
@@ -197,7 +279,15 @@ impl Worker {
             live: None,
             switches: CancelSwitches::default(),
             peak,
+            build: OnceLock::new(),
         }
+    }
+
+    /// This program's identity for the record (computed once).
+    fn build(&self) -> Option<BuildIdentity> {
+        self.build
+            .get_or_init(|| build_identity(&self.opts.code_revision))
+            .clone()
     }
 
     /// Streams live telemetry to `sink`.
@@ -218,19 +308,62 @@ impl Worker {
     }
 
     /// Leases the next job and runs it; `None` when the queue is idle.
+    /// Before leasing, it ends a job whose worker died on its last allowed attempt (or after a
+    /// cancel request), if there is one: that is a job's end like any other, returned here.
     pub async fn run_next(&self) -> Result<Option<JobEnd>, LabError> {
         let job = match self.take_next() {
             Some(job) => job,
-            None => match self
-                .queue
-                .lease(&self.opts.id, self.opts.settings.lease())
-                .await?
-            {
-                Some(job) => job,
-                None => return Ok(None),
-            },
+            None => {
+                let lease = self.opts.settings.lease();
+                if let Some(job) = self.queue.claim_abandoned(&self.opts.id, lease).await? {
+                    return Ok(Some(self.end_abandoned(job).await?));
+                }
+                match self.queue.lease(&self.opts.id, lease).await? {
+                    Some(job) => job,
+                    None => return Ok(None),
+                }
+            }
         };
         Ok(Some(self.execute(job).await?))
+    }
+
+    /// Ends a job whose lease ran out on its last attempt (or with a cancel requested): its
+    /// worker is gone, so this one records the end for it.
+    async fn end_abandoned(&self, job: Job) -> Result<JobEnd, LabError> {
+        let log = RunLog::default();
+        let (status, reason) = if job.cancel_requested {
+            (RunStatus::Cancelled, ABANDONED_CANCELLED_REASON)
+        } else {
+            (RunStatus::Failed, ABANDONED_REASON)
+        };
+        log.warn(format!(
+            "job {}: {reason} ({} of {} attempts); worker {} records its end",
+            job.id, job.attempts, job.max_attempts, self.opts.id
+        ));
+        if job.kind == JobKind::Reproduction {
+            let outcome = if job.cancel_requested {
+                "cancelled"
+            } else {
+                "failed"
+            };
+            return self
+                .conclude_reproduction(&job, outcome, Some(reason.to_string()), None, &log)
+                .await;
+        }
+        let run = run_of(&job);
+        let spec = self.stored_spec(&job);
+        let mut outcome = JobOutcome::early(status, reason.to_string());
+        // The last checkpoint the dead worker left is where the run got to.
+        outcome.steps = job.checkpoint_step.unwrap_or(0);
+        if let Some(h) = job
+            .checkpoint_blob
+            .as_deref()
+            .and_then(|t| t.parse::<BlobHash>().ok())
+        {
+            outcome.refs = one_ref("checkpoint", &h);
+        }
+        self.conclude(&job, &run, spec.as_ref(), outcome, &log)
+            .await
     }
 
     /// The job leased together with the last one's end, if any.
@@ -327,14 +460,32 @@ impl Worker {
     }
 
     async fn execute(&self, job: Job) -> Result<JobEnd, LabError> {
-        let run = RunId(format!("run-{:06}", job.id.0));
+        let log = Arc::new(RunLog::default());
+        log.info(format!(
+            "job {} ({}), attempt {} of {}, leased by worker {}",
+            job.id, job.experiment, job.attempts, job.max_attempts, self.opts.id
+        ));
         if job.kind == JobKind::Reproduction {
-            let reason = "reproduction jobs are run by `glassbox reproduce`, not by workers";
-            return self.conclude_early(&job, &run, reason.into()).await;
+            return self.reproduce(job, log).await;
+        }
+        let run = run_of(&job);
+        // The record may be ahead of the queue (a worker died after recording the result but
+        // before ending the job): end the job as recorded, without training it again.
+        let rec = self.recorder.clone();
+        let run_text = run.0.clone();
+        if blocking(move || rec.result_entry(&run_text))
+            .await?
+            .is_some()
+        {
+            log.warn(format!(
+                "{run} already has its result on the record; ending the job"
+            ));
+            let outcome = JobOutcome::early(RunStatus::Failed, "already recorded".into());
+            return self.conclude(&job, &run, None, outcome, &log).await;
         }
         let spec = match self.checked_spec(&job) {
             Ok(spec) => spec,
-            Err(reason) => return self.conclude_early(&job, &run, reason).await,
+            Err(reason) => return self.conclude_early(&job, &run, reason, &log).await,
         };
         self.queue
             .mark_running(job.id, &self.opts.id, &run.0)
@@ -343,17 +494,24 @@ impl Worker {
         let resume = match self.fetch_checkpoint(&job, &scratch) {
             Ok(r) => r,
             Err(e) => {
-                return self
-                    .conclude_early(&job, &run, format!("cannot fetch its checkpoint: {e}"))
-                    .await;
+                let reason = format!("cannot fetch its checkpoint: {e}");
+                return self.conclude_early(&job, &run, reason, &log).await;
             }
         };
         let cancel = Arc::new(AtomicBool::new(false));
         self.switches.register(job.id, cancel.clone());
-        let end = self.train(&job, &run, spec, resume, &scratch, cancel).await;
+        let end = self
+            .train(&job, &run, spec, resume, &scratch, cancel, &log)
+            .await;
         self.switches.remove(job.id);
         let _ = std::fs::remove_dir_all(&scratch);
         end
+    }
+
+    /// The job's spec from the blob store, if it can be read (for an ending's forecast).
+    fn stored_spec(&self, job: &Job) -> Option<ExperimentSpec> {
+        let bytes = self.recorder.get_bytes(&BlobHash(job.spec_hash.0)).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// The job's spec from the blob store, checked against its hash and its approval.
@@ -393,6 +551,20 @@ impl Worker {
                 approval.spec_hash
             ));
         }
+        // Only declared corpora are read (a job approved before the flow checked it).
+        for (i, c) in spec.data.mixture.iter().enumerate() {
+            if let Some(h) = &c.corpus
+                && self
+                    .recorder
+                    .dataset_entry(h)
+                    .map_err(|e| e.to_string())?
+                    .is_none()
+            {
+                return Err(format!(
+                    "data.mixture[{i}].corpus = {h}: no `dataset` entry of this lab declares it"
+                ));
+            }
+        }
         Ok(spec)
     }
 
@@ -419,6 +591,24 @@ impl Worker {
             .clone()
     }
 
+    /// A spec over this worker's memory limit ends `budget_exceeded` before anything is
+    /// allocated; `device_memory` is the GPU's, on a GPU worker.
+    async fn over_memory(
+        &self,
+        job: &Job,
+        run: &RunId,
+        spec: &ExperimentSpec,
+        device_memory: Option<u64>,
+        log: &RunLog,
+    ) -> Option<Result<JobEnd, LabError>> {
+        let limit = crate::limits::memory_limit(&self.opts.limits, device_memory)?;
+        let problem = crate::limits::memory_problem(spec, &limit)?;
+        log.warn(format!("not training: {problem}"));
+        let outcome = JobOutcome::early(RunStatus::BudgetExceeded, problem);
+        Some(self.conclude(job, run, Some(spec), outcome, log).await)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn train(
         &self,
         job: &Job,
@@ -427,30 +617,36 @@ impl Worker {
         resume: Option<PathBuf>,
         scratch: &Path,
         cancel: Arc<AtomicBool>,
+        log: &Arc<RunLog>,
     ) -> Result<JobEnd, LabError> {
         let selection = match backend::select(self.opts.backend) {
             Ok(k) => k,
-            Err(e) => return self.conclude_early(job, run, e.to_string()).await,
+            Err(e) => return self.conclude_early(job, run, e.to_string(), log).await,
         };
+        log.info(format!("backend: {} ({})", selection.kind, selection.why));
         match selection.kind {
             BackendKind::Cpu => {
+                if let Some(end) = self.over_memory(job, run, &spec, None, log).await {
+                    return end;
+                }
                 let threads = self.opts.threads.max(1);
                 let be = match CpuBackend::<f32>::new(threads) {
                     Ok(be) => be,
-                    Err(e) => return self.conclude_early(job, run, e.to_string()).await,
+                    Err(e) => return self.conclude_early(job, run, e.to_string(), log).await,
                 };
                 let peak = be.run(|| self.peak(threads));
-                self.train_on(&be, peak, job, run, spec, resume, scratch, cancel)
+                self.train_on(&be, peak, job, run, spec, resume, scratch, cancel, log)
                     .await
             }
             BackendKind::Cuda => {
-                self.train_cuda(job, run, spec, resume, scratch, cancel)
+                self.train_cuda(job, run, spec, resume, scratch, cancel, log)
                     .await
             }
         }
     }
 
     #[cfg(feature = "cuda")]
+    #[allow(clippy::too_many_arguments)]
     async fn train_cuda(
         &self,
         job: &Job,
@@ -459,11 +655,16 @@ impl Worker {
         resume: Option<PathBuf>,
         scratch: &Path,
         cancel: Arc<AtomicBool>,
+        log: &Arc<RunLog>,
     ) -> Result<JobEnd, LabError> {
         let be = match glassbox_runner::backend::cuda::CudaBackend::new(0) {
             Ok(be) => be,
-            Err(e) => return self.conclude_early(job, run, e.to_string()).await,
+            Err(e) => return self.conclude_early(job, run, e.to_string(), log).await,
         };
+        let device_memory = be.memory().map(|(_, total)| total as u64);
+        if let Some(end) = self.over_memory(job, run, &spec, device_memory, log).await {
+            return end;
+        }
         let peak = match self.opts.peak.clone() {
             Some(p) => p,
             None => match be.measure_sgemm_peak(4096, 5) {
@@ -474,14 +675,15 @@ impl Worker {
                         be.describe()
                     ),
                 },
-                Err(e) => return self.conclude_early(job, run, e.to_string()).await,
+                Err(e) => return self.conclude_early(job, run, e.to_string(), log).await,
             },
         };
-        self.train_on(&be, peak, job, run, spec, resume, scratch, cancel)
+        self.train_on(&be, peak, job, run, spec, resume, scratch, cancel, log)
             .await
     }
 
     #[cfg(not(feature = "cuda"))]
+    #[allow(clippy::too_many_arguments)]
     async fn train_cuda(
         &self,
         job: &Job,
@@ -490,11 +692,13 @@ impl Worker {
         _resume: Option<PathBuf>,
         _scratch: &Path,
         _cancel: Arc<AtomicBool>,
+        log: &Arc<RunLog>,
     ) -> Result<JobEnd, LabError> {
         self.conclude_early(
             job,
             run,
             "this worker was built without the CUDA backend (cargo feature `cuda`)".into(),
+            log,
         )
         .await
     }
@@ -510,6 +714,7 @@ impl Worker {
         resume: Option<PathBuf>,
         scratch: &Path,
         cancel: Arc<AtomicBool>,
+        log: &Arc<RunLog>,
     ) -> Result<JobEnd, LabError> {
         let kind = be.kind();
         let opts = RunOptions {
@@ -517,16 +722,33 @@ impl Worker {
             resume,
             peak,
             cancel: cancel.clone(),
+            wall_limit: Some(crate::limits::wall_limit(&self.opts.limits)),
         };
+        if let Some(r) = &opts.resume {
+            log.info(format!("resuming from checkpoint {}", r.display()));
+        }
         let store = crate::corpus::BlobCorpusStore::new(self.recorder.blobs().clone());
-        let data = match DataPipeline::new(&spec, &store) {
-            Ok(d) => d,
-            Err(e) => return self.conclude_early(job, run, e.to_string()).await,
+        // Setting up allocates the run's big buffers: a panic there (or on the training thread
+        // below) ends this run `failed`, never the process.
+        let set_up = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let data = DataPipeline::new(&spec, &store)?;
+            Trainer::new(be, spec.clone(), data, &opts)
+        }));
+        let mut trainer = match set_up {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => return self.conclude_early(job, run, e.to_string(), log).await,
+            Err(panic) => {
+                let reason = format!("setting up the run panicked: {}", panic_text(&*panic));
+                return self.conclude_early(job, run, reason, log).await;
+            }
         };
-        let mut trainer = match Trainer::new(be, spec.clone(), data, &opts) {
-            Ok(t) => t,
-            Err(e) => return self.conclude_early(job, run, e.to_string()).await,
-        };
+        log.info(format!(
+            "training {} steps of {} on {} ({} parameters)",
+            spec.train.steps,
+            job.spec_hash,
+            trainer.info().backend,
+            trainer.info().params
+        ));
         let resumed = opts.resume.as_ref().map(|_| trainer.step());
         let started = self
             .record_started(job, run, &spec, trainer.info(), kind.as_str(), resumed)
@@ -554,7 +776,8 @@ impl Worker {
 
         // Heartbeats run on the async side while training blocks a thread.
         let lost = Arc::new(AtomicBool::new(false));
-        let (hb_stop, hb_task) = self.spawn_heartbeat(job.id, cancel.clone(), lost.clone());
+        let (hb_stop, hb_task) =
+            self.spawn_heartbeat(job.id, cancel.clone(), lost.clone(), log.clone());
         let ctx = recording::RunContext {
             recorder: self.recorder.clone(),
             queue: self.queue.clone(),
@@ -572,7 +795,10 @@ impl Worker {
             self.live.clone(),
         )?;
         let (outcome, recorded) = tokio::task::block_in_place(|| {
-            let outcome = trainer.run(&opts, &mut observer);
+            // A panic on the training thread (a bug, a failed allocation that panics) ends the
+            // run `failed` with the message; the worker and the process go on.
+            let outcome =
+                std::panic::catch_unwind(AssertUnwindSafe(|| trainer.run(&opts, &mut observer)));
             // Closing the channel lets the recording thread finish what it was handed.
             drop(observer);
             (outcome, recording.finish())
@@ -580,9 +806,26 @@ impl Worker {
         let _ = hb_stop.send(true);
         let _ = hb_task.await;
         if lost.load(Ordering::SeqCst) {
-            tracing::warn!(job = %job.id, worker = %self.opts.id, "lost the lease mid-run; another worker owns the job");
+            log.warn("lost the lease mid-run; another worker owns the job");
             return Ok(JobEnd::LeaseLost(job.id));
         }
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(panic) => {
+                let reason = format!(
+                    "training panicked after step {}: {}",
+                    trainer.step(),
+                    panic_text(&*panic)
+                );
+                log.error(&reason);
+                let mut ending = JobOutcome::early(RunStatus::Failed, reason);
+                ending.steps = trainer.step();
+                if let Some(h) = &recorded.last_checkpoint {
+                    ending.refs = one_ref("checkpoint", h);
+                }
+                return self.conclude(job, run, Some(&spec), ending, log).await;
+            }
+        };
         let (status, reason) = match (&recorded.error, outcome.status) {
             (Some(e), _) => (
                 RunStatus::Failed,
@@ -595,21 +838,19 @@ impl Worker {
             .as_ref()
             .map(|h| one_ref("checkpoint", h))
             .unwrap_or_default();
-        let mut finished = self
-            .conclude_with(
-                job,
-                run,
-                Some(&spec),
-                status,
-                reason,
-                outcome.steps,
-                outcome.final_metrics.clone(),
-                refs,
-                Some(outcome.params_blake3.clone()),
-            )
-            .await?;
-        finished.outcome = Some(outcome);
-        Ok(JobEnd::Recorded(Box::new(finished)))
+        let ending = JobOutcome {
+            status,
+            reason,
+            steps: outcome.steps,
+            final_metrics: outcome.final_metrics.clone(),
+            refs,
+            params: Some(outcome.params_blake3.clone()),
+        };
+        let mut end = self.conclude(job, run, Some(&spec), ending, log).await?;
+        if let JobEnd::Recorded(finished) = &mut end {
+            finished.outcome = Some(outcome);
+        }
+        Ok(end)
     }
 
     fn spawn_heartbeat(
@@ -617,6 +858,7 @@ impl Worker {
         job: JobId,
         cancel: Arc<AtomicBool>,
         lost: Arc<AtomicBool>,
+        log: Arc<RunLog>,
     ) -> (
         tokio::sync::watch::Sender<bool>,
         tokio::task::JoinHandle<()>,
@@ -645,7 +887,7 @@ impl Worker {
                     }
                     // The database may be restarting: keep training and try again; the lease
                     // is long enough to ride out a short outage.
-                    Err(e) => tracing::warn!(%job, error = %e, "heartbeat failed; retrying"),
+                    Err(e) => log.warn(format!("heartbeat of job {job} failed ({e}); retrying")),
                 }
             }
         });
@@ -680,6 +922,7 @@ impl Worker {
             seed: spec.train.seed,
             kernel_hashes,
             resumed_from_step: resumed,
+            build: self.build(),
         };
         let rec = self.recorder.clone();
         let experiment = job.experiment.clone();
@@ -701,40 +944,35 @@ impl Worker {
         job: &Job,
         run: &RunId,
         reason: String,
+        log: &RunLog,
     ) -> Result<JobEnd, LabError> {
-        tracing::warn!(job = %job.id, %reason, "job failed before training");
-        let spec = self.recorder.get_bytes(&BlobHash(job.spec_hash.0)).ok();
-        let spec: Option<ExperimentSpec> = spec.and_then(|b| serde_json::from_slice(&b).ok());
-        let finished = self
-            .conclude_with(
-                job,
-                run,
-                spec.as_ref(),
-                RunStatus::Failed,
-                Some(reason),
-                0,
-                BTreeMap::new(),
-                BTreeMap::new(),
-                None,
-            )
-            .await?;
-        Ok(JobEnd::Recorded(Box::new(finished)))
+        log.error(format!("failed before training: {reason}"));
+        let spec = self.stored_spec(job);
+        let outcome = JobOutcome::early(RunStatus::Failed, reason);
+        self.conclude(job, run, spec.as_ref(), outcome, log).await
     }
 
-    /// The end of every job: `result` entry, then the queue, then the outbox.
-    #[allow(clippy::too_many_arguments)]
-    async fn conclude_with(
+    /// The end of every run job, one path: the run's log (`artifact`) and its `result` entry,
+    /// then the queue, then the outbox. The entries are appended while the job's row is held
+    /// ([`Queue::begin_ending`]): a worker that lost its lease records nothing, and a run that
+    /// already has a `result` (its worker died between recording it and ending the job) gets
+    /// no second one; the job ends as that result says.
+    async fn conclude(
         &self,
         job: &Job,
         run: &RunId,
         spec: Option<&ExperimentSpec>,
-        status: RunStatus,
-        reason: Option<String>,
-        steps: u64,
-        final_metrics: BTreeMap<String, f64>,
-        refs: BTreeMap<String, Blake3Hash>,
-        params: Option<String>,
-    ) -> Result<Finished, LabError> {
+        outcome: JobOutcome,
+        log: &RunLog,
+    ) -> Result<JobEnd, LabError> {
+        let JobOutcome {
+            mut status,
+            mut reason,
+            steps,
+            final_metrics,
+            refs,
+            params,
+        } = outcome;
         let final_metrics: BTreeMap<String, f64> = final_metrics
             .into_iter()
             .filter(|(_, v)| v.is_finite())
@@ -744,6 +982,10 @@ impl Worker {
             None => registered_forecast(&self.queue, &job.spec_hash).await?,
         }
         .map(|f| compare_forecast(&f, &final_metrics));
+        match &reason {
+            Some(r) => log.info(format!("{run} ended {status} after {steps} steps: {r}")),
+            None => log.info(format!("{run} ended {status} after {steps} steps")),
+        }
         let body = ResultBody {
             run: run.clone(),
             spec_hash: job.spec_hash,
@@ -752,42 +994,23 @@ impl Worker {
             final_metrics: final_metrics.clone(),
             forecast: forecast.clone(),
             reason: reason.clone(),
-            params_blake3: params.clone(),
+            params_blake3: params,
         };
-        let rec = self.recorder.clone();
-        let experiment = job.experiment.clone();
-        let entry =
-            blocking(move || rec.record(EntryKind::Result, Some(&experiment), refs, &body)).await?;
-        // The result is on the record; the queue and the outbox must now learn of it even if
-        // the database is restarting, or another worker would run the job again.
-        let finish = retry_db(self.opts.settings.lease(), || async {
-            if self.chaining.load(Ordering::SeqCst) {
-                let next = self
-                    .queue
-                    .finish_and_lease(
-                        job.id,
-                        &self.opts.id,
-                        status,
-                        reason.as_deref(),
-                        self.opts.settings.lease(),
-                    )
-                    .await?;
-                *self.next.lock().unwrap_or_else(|e| e.into_inner()) = next;
-                Ok(())
-            } else {
-                self.queue
-                    .finish(job.id, &self.opts.id, status, reason.as_deref())
-                    .await
+        let log_name = format!("logs/{run}/attempt-{}.log", job.attempts.max(1));
+        let entries = self.log_and(job, run, &log_name, log, EntryKind::Result, refs, &body)?;
+        let Some((recorded, held)) = self.record_fenced(job, entries, Some(run)).await? else {
+            return Ok(JobEnd::LeaseLost(job.id));
+        };
+        let entry = match recorded {
+            Fenced::Appended(entry) => entry,
+            Fenced::AlreadyRecorded(entry, existing) => {
+                status = existing.status;
+                reason = existing.reason;
+                entry
             }
-        })
-        .await;
-        match finish {
-            Ok(()) => {}
-            Err(QueueError::LeaseLost { .. }) => {
-                tracing::warn!(job = %job.id, "lease lost while recording the result")
-            }
-            Err(e) => return Err(e.into()),
-        }
+        };
+        self.end_in_queue(job, held, status, reason.as_deref())
+            .await?;
         let notice = Notice::Finished {
             experiment: job.experiment.clone(),
             run: run.clone(),
@@ -812,7 +1035,7 @@ impl Worker {
         if let Some(live) = &self.live {
             live.status(&job.experiment, run, status.as_str());
         }
-        Ok(Finished {
+        Ok(JobEnd::Recorded(Box::new(Finished {
             job: job.id,
             run: run.clone(),
             experiment: job.experiment.clone(),
@@ -822,7 +1045,300 @@ impl Worker {
             final_metrics,
             result_entry: entry,
             outcome: None,
+        })))
+    }
+
+    /// The run's log as a blob with its `artifact` entry, followed by the entry that ends the
+    /// job (`kind`, `refs`, `body`): what [`Worker::record_fenced`] appends together. A log
+    /// that cannot be stored is left out (with a warning) rather than holding up the ending.
+    #[allow(clippy::too_many_arguments)]
+    fn log_and(
+        &self,
+        job: &Job,
+        run: &RunId,
+        log_name: &str,
+        log: &RunLog,
+        kind: EntryKind,
+        refs: BTreeMap<String, Blake3Hash>,
+        body: &impl serde::Serialize,
+    ) -> Result<Vec<LedgerEntry>, LabError> {
+        let mut entries = Vec::with_capacity(2);
+        let text = log.text();
+        match self.recorder.put_bytes(text.as_bytes()) {
+            Ok(hash) => entries.push(LedgerEntry::new(
+                EntryKind::Artifact,
+                Some(job.experiment.clone()),
+                one_ref("artifact", &hash),
+                &ArtifactBody {
+                    name: log_name.to_string(),
+                    bytes: text.len() as u64,
+                    run: Some(run.clone()),
+                },
+            )?),
+            Err(e) => tracing::warn!(job = %job.id, error = %e, "cannot store the run's log"),
+        }
+        entries.push(LedgerEntry::new(
+            kind,
+            Some(job.experiment.clone()),
+            refs,
+            body,
+        )?);
+        Ok(entries)
+    }
+
+    /// Appends `entries` (the last one ends the job) while holding the job's lease in the
+    /// queue, and hands back the held [`Ending`] for [`Worker::end_in_queue`]; `None` when this
+    /// worker no longer holds the lease. With `run`, a run that already has a `result` entry
+    /// gets none appended: that one is returned instead.
+    async fn record_fenced(
+        &self,
+        job: &Job,
+        entries: Vec<LedgerEntry>,
+        run: Option<&RunId>,
+    ) -> Result<Option<(Fenced, Ending)>, LabError> {
+        let lease = self.opts.settings.lease();
+        let ending = match retry_db(lease, || self.queue.begin_ending(job.id, &self.opts.id)).await
+        {
+            Ok(e) => e,
+            Err(QueueError::LeaseLost { .. }) => {
+                tracing::warn!(job = %job.id, worker = %self.opts.id, "lease lost before recording the job's end; recording nothing");
+                return Ok(None);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let rec = self.recorder.clone();
+        let run = run.map(|r| r.0.clone());
+        let appended = blocking(move || {
+            if let Some(run) = &run
+                && let Some(entry) = rec.result_entry(run)?
+            {
+                let existing: ResultBody = rec.entry(entry)?.body_as()?;
+                return Ok(Fenced::AlreadyRecorded(entry, Box::new(existing)));
+            }
+            let indices = rec.append(&entries)?;
+            Ok(Fenced::Appended(
+                indices.last().copied().unwrap_or_default(),
+            ))
         })
+        .await;
+        match appended {
+            Ok(a) => Ok(Some((a, ending))),
+            Err(e) => {
+                // Nothing changes in the queue: the job stays this worker's until it retries or
+                // its lease runs out.
+                let _ = ending.rollback().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends the job in the queue after its end is on the record (leasing the next job in the
+    /// same commit inside [`Worker::serve`]). A repeat after an unknown commit outcome finds the
+    /// job already ended and reports a lost lease: never a second result.
+    async fn end_in_queue(
+        &self,
+        job: &Job,
+        held: Ending,
+        status: RunStatus,
+        reason: Option<&str>,
+    ) -> Result<(), LabError> {
+        let lease = self.opts.settings.lease();
+        let finish = match self.finish_ending(held, status, reason).await {
+            // The database went away: take the job again and end it (a commit that did apply
+            // meanwhile shows up as a lost lease, below).
+            Err(e) if e.is_transient() => {
+                retry_db(lease, || async {
+                    let ending = self.queue.begin_ending(job.id, &self.opts.id).await?;
+                    self.finish_ending(ending, status, reason).await
+                })
+                .await
+            }
+            other => other,
+        };
+        match finish {
+            Ok(()) => Ok(()),
+            Err(QueueError::LeaseLost { .. }) => {
+                tracing::warn!(job = %job.id, "lease lost while ending the job in the queue");
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Worker {
+    /// A reproduction job: re-runs the run it names on this worker's CPU threads, under the
+    /// lab's wall-clock limit, cancellable like a run (a cancel arrives with a heartbeat or
+    /// through [`CancelSwitches`]), and ends with a `reproduction` entry.
+    async fn reproduce(&self, job: Job, log: Arc<RunLog>) -> Result<JobEnd, LabError> {
+        let Some(target) = job.reproduces.clone() else {
+            let why = "the job names no run to reproduce".to_string();
+            return self
+                .conclude_reproduction(&job, "failed", Some(why), None, &log)
+                .await;
+        };
+        self.queue
+            .mark_running(job.id, &self.opts.id, &target)
+            .await?;
+        let cancel = Arc::new(AtomicBool::new(false));
+        self.switches.register(job.id, cancel.clone());
+        let lost = Arc::new(AtomicBool::new(false));
+        let (hb_stop, hb_task) =
+            self.spawn_heartbeat(job.id, cancel.clone(), lost.clone(), log.clone());
+        let threads = self.opts.threads.max(1);
+        log.info(format!(
+            "re-running {target} on {threads} CPU threads to compare it bitwise with its record"
+        ));
+        let opts = crate::reproduce::ReproduceOptions {
+            threads,
+            cancel,
+            wall_limit: Some(crate::limits::wall_limit(&self.opts.limits)),
+            build: self.build(),
+        };
+        let compared = crate::reproduce::compare(
+            self.recorder.clone(),
+            RunId(target.clone()),
+            &opts,
+            |revision, backend| {
+                log.info(format!(
+                    "{target} was made by code revision {revision} on {backend}"
+                ))
+            },
+        )
+        .await;
+        let _ = hb_stop.send(true);
+        let _ = hb_task.await;
+        self.switches.remove(job.id);
+        if lost.load(Ordering::SeqCst) {
+            log.warn("lost the lease mid-run; another worker owns the job");
+            return Ok(JobEnd::LeaseLost(job.id));
+        }
+        match compared {
+            Ok(c) => {
+                if let Some(b) = c.body.binary {
+                    log.info(format!("program: {}", b.describe()));
+                }
+                self.conclude_reproduction(&job, "", None, Some(c.body), &log)
+                    .await
+            }
+            Err(e) => {
+                let why = e.to_string();
+                log.error(format!("cannot reproduce {target}: {why}"));
+                self.conclude_reproduction(&job, "failed", Some(why), None, &log)
+                    .await
+            }
+        }
+    }
+
+    /// The end of a reproduction job: its log and its `reproduction` entry (`body`, or one
+    /// saying `outcome` and `detail`), then the queue. `reproduced` ends the job `succeeded`,
+    /// `cancelled` `cancelled`, anything else `failed` with the detail as the reason.
+    async fn conclude_reproduction(
+        &self,
+        job: &Job,
+        outcome: &str,
+        detail: Option<String>,
+        body: Option<ReproductionBody>,
+        log: &RunLog,
+    ) -> Result<JobEnd, LabError> {
+        let target = RunId(job.reproduces.clone().unwrap_or_default());
+        let body = body.unwrap_or_else(|| ReproductionBody {
+            run: target.clone(),
+            outcome: outcome.to_string(),
+            detail,
+            backend: "cpu".into(),
+            binary: None,
+            build: self.build(),
+        });
+        let status = match body.outcome.as_str() {
+            "reproduced" => RunStatus::Succeeded,
+            "cancelled" => RunStatus::Cancelled,
+            _ => RunStatus::Failed,
+        };
+        let reason = body.detail.clone();
+        log.info(format!(
+            "reproduction of {target} ended {}{}",
+            body.outcome,
+            reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ));
+        let log_name = format!("logs/{target}/reproduction-job-{}.log", job.id);
+        let entries = self.log_and(
+            job,
+            &target,
+            &log_name,
+            log,
+            EntryKind::Reproduction,
+            BTreeMap::new(),
+            &body,
+        )?;
+        let Some((recorded, held)) = self.record_fenced(job, entries, None).await? else {
+            return Ok(JobEnd::LeaseLost(job.id));
+        };
+        let entry = match recorded {
+            Fenced::Appended(e) | Fenced::AlreadyRecorded(e, _) => e,
+        };
+        self.end_in_queue(job, held, status, reason.as_deref())
+            .await?;
+        Ok(JobEnd::Recorded(Box::new(Finished {
+            job: job.id,
+            run: target,
+            experiment: job.experiment.clone(),
+            status,
+            reason,
+            steps: 0,
+            final_metrics: BTreeMap::new(),
+            result_entry: entry,
+            outcome: None,
+        })))
+    }
+
+    /// Commits a held [`Ending`] (with the next lease inside [`Worker::serve`]).
+    async fn finish_ending(
+        &self,
+        ending: Ending,
+        status: RunStatus,
+        reason: Option<&str>,
+    ) -> Result<(), QueueError> {
+        if self.chaining.load(Ordering::SeqCst) {
+            let next = ending
+                .finish_and_lease(status, reason, self.opts.settings.lease())
+                .await?;
+            *self.next.lock().unwrap_or_else(|e| e.into_inner()) = next;
+            Ok(())
+        } else {
+            ending.finish(status, reason).await
+        }
+    }
+}
+
+/// What a fenced append did.
+enum Fenced {
+    /// The entries were appended; the last one's index.
+    Appended(u64),
+    /// The run already had this `result` entry; nothing was appended.
+    AlreadyRecorded(u64, Box<ResultBody>),
+}
+
+/// The run a job trains: `run-<job id>`, the same for every attempt.
+fn run_of(job: &Job) -> RunId {
+    RunId(
+        job.run_id
+            .clone()
+            .unwrap_or_else(|| format!("run-{:06}", job.id.0)),
+    )
+}
+
+/// A panic's message, as far as it is text.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(a panic without a message)".into()
     }
 }
 

@@ -34,13 +34,16 @@ struct Setup {
     flow: Flow,
     queue: Queue,
     recorder: Arc<Recorder>,
+    /// The queue database's URL (for a test that reaches behind the flow).
+    url: String,
 }
 
 async fn setup(engine: &str, name: &str, config: LabConfig) -> Setup {
-    setup_with_clock(engine, name, config, Clock::System).await
+    setup_clocked(engine, name, config, Clock::System).await
 }
 
-async fn setup_with_clock(engine: &str, name: &str, config: LabConfig, clock: Clock) -> Setup {
+/// [`setup`] with a given clock (a manual one moves leases and days without sleeping).
+async fn setup_clocked(engine: &str, name: &str, config: LabConfig, clock: Clock) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let (lab, _) = Lab::init(&dir.path().join("lab"), "test.glassbox/lab").unwrap();
     let url = match engine {
@@ -71,11 +74,17 @@ async fn setup_with_clock(engine: &str, name: &str, config: LabConfig, clock: Cl
         flow,
         queue,
         recorder,
+        url,
     }
 }
 
 impl Setup {
     fn worker(&self, name: &str) -> Worker {
+        self.worker_with(name, |_| {})
+    }
+
+    /// [`Setup::worker`] with its options changed by `edit`.
+    fn worker_with(&self, name: &str, edit: impl FnOnce(&mut WorkerOptions)) -> Worker {
         let mut opts = WorkerOptions::new(
             WorkerId(name.into()),
             self.dir.path().join("scratch").join(name),
@@ -88,6 +97,8 @@ impl Setup {
         });
         opts.settings.heartbeat_seconds = 0.2;
         opts.settings.metrics_flush_steps = 3;
+        opts.limits = self.flow.config().limits.clone();
+        edit(&mut opts);
         Worker::new(self.queue.clone(), self.recorder.clone(), opts)
             .with_switches(self.flow.switches())
     }
@@ -318,7 +329,10 @@ async fn whole_flow_postgres() {
 }
 
 async fn two_workers_fifty_jobs(engine: &str) {
-    let cfg = LabConfig::parse("[limits]\nmax_open_per_author = 100\n").unwrap();
+    let cfg = LabConfig::parse(
+        "[limits]\nmax_open_per_author = 100\nmax_proposals_per_author_per_day = 100\n",
+    )
+    .unwrap();
     let s = setup(engine, "fifty", cfg).await;
     let sp = spec(2, "checkpoint_interval = 0", "");
     for n in 0..50 {
@@ -764,7 +778,7 @@ async fn closing_voids_the_approval_as_a_rejection_postgres() {
 
 async fn a_failing_notice_backs_off_and_the_others_go_out(engine: &str) {
     let clock = Clock::Manual(Arc::new(std::sync::atomic::AtomicI64::new(1_000_000)));
-    let s = setup_with_clock(engine, "notices", LabConfig::default(), clock.clone()).await;
+    let s = setup_clocked(engine, "notices", LabConfig::default(), clock.clone()).await;
     let hash = glassbox_schemas::spec_hash(&spec(4, "", "")).unwrap();
     // Notices for #1, #2, #3, then a second one for #1.
     for (entry, n) in [(1, 1u64), (2, 2), (3, 3), (4, 1)] {
@@ -841,4 +855,719 @@ async fn a_failing_notice_backs_off_and_the_others_go_out_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_notice_backs_off_and_the_others_go_out_postgres() {
     a_failing_notice_backs_off_and_the_others_go_out("postgres").await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trust (issue 16): limits, endings, reproductions, the run's own record.
+
+/// Entries of `kind`.
+fn of_kind(entries: &[LedgerEntry], kind: EntryKind) -> Vec<&LedgerEntry> {
+    entries.iter().filter(|e| e.kind == kind).collect()
+}
+
+/// The run log artifact of `run` (`logs/<run>/attempt-<n>.log`), as text.
+fn run_log(s: &Setup, run: &str) -> String {
+    let entries = s.entries();
+    let e = entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::Artifact)
+        .find(|e| {
+            e.body["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(&format!("logs/{run}/")))
+        })
+        .unwrap_or_else(|| panic!("no log artifact of {run}: {:?}", kinds(&entries)));
+    let hash = glassbox_schemas::BlobHash(e.refs["artifact"]);
+    String::from_utf8(s.recorder.get_bytes(&hash).unwrap()).unwrap()
+}
+
+fn manual_clock() -> Clock {
+    Clock::Manual(Arc::new(std::sync::atomic::AtomicI64::new(
+        1_700_000_000_000,
+    )))
+}
+
+/// Item 8: a spec whose memory estimate is over `limits.max_memory_bytes` is refused when it is
+/// approved, with both figures and the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_over_the_memory_limit_is_refused_with_the_figure() {
+    let cfg = LabConfig::parse("[limits]\nmax_memory_bytes = 100000\n").unwrap();
+    let s = setup("sqlite", "memory_refused", cfg).await;
+    let sp = spec(4, "", "");
+    let need = glassbox_schemas::estimate(&sp).memory_bytes;
+    let r = s.flow.propose(proposal(1, "ann", sp, None)).await.unwrap();
+    let err = s
+        .flow
+        .approve(
+            &ExperimentId("octo/lab#1".into()),
+            &r.spec_hash,
+            "maint",
+            false,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&format!("({need} bytes)")), "{err}");
+    assert!(
+        err.contains("(100000 bytes) (limits.max_memory_bytes)"),
+        "{err}"
+    );
+    assert!(s.queue.list(None, 10).await.unwrap().is_empty());
+}
+
+/// Item 8: a worker whose memory limit is lower than the spec's estimate ends the run
+/// `budget_exceeded` with a result entry, before it allocates anything (no `run_started`).
+async fn a_worker_over_its_memory_limit_ends_the_run_budget_exceeded(engine: &str) {
+    let s = setup(engine, "memory_worker", LabConfig::default()).await;
+    s.propose_and_approve(1, "ann", spec(4, "", "")).await;
+    let w = s.worker_with("w", |o| o.limits.max_memory_bytes = Some(100_000.0));
+    let f = recorded(w.run_next().await.unwrap());
+    assert_eq!(f.status, RunStatus::BudgetExceeded);
+    let reason = f.reason.unwrap();
+    assert!(reason.contains("limits.max_memory_bytes"), "{reason}");
+    let entries = s.entries();
+    assert!(of_kind(&entries, EntryKind::RunStarted).is_empty());
+    let results = of_kind(&entries, EntryKind::Result);
+    assert_eq!(results.len(), 1);
+    assert_eq!(
+        results[0].body_as::<ResultBody>().unwrap().status,
+        RunStatus::BudgetExceeded
+    );
+    assert!(run_log(&s, "run-000001").contains("not training: it needs about"));
+    assert_eq!(
+        s.queue.get(f.job).await.unwrap().state,
+        JobState::BudgetExceeded
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_over_its_memory_limit_ends_the_run_budget_exceeded_sqlite() {
+    a_worker_over_its_memory_limit_ends_the_run_budget_exceeded("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_over_its_memory_limit_ends_the_run_budget_exceeded_postgres() {
+    a_worker_over_its_memory_limit_ends_the_run_budget_exceeded("postgres").await;
+}
+
+/// A live sink that panics on the training thread at step 2 of the first run it sees.
+struct PanicOnce {
+    fired: std::sync::atomic::AtomicBool,
+}
+
+impl glassbox_lab::LiveSink for PanicOnce {
+    fn metrics(
+        &self,
+        _e: &ExperimentId,
+        _r: &glassbox_schemas::RunId,
+        record: &glassbox_runner::observer::MetricRecord,
+    ) {
+        if record.step == 2 && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            panic!("injected fault in a live sink");
+        }
+    }
+    fn status(&self, _e: &ExperimentId, _r: &glassbox_schemas::RunId, _s: &str) {}
+}
+
+/// Item 8: a panic on the training thread ends that run `failed` with a result entry, and the
+/// serving worker goes on to the next job.
+async fn a_panic_in_training_fails_the_run_and_the_worker_serves_on(engine: &str) {
+    let s = setup(engine, "panic", LabConfig::default()).await;
+    s.propose_and_approve(1, "ann", spec(4, "", "")).await;
+    s.propose_and_approve(2, "ann", spec(4, "", "")).await;
+    let w = s.worker("w").with_live(Arc::new(PanicOnce {
+        fired: Default::default(),
+    }));
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    let mut ends = Vec::new();
+    w.serve(rx, true, |end| {
+        if let JobEnd::Recorded(f) = end {
+            ends.push((f.status, f.reason.clone()));
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert_eq!(ends[0].0, RunStatus::Failed);
+    let reason = ends[0].1.clone().unwrap();
+    assert!(
+        reason.contains("training panicked after step 2: injected fault in a live sink"),
+        "{reason}"
+    );
+    assert_eq!(ends[1].0, RunStatus::Succeeded, "{:?}", ends[1].1);
+    let entries = s.entries();
+    let statuses: Vec<RunStatus> = of_kind(&entries, EntryKind::Result)
+        .iter()
+        .map(|e| e.body_as::<ResultBody>().unwrap().status)
+        .collect();
+    assert_eq!(statuses, [RunStatus::Failed, RunStatus::Succeeded]);
+    assert!(run_log(&s, "run-000001").contains("training panicked"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_training_fails_the_run_and_the_worker_serves_on_sqlite() {
+    a_panic_in_training_fails_the_run_and_the_worker_serves_on("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_training_fails_the_run_and_the_worker_serves_on_postgres() {
+    a_panic_in_training_fails_the_run_and_the_worker_serves_on("postgres").await;
+}
+
+/// Item 9: a spec whose metric volume is over `limits.max_metric_points` is refused when it is
+/// approved, with the figure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_over_the_metric_volume_limit_is_refused_with_the_figure() {
+    let cfg = LabConfig::parse("[limits]\nmax_metric_points = 100\n").unwrap();
+    let s = setup("sqlite", "volume", cfg).await;
+    let sp = spec(8, "", "");
+    let v = glassbox_schemas::cost::metric_volume(&sp);
+    // 8 steps x (13 + 1 layer) scalars, one evaluation of one domain, 8 x 1 x 4 components.
+    assert_eq!((v.scalar_points, v.vector_components), (8 * 14 + 2, 32));
+    let r = s.flow.propose(proposal(1, "ann", sp, None)).await.unwrap();
+    let err = s
+        .flow
+        .approve(
+            &ExperimentId("octo/lab#1".into()),
+            &r.spec_hash,
+            "maint",
+            false,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("it would record 146 metric values"), "{err}");
+    assert!(
+        err.contains("limit is 100 (limits.max_metric_points)"),
+        "{err}"
+    );
+}
+
+/// Item 10: the lab's `limits.max_wall_seconds` stops a run whose spec names no budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lab_wall_limit_applies_to_a_spec_without_a_budget() {
+    let cfg = LabConfig::parse("[limits]\nmax_wall_seconds = 1\n").unwrap();
+    let s = setup("sqlite", "wall", cfg).await;
+    let sp = spec(1_000_000, "checkpoint_interval = 0", "");
+    assert_eq!(sp.budget.max_wall_seconds, None);
+    s.propose_and_approve(1, "ann", sp).await;
+    let f = recorded(s.worker("w").run_next().await.unwrap());
+    assert_eq!(f.status, RunStatus::BudgetExceeded, "{:?}", f.reason);
+    let reason = f.reason.unwrap();
+    assert!(
+        reason.contains("wall-clock limit (the lab's limits.max_wall_seconds) of 1 s"),
+        "{reason}"
+    );
+    assert!(f.steps > 0 && f.steps < 1_000_000);
+}
+
+/// Item 11 (kept): an edit that leaves the spec hash unchanged writes no entry, and does not
+/// count against the author's daily limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_with_the_same_spec_hash_writes_no_entry() {
+    let cfg = LabConfig::parse("[limits]\nmax_proposals_per_author_per_day = 1\n").unwrap();
+    let s = setup("sqlite", "same_hash", cfg).await;
+    let first = s
+        .flow
+        .propose(proposal(1, "ann", spec(4, "", ""), None))
+        .await
+        .unwrap();
+    let before = s.entries().len();
+    for _ in 0..3 {
+        let again = s
+            .flow
+            .propose(proposal(1, "ann", spec(4, "", ""), None))
+            .await
+            .unwrap();
+        assert!(!again.new);
+        assert_eq!(again.entry, first.entry);
+    }
+    assert_eq!(s.entries().len(), before);
+}
+
+/// Item 11: an author may cause `limits.max_proposals_per_author_per_day` proposal entries in
+/// 24 hours; the next is refused with the key until the day has passed.
+async fn an_author_over_the_daily_proposal_limit_is_refused(engine: &str) {
+    let cfg = LabConfig::parse("[limits]\nmax_proposals_per_author_per_day = 2\n").unwrap();
+    let clock = manual_clock();
+    let s = setup_clocked(engine, "daily", cfg, clock.clone()).await;
+    s.flow
+        .propose(proposal(1, "spam", spec(4, "", ""), None))
+        .await
+        .unwrap();
+    // An edit with a new hash is a new entry and counts.
+    s.flow
+        .propose(proposal(1, "spam", spec(5, "", ""), None))
+        .await
+        .unwrap();
+    let err = s
+        .flow
+        .propose(proposal(2, "spam", spec(6, "", ""), None))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spam has made 2 proposals in the last 24 hours; the limit is 2 (limits.max_proposals_per_author_per_day)"),
+        "{err}"
+    );
+    assert_eq!(of_kind(&s.entries(), EntryKind::Proposal).len(), 2);
+    // Someone else is not affected; a day later the author may propose again.
+    s.flow
+        .propose(proposal(3, "other", spec(6, "", ""), None))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(24 * 3600));
+    s.flow
+        .propose(proposal(2, "spam", spec(6, "", ""), None))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_author_over_the_daily_proposal_limit_is_refused_sqlite() {
+    an_author_over_the_daily_proposal_limit_is_refused("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_author_over_the_daily_proposal_limit_is_refused_postgres() {
+    an_author_over_the_daily_proposal_limit_is_refused("postgres").await;
+}
+
+/// A spec training on a stored corpus (domain `web`) instead of the Markov generator.
+fn corpus_spec(corpus: &glassbox_schemas::BlobHash) -> ExperimentSpec {
+    let mut sp = spec(2, "", "");
+    sp.data.mixture[0].generator = None;
+    sp.data.mixture[0].corpus = Some(*corpus);
+    sp.data.mixture[0].domain = "web".into();
+    sp
+}
+
+/// Item 11: a mixture may name only corpora a `dataset` entry declares (a checkpoint blob is
+/// not one); declared ones are approved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixture_may_name_only_declared_datasets() {
+    let s = setup("sqlite", "datasets", LabConfig::default()).await;
+    let stray = s.recorder.put_bytes(&[7u8; 4096]).unwrap();
+    let r = s
+        .flow
+        .propose(proposal(1, "ann", corpus_spec(&stray), None))
+        .await
+        .unwrap();
+    let err = s
+        .flow
+        .approve(
+            &ExperimentId("octo/lab#1".into()),
+            &r.spec_hash,
+            "maint",
+            false,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!(
+            "data.mixture[0].corpus = {stray}: no `dataset` entry of this lab declares it"
+        )),
+        "{err}"
+    );
+    let generator = glassbox_schemas::spec::GeneratorSpec {
+        kind: glassbox_schemas::spec::GeneratorKind::Markov,
+        seed: 1,
+        order: 1,
+        alphabet: 8,
+        branching: 2,
+    };
+    let ds = glassbox_lab::dataset::generate(&s.recorder, "web", &generator, 4096).unwrap();
+    let (_, q) = s.propose_and_approve(2, "ann", corpus_spec(&ds.hash)).await;
+    let f = recorded(s.worker("w").run_next().await.unwrap());
+    assert_eq!(
+        (f.job, f.status),
+        (q.job, RunStatus::Succeeded),
+        "{:?}",
+        f.reason
+    );
+}
+
+/// Item 11: a forecast must name a metric the spec's run reports; a typo is refused when it is
+/// proposed (it would otherwise mark the run a missed forecast).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forecast_of_a_metric_the_run_does_not_report_is_refused() {
+    let s = setup("sqlite", "forecast_typo", LabConfig::default()).await;
+    for metric in ["eval/markvo/loss", "train/router/layer_1/bias_norm"] {
+        let f = Forecast {
+            metric: metric.into(),
+            value: 2.0,
+            tolerance: 0.1,
+        };
+        let err = s
+            .flow
+            .propose(proposal(1, "ann", spec(4, "", ""), Some(f)))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("forecast.metric = {metric:?}: must be a metric this run reports, e.g. eval/markov/loss")),
+            "{err}"
+        );
+    }
+    assert!(s.entries().is_empty(), "nothing was recorded");
+    let ok = Forecast {
+        metric: "train/router/layer_0/bias_norm".into(),
+        value: 0.0,
+        tolerance: 1.0,
+    };
+    s.flow
+        .propose(proposal(1, "ann", spec(4, "", ""), Some(ok)))
+        .await
+        .unwrap();
+}
+
+/// Item 12: `/reproduce` queues a job like any other (one per run at a time, cancellable) that
+/// a worker runs and records; the entry says the program was the same binary.
+async fn reproduce_is_a_queued_job(engine: &str) {
+    let s = setup(engine, "reproduce", LabConfig::default()).await;
+    s.propose_and_approve(1, "ann", spec(4, "", "")).await;
+    let f = recorded(s.worker("w").run_next().await.unwrap());
+    assert_eq!(f.status, RunStatus::Succeeded);
+    let id = ExperimentId("octo/lab#1".into());
+    let maint = Login::new("maint");
+    assert_eq!(LabPort::reproduce(&s.flow, &id, &maint).await.unwrap(), 1);
+    let again = LabPort::reproduce(&s.flow, &id, &maint).await.unwrap_err();
+    assert!(
+        again
+            .to_string()
+            .contains("a reproduction of run-000001 is already queued"),
+        "{again}"
+    );
+    // Nothing runs inside the flow: the job waits for a worker.
+    let jobs = s.queue.list(None, 10).await.unwrap();
+    assert_eq!(jobs[0].kind, JobKind::Reproduction);
+    assert_eq!(jobs[0].state, JobState::Queued);
+    assert_eq!(jobs[0].reproduces.as_deref(), Some("run-000001"));
+    assert!(of_kind(&s.entries(), EntryKind::Reproduction).is_empty());
+    // The experiment's state is still its run's.
+    let status = LabPort::status(&s.flow, &id).await.unwrap().unwrap();
+    assert!(
+        matches!(
+            status.state,
+            glassbox_github_bot::lab::ExperimentState::Finished { .. }
+        ),
+        "{:?}",
+        status.state
+    );
+
+    let r = recorded(s.worker("w2").run_next().await.unwrap());
+    assert_eq!(r.status, RunStatus::Succeeded, "{:?}", r.reason);
+    let entries = s.entries();
+    let repro = entries.last().unwrap();
+    assert_eq!(repro.kind, EntryKind::Reproduction);
+    let body: glassbox_schemas::record::ReproductionBody = repro.body_as().unwrap();
+    assert_eq!(body.outcome, "reproduced", "{:?}", body.detail);
+    assert_eq!(
+        body.binary,
+        Some(glassbox_schemas::record::BinaryComparison::SameBinary)
+    );
+    assert_eq!(s.queue.get(r.job).await.unwrap().state, JobState::Succeeded);
+    let log = entries[entries.len() - 2].body["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        log,
+        format!("logs/run-000001/reproduction-job-{}.log", r.job)
+    );
+
+    // Another may be queued now, and /cancel stops it.
+    LabPort::reproduce(&s.flow, &id, &maint).await.unwrap();
+    let cancelled = LabPort::cancel(&s.flow, &id, &maint).await.unwrap();
+    assert_eq!(cancelled, glassbox_github_bot::lab::Cancelled::Queued);
+    let latest = s.queue.list(None, 1).await.unwrap().remove(0);
+    assert_eq!(
+        (latest.kind, latest.state),
+        (JobKind::Reproduction, JobState::Cancelled)
+    );
+    assert!(s.worker("w3").run_next().await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reproduce_is_a_queued_job_sqlite() {
+    reproduce_is_a_queued_job("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reproduce_is_a_queued_job_postgres() {
+    reproduce_is_a_queued_job("postgres").await;
+}
+
+/// Item 15: a job whose worker died on its last allowed attempt is ended by the next worker:
+/// exactly one `result` entry (with the run's log before it), the job `failed`, the notice.
+async fn a_worker_killed_on_its_last_attempt_ends_with_one_result(engine: &str) {
+    let cfg = LabConfig::parse("[limits]\nmax_attempts = 1\n").unwrap();
+    let clock = manual_clock();
+    let s = setup_clocked(engine, "killed_last", cfg, clock.clone()).await;
+    let (_, q) = s.propose_and_approve(1, "ann", spec(4, "", "")).await;
+    // The worker that took it died after it started (it never heartbeats again).
+    let dead = WorkerId("dead".into());
+    s.queue
+        .lease(&dead, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    s.queue
+        .mark_running(q.job, &dead, "run-000001")
+        .await
+        .unwrap();
+    assert!(s.worker("w").run_next().await.unwrap().is_none());
+    clock.advance(Duration::from_secs(31));
+    let f = recorded(s.worker("w").run_next().await.unwrap());
+    assert_eq!((f.job, f.status), (q.job, RunStatus::Failed));
+    assert_eq!(
+        f.reason.as_deref(),
+        Some(glassbox_lab::queue::ABANDONED_REASON)
+    );
+    clock.advance(Duration::from_secs(31));
+    assert!(s.worker("w").run_next().await.unwrap().is_none());
+    let entries = s.entries();
+    let results = of_kind(&entries, EntryKind::Result);
+    assert_eq!(results.len(), 1, "{:?}", kinds(&entries));
+    let body: ResultBody = results[0].body_as().unwrap();
+    assert_eq!(
+        (body.run.0.as_str(), body.status),
+        ("run-000001", RunStatus::Failed)
+    );
+    assert!(run_log(&s, "run-000001").contains("worker lost its lease on every allowed attempt"));
+    assert_eq!(s.queue.get(q.job).await.unwrap().state, JobState::Failed);
+    let finished: Vec<_> = outbox::pending(&s.queue, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|(_, n)| matches!(n, outbox::Notice::Finished { .. }))
+        .collect();
+    assert_eq!(finished.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_on_its_last_attempt_ends_with_one_result_sqlite() {
+    a_worker_killed_on_its_last_attempt_ends_with_one_result("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_on_its_last_attempt_ends_with_one_result_postgres() {
+    a_worker_killed_on_its_last_attempt_ends_with_one_result("postgres").await;
+}
+
+/// At the run's last step, hands control to the test (which gives the job to another worker)
+/// and waits for it: the training worker then finishes having lost its lease.
+struct TakeOverAtStep {
+    step: u64,
+    reached: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+    resume: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl glassbox_lab::LiveSink for TakeOverAtStep {
+    fn metrics(
+        &self,
+        _e: &ExperimentId,
+        _r: &glassbox_schemas::RunId,
+        record: &glassbox_runner::observer::MetricRecord,
+    ) {
+        if record.step == self.step && record.kind == glassbox_runner::observer::RecordKind::Train {
+            let _ = self.reached.lock().unwrap().send(());
+            let _ = self.resume.lock().unwrap().recv();
+        }
+    }
+    fn status(&self, _e: &ExperimentId, _r: &glassbox_schemas::RunId, _s: &str) {}
+}
+
+/// Item 15: a worker whose lease was taken over while it trained records no result when it
+/// finishes; the job still ends with exactly one (here by the worker that ends it when the
+/// second holder dies too).
+async fn a_worker_that_lost_its_lease_records_no_result(engine: &str) {
+    let cfg = LabConfig::parse("[limits]\nmax_attempts = 2\n").unwrap();
+    let clock = manual_clock();
+    let s = setup_clocked(engine, "lost_lease", cfg, clock.clone()).await;
+    s.propose_and_approve(1, "ann", spec(6, "", "")).await;
+    let (reached_tx, reached_rx) = std::sync::mpsc::channel();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel();
+    let sink = Arc::new(TakeOverAtStep {
+        step: 6,
+        reached: std::sync::Mutex::new(reached_tx),
+        resume: std::sync::Mutex::new(resume_rx),
+    });
+    // No heartbeat during the test: only the test moves the lease.
+    let a = s
+        .worker_with("a", |o| o.settings.heartbeat_seconds = 25.0)
+        .with_live(sink);
+    let running = tokio::spawn(async move { a.run_next().await });
+    tokio::task::spawn_blocking(move || reached_rx.recv().unwrap())
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(31));
+    let b = WorkerId("b".into());
+    let taken = s.queue.lease(&b, Duration::from_secs(30)).await.unwrap();
+    assert!(taken.is_some(), "b takes the expired lease");
+    resume_tx.send(()).unwrap();
+    match running.await.unwrap().unwrap() {
+        Some(JobEnd::LeaseLost(_)) => {}
+        other => panic!("a lost its lease, so it records nothing; got {other:?}"),
+    }
+    assert!(of_kind(&s.entries(), EntryKind::Result).is_empty());
+    // b dies on the last attempt: the next worker ends the job.
+    clock.advance(Duration::from_secs(31));
+    let f = recorded(s.worker("c").run_next().await.unwrap());
+    assert_eq!(f.status, RunStatus::Failed);
+    assert_eq!(of_kind(&s.entries(), EntryKind::Result).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_lost_its_lease_records_no_result_sqlite() {
+    a_worker_that_lost_its_lease_records_no_result("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_lost_its_lease_records_no_result_postgres() {
+    a_worker_that_lost_its_lease_records_no_result("postgres").await;
+}
+
+/// Item 15: a crash between an approval's job and the flow's own row (or between the
+/// approval entry and its job) does not let a redelivered `/approve` make a second approval or
+/// a second job.
+async fn a_redelivered_approve_after_a_crash_makes_no_second_job(engine: &str) {
+    let s = setup(engine, "redelivered", LabConfig::default()).await;
+    let id = ExperimentId("octo/lab#1".into());
+    let (r, q) = s.propose_and_approve(1, "ann", spec(4, "", "")).await;
+    // The crash: the job is queued, the flow's row never learned of the approval.
+    sqlx::any::install_default_drivers();
+    let db = sqlx::AnyPool::connect(&s.url).await.unwrap();
+    sqlx::query(
+        "UPDATE proposals SET approved_hash = NULL, approver = NULL, approval_entry = NULL \
+         WHERE experiment = $1",
+    )
+    .bind(id.0.clone())
+    .execute(&db)
+    .await
+    .unwrap();
+    let approve = |id: ExperimentId, hash| {
+        LabPort::approve(
+            &s.flow,
+            Approval {
+                experiment: id,
+                spec_hash: hash,
+                approver: Login::new("maint"),
+            },
+        )
+    };
+    assert_eq!(approve(id.clone(), r.spec_hash).await.unwrap(), 1);
+    assert_eq!(
+        s.queue.list(None, 10).await.unwrap().len(),
+        1,
+        "no second job"
+    );
+    assert_eq!(of_kind(&s.entries(), EntryKind::Approval).len(), 1);
+    let status = LabPort::status(&s.flow, &id).await.unwrap().unwrap();
+    assert!(status.approval.is_some(), "the row is repaired");
+    assert_eq!(s.queue.get(q.job).await.unwrap().state, JobState::Queued);
+
+    // The other crash: the approval entry is written, its job never queued.
+    let id2 = ExperimentId("octo/lab#2".into());
+    let r2 = s
+        .flow
+        .propose(proposal(2, "ann", spec(5, "", ""), None))
+        .await
+        .unwrap();
+    let orphan = s
+        .recorder
+        .record(
+            EntryKind::Approval,
+            Some(&id2),
+            Default::default(),
+            &glassbox_schemas::record::ApprovalBody {
+                spec_hash: r2.spec_hash,
+                approver: "maint".into(),
+            },
+        )
+        .unwrap();
+    assert_eq!(approve(id2.clone(), r2.spec_hash).await.unwrap(), 2);
+    let approvals = of_kind(&s.entries(), EntryKind::Approval).len();
+    assert_eq!(approvals, 2, "the orphan approval got its job; no new one");
+    let job = s.queue.latest_job_of(&id2).await.unwrap().unwrap();
+    assert_eq!(job.approval_entry, Some(orphan));
+    db.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_approve_after_a_crash_makes_no_second_job_sqlite() {
+    a_redelivered_approve_after_a_crash_makes_no_second_job("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_approve_after_a_crash_makes_no_second_job_postgres() {
+    a_redelivered_approve_after_a_crash_makes_no_second_job("postgres").await;
+}
+
+/// Item 21: every run ends with its own log on the record (an `artifact` entry before the
+/// `result`): what the worker chose and why, and the error that ended a failed run.
+async fn every_run_records_its_log(engine: &str) {
+    let s = setup(engine, "run_log", LabConfig::default()).await;
+    s.propose_and_approve(1, "ann", spec(4, "", "")).await;
+    let ok = recorded(s.worker("w").run_next().await.unwrap());
+    assert_eq!(ok.status, RunStatus::Succeeded);
+    // A job that fails before training: it names a proposal where its approval should be.
+    let b = s
+        .flow
+        .propose(proposal(2, "ann", spec(5, "", ""), None))
+        .await
+        .unwrap();
+    s.queue
+        .enqueue(&NewJob {
+            kind: JobKind::Run,
+            experiment: ExperimentId("octo/lab#2".into()),
+            spec_hash: b.spec_hash,
+            author: "ann".into(),
+            proposal_entry: Some(b.entry),
+            approval_entry: Some(b.entry),
+            priority: 0,
+            max_attempts: 1,
+        })
+        .await
+        .unwrap();
+    let failed = recorded(s.worker("w").run_next().await.unwrap());
+    assert_eq!(failed.status, RunStatus::Failed);
+
+    let log = run_log(&s, "run-000001");
+    assert!(log.contains(" info backend: cpu ("), "{log}");
+    assert!(
+        log.contains("run-000001 ended succeeded after 4 steps"),
+        "{log}"
+    );
+    let log = run_log(&s, "run-000002");
+    let reason = failed.reason.unwrap();
+    assert!(
+        log.contains(&format!("failed before training: {reason}")),
+        "{log}"
+    );
+    // The log comes right before the result it belongs to.
+    let entries = s.entries();
+    for (i, e) in entries.iter().enumerate() {
+        if e.kind == EntryKind::Result {
+            let before = &entries[i - 1];
+            assert_eq!(before.kind, EntryKind::Artifact);
+            assert!(
+                before.body["name"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("/attempt-1.log")
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_run_records_its_log_sqlite() {
+    every_run_records_its_log("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_run_records_its_log_postgres() {
+    every_run_records_its_log("postgres").await;
 }

@@ -11,7 +11,8 @@ use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use glassbox_lab::queue::{
-    CancelOutcome, Clock, Durability, JobKind, JobState, NewJob, Queue, QueueError, WorkerId,
+    ABANDONED_CANCELLED_REASON, ABANDONED_REASON, CancelOutcome, Clock, Durability, JobKind,
+    JobState, NewJob, Queue, QueueError, WorkerId,
 };
 use glassbox_schemas::{Blake3Hash, ExperimentId, RunStatus, SpecHash};
 
@@ -145,6 +146,9 @@ on_both_engines!(
     concurrent_writes_keep_their_answers,
     finish_and_lease_hands_over_in_one_step,
     close_returns_with_connections_kept,
+    an_abandoned_job_is_claimed_to_end_it,
+    a_lost_lease_cannot_end_the_job,
+    one_reproduction_per_run_at_a_time,
 );
 
 /// The hot writes keep pool connections between uses; closing hands them back (the pool's
@@ -523,12 +527,129 @@ async fn attempts_run_out_and_the_job_fails(engine: &str, name: &str) {
         clock.advance(LEASE * 2);
     }
     assert!(q.lease(&worker("w"), LEASE).await.unwrap().is_none());
+    // The job is not trained again; a worker claims it to record its end (the lab appends the
+    // `result` entry first), then ends it.
+    let reaper = worker("reaper");
+    let claimed = q.claim_abandoned(&reaper, LEASE).await.unwrap().unwrap();
+    assert_eq!((claimed.id, claimed.attempts), (id, 3));
+    q.begin_ending(id, &reaper)
+        .await
+        .unwrap()
+        .finish(RunStatus::Failed, Some(ABANDONED_REASON))
+        .await
+        .unwrap();
     let j = q.get(id).await.unwrap();
     assert_eq!(j.state, JobState::Failed);
     assert_eq!(
         j.reason.as_deref(),
         Some("worker lost its lease on every allowed attempt")
     );
+}
+
+/// A job whose lease ran out on its last attempt is claimed by one worker at a time, to record
+/// its end; if that worker dies too, the next claims it once its lease runs out.
+async fn an_abandoned_job_is_claimed_to_end_it(engine: &str, name: &str) {
+    let (q, clock, _dir) = fresh(engine, name).await;
+    let mut one = job(1, "ann", 0);
+    one.max_attempts = 1;
+    let id = q.enqueue(&one).await.unwrap();
+    let dead = worker("dead");
+    q.lease(&dead, LEASE).await.unwrap().unwrap();
+    q.mark_running(id, &dead, "run-000001").await.unwrap();
+    // Not before its lease runs out.
+    assert!(
+        q.claim_abandoned(&worker("a"), LEASE)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    clock.advance(LEASE + Duration::from_millis(1));
+    let a = q
+        .claim_abandoned(&worker("a"), LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((a.id, a.run_id.as_deref()), (id, Some("run-000001")));
+    assert!(
+        q.claim_abandoned(&worker("b"), LEASE)
+            .await
+            .unwrap()
+            .is_none(),
+        "one claimer at a time"
+    );
+    // a dies before ending it; b takes over once a's lease runs out.
+    clock.advance(LEASE + Duration::from_millis(1));
+    let b = q
+        .claim_abandoned(&worker("b"), LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.id, id);
+    assert!(matches!(
+        q.begin_ending(id, &worker("a")).await,
+        Err(QueueError::LeaseLost { .. })
+    ));
+    q.begin_ending(id, &worker("b"))
+        .await
+        .unwrap()
+        .finish(RunStatus::Failed, Some(ABANDONED_REASON))
+        .await
+        .unwrap();
+    assert_eq!(q.get(id).await.unwrap().state, JobState::Failed);
+}
+
+/// A worker whose lease was taken over cannot start ending the job, and an ending in progress
+/// holds the job: it is not leased to anyone until it commits or is dropped.
+async fn a_lost_lease_cannot_end_the_job(engine: &str, name: &str) {
+    let (q, clock, _dir) = fresh(engine, name).await;
+    let id = q.enqueue(&job(1, "ann", 0)).await.unwrap();
+    let (a, b) = (worker("a"), worker("b"));
+    q.lease(&a, LEASE).await.unwrap().unwrap();
+    clock.advance(LEASE + Duration::from_millis(1));
+    q.lease(&b, LEASE).await.unwrap().unwrap();
+    assert!(matches!(
+        q.begin_ending(id, &a).await,
+        Err(QueueError::LeaseLost { .. })
+    ));
+    // b's ending, dropped, changes nothing; committed, it ends the job.
+    drop(q.begin_ending(id, &b).await.unwrap());
+    assert_eq!(q.get(id).await.unwrap().state, JobState::Leased);
+    q.begin_ending(id, &b)
+        .await
+        .unwrap()
+        .finish(RunStatus::Succeeded, None)
+        .await
+        .unwrap();
+    assert_eq!(q.get(id).await.unwrap().state, JobState::Succeeded);
+}
+
+/// At most one reproduction of a run waits or runs; once it is over another may be queued.
+async fn one_reproduction_per_run_at_a_time(engine: &str, name: &str) {
+    let (q, _clock, _dir) = fresh(engine, name).await;
+    let mut r = job(1, "maint", 0);
+    r.kind = JobKind::Reproduction;
+    r.approval_entry = None;
+    let first = q.enqueue_reproduction(&r, "run-000001").await.unwrap();
+    let j = q.get(first).await.unwrap();
+    assert_eq!(
+        (j.kind, j.reproduces.as_deref()),
+        (JobKind::Reproduction, Some("run-000001"))
+    );
+    match q.enqueue_reproduction(&r, "run-000001").await {
+        Err(QueueError::AlreadyOpen { job, state }) => {
+            assert_eq!((job, state), (first, JobState::Queued))
+        }
+        other => panic!("expected AlreadyOpen, got {other:?}"),
+    }
+    // Another run's reproduction is fine, and reproductions are not the experiment's state.
+    q.enqueue_reproduction(&r, "run-000002").await.unwrap();
+    assert!(
+        q.latest_job_of(&r.experiment).await.unwrap().is_none(),
+        "latest_job_of is the experiment's run job"
+    );
+    q.cancel(first, "by @maint").await.unwrap();
+    let again = q.enqueue_reproduction(&r, "run-000001").await.unwrap();
+    assert_ne!(again, first);
 }
 
 async fn cancel_before_and_during_a_run(engine: &str, name: &str) {
@@ -577,12 +698,25 @@ async fn cancel_before_and_during_a_run(engine: &str, name: &str) {
         CancelOutcome::AlreadyOver(JobState::Cancelled)
     );
 
-    // A cancel requested of a worker that then dies ends the job cancelled, not re-run.
+    // A cancel requested of a worker that then dies ends the job cancelled, not re-run: a
+    // worker claims it to record its end.
     let orphan = q.enqueue(&job(3, "ann", 0)).await.unwrap();
     q.lease(&worker("w"), LEASE).await.unwrap().unwrap();
     q.cancel(orphan, "by @maint").await.unwrap();
     clock.advance(LEASE * 2);
     assert!(q.lease(&worker("v"), LEASE).await.unwrap().is_none());
+    let claimed = q
+        .claim_abandoned(&worker("v"), LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(claimed.id == orphan && claimed.cancel_requested);
+    q.begin_ending(orphan, &worker("v"))
+        .await
+        .unwrap()
+        .finish(RunStatus::Cancelled, Some(ABANDONED_CANCELLED_REASON))
+        .await
+        .unwrap();
     assert_eq!(q.get(orphan).await.unwrap().state, JobState::Cancelled);
 }
 

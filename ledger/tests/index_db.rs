@@ -56,6 +56,7 @@ fn lab_with_a_run() -> (tempfile::TempDir, Lab) {
             seed: 1,
             kernel_hashes: BTreeMap::new(),
             resumed_from_step: None,
+            build: None,
         })
         .unwrap(),
     ));

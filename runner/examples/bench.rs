@@ -38,6 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         resume: None,
         peak: peak.clone(),
         cancel: Arc::new(AtomicBool::new(false)),
+        wall_limit: None,
     };
     let data = DataPipeline::new(&spec, &DirCorpusStore::new("/nonexistent"))?;
     let mut t = Trainer::new(&be, spec, data, &opts)?;

@@ -292,6 +292,7 @@ fn train<B: Backend>(
             label: "H200 bf16 dense peak".into(),
         },
         cancel: Arc::new(AtomicBool::new(false)),
+        wall_limit: None,
     };
     let data = DataPipeline::new(spec, &DirCorpusStore::new("/nonexistent"))?;
     let mut t = Trainer::new(be, spec.clone(), data, &opts)?;

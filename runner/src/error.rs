@@ -68,6 +68,19 @@ pub enum RunnerError {
         /// What is wrong.
         reason: String,
     },
+    /// Memory for a run's buffers could not be had (the machine, or the address space, does not
+    /// have it): the run stops before it starts rather than the process aborting.
+    #[error(
+        "cannot allocate {bytes} bytes for {what}: {reason}; choose a smaller model or batch, or a machine with more memory"
+    )]
+    OutOfMemory {
+        /// What the buffer was for (`parameters`, `optimizer state`).
+        what: &'static str,
+        /// Bytes asked for.
+        bytes: u128,
+        /// The allocator's answer.
+        reason: String,
+    },
     /// File-system error.
     #[error("{context}: {source}")]
     Io {
@@ -80,6 +93,19 @@ pub enum RunnerError {
 }
 
 impl RunnerError {
+    /// A host vector with room for `n` elements, or [`RunnerError::OutOfMemory`] when the
+    /// allocator refuses (instead of aborting the process as `Vec::with_capacity` would).
+    pub fn try_vec<T>(n: usize, what: &'static str) -> Result<Vec<T>, RunnerError> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(n)
+            .map_err(|e| RunnerError::OutOfMemory {
+                what,
+                bytes: n as u128 * std::mem::size_of::<T>() as u128,
+                reason: e.to_string(),
+            })?;
+        Ok(v)
+    }
+
     /// An I/O error with context.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         RunnerError::Io {

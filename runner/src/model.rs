@@ -357,6 +357,37 @@ impl Model {
         self.params.iter().map(|p| be.zeros(p.numel())).collect()
     }
 
+    /// [`Model::init_params`] for a run: every buffer is allocated fallibly, so a model too big
+    /// for the machine is an error, not an aborted process. Same values as `init_params`.
+    pub fn try_init_params<B: Backend>(
+        &self,
+        be: &B,
+        seed: u64,
+    ) -> Result<Vec<B::Buf>, RunnerError> {
+        let mut out = RunnerError::try_vec(self.params.len(), "parameters")?;
+        for (i, p) in self.params.iter().enumerate() {
+            let mut host: Vec<B::F> = RunnerError::try_vec(p.numel(), "parameters")?;
+            match p.init_std {
+                None => host.resize(p.numel(), B::F::ONE),
+                Some(std) => {
+                    let mut rng = SplitMix64::new(derive(&[seed, INIT_STREAM, i as u64]));
+                    host.extend((0..p.numel()).map(|_| B::F::from_f64(rng.normal() * std)));
+                }
+            }
+            out.push(be.try_upload(&host)?);
+        }
+        Ok(out)
+    }
+
+    /// [`Model::zeros_like_params`], allocated fallibly.
+    pub fn try_zeros_like_params<B: Backend>(&self, be: &B) -> Result<Vec<B::Buf>, RunnerError> {
+        let mut out = RunnerError::try_vec(self.params.len(), "optimizer state")?;
+        for p in &self.params {
+            out.push(be.try_zeros(p.numel())?);
+        }
+        Ok(out)
+    }
+
     fn attn_dims(&self, b: usize) -> AttnDims {
         let d = &self.dims;
         AttnDims {

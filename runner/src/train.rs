@@ -60,6 +60,20 @@ pub fn learning_rate(spec: &ExperimentSpec, step: u64) -> f64 {
     }
 }
 
+/// The wall-clock limit in force: the smaller of the spec's `budget.max_wall_seconds` and the
+/// runner's [`WallLimit`], with a description of whose it is.
+fn wall_limit(spec: &ExperimentSpec, outside: Option<&WallLimit>) -> Option<(f64, String)> {
+    let own = spec
+        .budget
+        .max_wall_seconds
+        .map(|s| (s, "wall-clock budget (budget.max_wall_seconds)".to_string()));
+    let outside = outside.map(|l| (l.seconds, format!("wall-clock limit ({})", l.source)));
+    match (own, outside) {
+        (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
 /// The peak FLOP/s that MFU is stated against.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Peak {
@@ -80,6 +94,18 @@ pub struct RunOptions {
     pub peak: Peak,
     /// Set to true to cancel at the next step.
     pub cancel: Arc<AtomicBool>,
+    /// A wall-clock limit set by whoever runs the spec (a lab's `limits.max_wall_seconds`),
+    /// applied together with the spec's own `budget.max_wall_seconds`: the smaller wins.
+    pub wall_limit: Option<WallLimit>,
+}
+
+/// A wall-clock limit from outside the spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WallLimit {
+    /// Seconds of training (all segments of a resumed run together).
+    pub seconds: f64,
+    /// Who set it, for the outcome's reason (e.g. `the lab's limits.max_wall_seconds`).
+    pub source: String,
 }
 
 /// How a run ended, with its metrics (a negative result is as complete as a positive one).
@@ -154,10 +180,12 @@ impl<'a, B: Backend> Trainer<'a, B> {
                 value: "(whole spec)".into(),
                 fix: format!("the spec has no canonical form: {e}"),
             })?;
-        let params = model.init_params(be, spec.train.seed);
-        let grads = model.zeros_like_params(be);
-        let adam_m = model.zeros_like_params(be);
-        let adam_v = model.zeros_like_params(be);
+        // The run's big buffers, allocated fallibly: a model too big for the machine stops here
+        // with the size asked for, instead of aborting the process.
+        let params = model.try_init_params(be, spec.train.seed)?;
+        let grads = model.try_zeros_like_params(be)?;
+        let adam_m = model.try_zeros_like_params(be)?;
+        let adam_v = model.try_zeros_like_params(be)?;
         let bias = vec![vec![0.0; model.dims.n_experts]; model.dims.n_layers];
         let entropy_floor_nats = data
             .domains
@@ -340,6 +368,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
         let step_flops = cost::flops_per_token(&self.spec) * tokens_per_step as f64;
         let mut last_eval_step = None;
         let ckpt_every = self.spec.train.checkpoint_interval;
+        let vector_interval = self.spec.vector_interval();
 
         let end = |s: &Self, status, reason: Option<String>, last: &BTreeMap<String, f64>, ck| {
             RunOutcome {
@@ -375,13 +404,13 @@ impl<'a, B: Backend> Trainer<'a, B> {
                 return finish(self, obs, o);
             }
             let elapsed = self.elapsed_before + start.elapsed().as_secs_f64();
-            if let Some(max) = self.spec.budget.max_wall_seconds {
+            if let Some((max, whose)) = wall_limit(&self.spec, opts.wall_limit.as_ref()) {
                 if elapsed > max {
                     let o = end(
                         self,
                         RunStatus::BudgetExceeded,
                         Some(format!(
-                            "wall-clock budget of {max} s used up after {elapsed:.1} s at step {}",
+                            "{whose} of {max} s used up after {elapsed:.1} s at step {}",
                             self.step
                         )),
                         &last,
@@ -431,6 +460,10 @@ impl<'a, B: Backend> Trainer<'a, B> {
             let dt = t0.elapsed().as_secs_f64().max(1e-9);
             self.flops_used += step_flops;
             let mut record = record;
+            // Vector metrics at a bounded rate (`metrics.vector_interval`), and at the end.
+            if !(self.step % vector_interval == 0 || self.step == total_steps) {
+                record.vectors.clear();
+            }
             let tps = tokens_per_step as f64 / dt;
             record.scalars.insert(mn::TOKENS_PER_SECOND.into(), tps);
             record.scalars.insert(

@@ -27,6 +27,7 @@ fn opts() -> RunOptions {
             label: "fixed test peak".into(),
         },
         cancel: Arc::new(AtomicBool::new(false)),
+        wall_limit: None,
     }
 }
 

@@ -68,6 +68,7 @@ fn opts(out: Option<std::path::PathBuf>, resume: Option<std::path::PathBuf>) -> 
             label: "fixed test peak".into(),
         },
         cancel: Arc::new(AtomicBool::new(false)),
+        wall_limit: None,
     }
 }
 
@@ -261,4 +262,151 @@ fn bf16_is_refused_not_silently_run_in_f32() {
     let text = err.to_string();
     assert!(text.contains("train.precision = \"bf16\""), "{text}");
     assert!(text.contains("use precision = \"f32\""), "{text}");
+}
+
+/// Vector metrics (expert load per layer) come every `metrics.vector_interval` steps and at the
+/// last step; every train record still has all its scalars, as many as the cost model counts.
+#[test]
+fn vector_metrics_are_recorded_every_vector_interval_steps() {
+    let s = spec(
+        10,
+        r#"{ method = "aux_loss_free", rate = 0.01 }"#,
+        "[metrics]\nvector_interval = 4",
+    );
+    assert_eq!(s.vector_interval(), 4);
+    let (out, recs) = train(&s, 1, &opts(None, None));
+    assert_eq!(out.status, RunStatus::Succeeded);
+    let train_recs: Vec<&MetricRecord> = recs
+        .iter()
+        .filter(|r| r.kind == RecordKind::Train)
+        .collect();
+    let with_vectors: Vec<u64> = train_recs
+        .iter()
+        .filter(|r| !r.vectors.is_empty())
+        .map(|r| r.step)
+        .collect();
+    assert_eq!(with_vectors, [4, 8, 10]);
+    for r in &train_recs {
+        assert_eq!(
+            r.scalars.len() as u64,
+            glassbox_schemas::cost::train_scalars_per_step(&s),
+            "step {}",
+            r.step
+        );
+    }
+    let volume = glassbox_schemas::cost::metric_volume(&s);
+    let components: usize = recs
+        .iter()
+        .flat_map(|r| r.vectors.values())
+        .map(Vec::len)
+        .sum();
+    assert_eq!(volume.vector_components, components as u64);
+}
+
+/// Left out, the interval keeps a run at about a million vector components whatever its size.
+#[test]
+fn the_default_vector_interval_bounds_the_volume() {
+    let small = spec(10, r#"{ method = "none" }"#, "");
+    assert_eq!(small.vector_interval(), 1, "small runs record every step");
+    let long = spec(4_000_000, r#"{ method = "none" }"#, "");
+    let v = glassbox_schemas::cost::metric_volume(&long);
+    // 2 layers x 4 experts per record.
+    assert_eq!(v.vector_interval, 32);
+    assert!(v.vector_components <= 1_000_000 + 8, "{v:?}");
+}
+
+/// A wall-clock limit from outside the spec (the lab's) ends the run `budget_exceeded` even
+/// though the spec's own budget is far larger: the smaller limit wins, and the reason says whose.
+#[test]
+fn an_outside_wall_limit_smaller_than_the_budget_ends_the_run() {
+    let s = spec(
+        1000,
+        r#"{ method = "none" }"#,
+        "[budget]\nmax_wall_seconds = 3600",
+    );
+    let mut o = opts(None, None);
+    o.wall_limit = Some(glassbox_runner::train::WallLimit {
+        seconds: 0.0,
+        source: "the test's limit".into(),
+    });
+    let (out, _) = train(&s, 1, &o);
+    assert_eq!(out.status, RunStatus::BudgetExceeded);
+    let reason = out.reason.unwrap();
+    assert!(
+        reason.contains("wall-clock limit (the test's limit) of 0 s"),
+        "{reason}"
+    );
+}
+
+/// A mixture that names one corpus twice reads it from the store once.
+#[test]
+fn a_corpus_named_twice_is_loaded_once() {
+    use glassbox_runner::data::CorpusStore;
+    use glassbox_runner::error::RunnerError;
+    use glassbox_schemas::BlobHash;
+    use std::sync::atomic::AtomicUsize;
+
+    struct Counting {
+        bytes: Arc<Vec<u8>>,
+        loads: AtomicUsize,
+    }
+    impl CorpusStore for Counting {
+        fn load(&self, _hash: &BlobHash) -> Result<Arc<Vec<u8>>, RunnerError> {
+            self.loads.fetch_add(1, Ordering::SeqCst);
+            Ok(self.bytes.clone())
+        }
+    }
+    let bytes: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+    let hash = BlobHash(glassbox_schemas::Blake3Hash::of(&bytes));
+    let store = Counting {
+        bytes: Arc::new(bytes),
+        loads: AtomicUsize::new(0),
+    };
+    let text = format!(
+        r#"
+[experiment]
+name = "twice"
+slug = "corpus-twice"
+hypothesis = "Naming one corpus twice loads it once from the store."
+[model]
+d_model = 16
+n_layers = 1
+n_heads = 2
+seq_len = 16
+[model.moe]
+n_experts = 4
+top_k = 2
+d_expert = 16
+[[data.mixture]]
+domain = "a"
+corpus = "{hash}"
+[[data.mixture]]
+domain = "b"
+corpus = "{hash}"
+[train]
+steps = 1
+batch_size = 2
+lr = 0.001
+"#
+    );
+    let s = glassbox_schemas::parse_toml(&text).unwrap();
+    let data = DataPipeline::new(&s, &store).unwrap();
+    assert_eq!(data.domains.len(), 2);
+    assert_eq!(store.loads.load(Ordering::SeqCst), 1);
+}
+
+/// The run's big buffers are allocated fallibly: an impossible size is an error naming the
+/// bytes, not an aborted process.
+#[test]
+fn an_impossible_allocation_is_an_error_not_an_abort() {
+    use glassbox_runner::backend::Backend;
+    let be = CpuBackend::<f32>::new(1).unwrap();
+    let err = match be.try_zeros(usize::MAX / 2) {
+        Ok(_) => panic!("allocated {} floats", usize::MAX / 2),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.starts_with("cannot allocate "), "{err}");
+    assert!(err.contains("bytes for a buffer"), "{err}");
+    assert!(be.try_zeros(16).unwrap().iter().all(|&x| x == 0.0));
+    assert_eq!(be.try_upload(&[1.0, 2.0]).unwrap(), vec![1.0, 2.0]);
 }

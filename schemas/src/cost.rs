@@ -22,6 +22,11 @@
 //! about `B T L (16 d + 4 k f + 3 H T) + 2 B T V` floats at the activation width (4 bytes in
 //! f32, 2 in bf16), where `H` is n_heads (attention probabilities are kept per head).
 //! This module does not time anything; [`CostEstimate::seconds_at`] only divides.
+//!
+//! Metric volume ([`metric_volume`]): every train step records `13 + L` scalars (the fixed
+//! train metrics of [`crate::metrics`] and one `bias_norm` per layer), every evaluation `2`
+//! per domain (loss, bpb), and every `spec.vector_interval()` steps (and at the last step) one
+//! expert-load vector of `E` components per layer.
 
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +59,46 @@ impl CostEstimate {
     /// Seconds the run would take at a sustained rate of `flops_per_second`.
     pub fn seconds_at(&self, flops_per_second: f64) -> f64 {
         self.total_flops / flops_per_second
+    }
+}
+
+/// How many metric values a run of the spec records (module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetricVolume {
+    /// Steps between vector records ([`ExperimentSpec::vector_interval`]).
+    pub vector_interval: u64,
+    /// Vector-metric components: `ceil(steps / vector_interval) * L * E`.
+    pub vector_components: u64,
+    /// Scalar points: `steps * (13 + L) + evaluations * 2 * domains`.
+    pub scalar_points: u64,
+}
+
+impl MetricVolume {
+    /// Scalar points plus vector components: what a lab's `max_metric_points` bounds.
+    pub fn total(&self) -> u64 {
+        self.scalar_points.saturating_add(self.vector_components)
+    }
+}
+
+/// Scalars in each train step's record: the fixed train metrics, throughput and MFU (13), and
+/// one `bias_norm` per layer. The runner's step record is tested against it.
+pub fn train_scalars_per_step(spec: &ExperimentSpec) -> u64 {
+    13 + u64::from(spec.model.n_layers)
+}
+
+/// The metric volume of a spec (module doc).
+pub fn metric_volume(spec: &ExperimentSpec) -> MetricVolume {
+    let steps = spec.train.steps;
+    let interval = spec.vector_interval();
+    let per_vector_record = u64::from(spec.model.n_layers) * u64::from(spec.model.moe.n_experts);
+    let evals = eval_count(spec);
+    let domains = spec.data.mixture.len() as u64;
+    MetricVolume {
+        vector_interval: interval,
+        vector_components: steps.div_ceil(interval).saturating_mul(per_vector_record),
+        scalar_points: steps
+            .saturating_mul(train_scalars_per_step(spec))
+            .saturating_add(evals.saturating_mul(2 * domains)),
     }
 }
 

@@ -87,6 +87,40 @@ pub fn is_known_metric<'a>(name: &str, domains: impl IntoIterator<Item = &'a str
     false
 }
 
+/// Whether a run of `spec` reports the scalar `name` (what a forecast may name): the fixed
+/// metrics, `eval/<domain>/{loss,bpb}` of its domains, and `bias_norm` of its layers.
+pub fn reports(spec: &crate::spec::ExperimentSpec, name: &str) -> bool {
+    let domains = spec.data.mixture.iter().map(|c| c.domain.as_str());
+    is_known_metric(name, domains) && layer_in_range(name, spec.model.n_layers)
+}
+
+/// Whether a per-layer name (`train/router/layer_<i>/...`) names one of `n_layers` layers;
+/// names that are not per-layer pass.
+pub fn layer_in_range(name: &str, n_layers: u32) -> bool {
+    match name
+        .strip_prefix("train/router/layer_")
+        .and_then(|rest| rest.split_once('/'))
+        .and_then(|(layer, _)| layer.parse::<u64>().ok())
+    {
+        Some(layer) => layer < u64::from(n_layers),
+        None => true,
+    }
+}
+
+/// Why `metric` cannot be forecast for `spec`, phrased as what is accepted; `None` when a run
+/// of the spec reports it. The lab refuses such a forecast when it is proposed (a typo would
+/// otherwise make every run a missed forecast).
+pub fn forecast_metric_problem(spec: &crate::spec::ExperimentSpec, metric: &str) -> Option<String> {
+    if reports(spec, metric) {
+        return None;
+    }
+    let domains = spec.data.mixture.iter().map(|c| c.domain.as_str());
+    Some(format!(
+        "forecast.metric = {metric:?}: must be a metric this run reports, e.g. {}",
+        forecastable_examples(domains).join(", ")
+    ))
+}
+
 /// A few names suitable for a forecast, for error messages.
 pub fn forecastable_examples<'a>(domains: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut out: Vec<String> = domains.into_iter().take(2).map(eval_loss).collect();
@@ -107,5 +141,8 @@ mod tests {
         assert!(!is_known_metric("eval/other/bpb", ["markov"]));
         assert!(is_known_metric("train/router/layer_0/bias_norm", []));
         assert!(!is_known_metric("train/losss", []));
+        assert!(layer_in_range("train/router/layer_1/bias_norm", 2));
+        assert!(!layer_in_range("train/router/layer_2/bias_norm", 2));
+        assert!(layer_in_range("train/loss", 0));
     }
 }

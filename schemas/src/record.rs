@@ -348,6 +348,91 @@ pub struct RunStartedBody {
     /// Step resumed from, when the run continues an interrupted attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_from_step: Option<u64>,
+    /// Exactly which program ran: full commit, dirty tree, executable hash. Absent in entries
+    /// written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildIdentity>,
+}
+
+/// Exactly which program wrote a record: what it was built from and the bytes that ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuildIdentity {
+    /// The full git commit (40 hex) the executable was built from; absent when it was built
+    /// outside a git checkout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Whether tracked files differed from that commit when it was built.
+    pub dirty: bool,
+    /// BLAKE3 of the running executable file.
+    pub executable_blake3: Blake3Hash,
+}
+
+impl BuildIdentity {
+    /// How the program that wrote `self` relates to the one that wrote `original`.
+    pub fn compare(&self, original: Option<&BuildIdentity>) -> BinaryComparison {
+        let Some(original) = original else {
+            return BinaryComparison::Unrecorded;
+        };
+        if self.executable_blake3 == original.executable_blake3 {
+            return BinaryComparison::SameBinary;
+        }
+        match (&self.commit, &original.commit) {
+            (Some(a), Some(b)) if a != b => BinaryComparison::DifferentCommit,
+            (Some(_), Some(_)) if !self.dirty && !original.dirty => BinaryComparison::SameCommit,
+            _ => BinaryComparison::DifferentBinary,
+        }
+    }
+}
+
+/// How a re-run's program relates to the original run's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinaryComparison {
+    /// The very same executable (equal BLAKE3).
+    SameBinary,
+    /// A different executable built from the same commit, both from clean trees (another
+    /// compiler, flags or machine).
+    SameCommit,
+    /// Built from different commits.
+    DifferentCommit,
+    /// A different executable whose source cannot be told apart: a dirty tree or an unknown
+    /// commit on either side.
+    DifferentBinary,
+    /// The original run did not record its executable.
+    Unrecorded,
+}
+
+impl BinaryComparison {
+    /// The name as written in entries (`same_binary`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BinaryComparison::SameBinary => "same_binary",
+            BinaryComparison::SameCommit => "same_commit",
+            BinaryComparison::DifferentCommit => "different_commit",
+            BinaryComparison::DifferentBinary => "different_binary",
+            BinaryComparison::Unrecorded => "unrecorded",
+        }
+    }
+
+    /// A sentence for people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            BinaryComparison::SameBinary => "same binary",
+            BinaryComparison::SameCommit => "different binary, same commit",
+            BinaryComparison::DifferentCommit => "different binary, different commit",
+            BinaryComparison::DifferentBinary => {
+                "different binary; its source may differ (a dirty tree or an unknown commit)"
+            }
+            BinaryComparison::Unrecorded => "the original run did not record its binary",
+        }
+    }
+}
+
+impl fmt::Display for BinaryComparison {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Body of a `checkpoint` entry; `refs.checkpoint` is the checkpoint blob.
@@ -417,13 +502,21 @@ pub struct ResultBody {
 pub struct ReproductionBody {
     /// The run that was re-run.
     pub run: RunId,
-    /// `reproduced` or `differs`.
+    /// `reproduced` or `differs`; for a queued reproduction that could not finish, `failed` or
+    /// `cancelled`.
     pub outcome: String,
-    /// For `differs`: `differs at step N: metric, expected, got`.
+    /// For `differs`: `differs at step N: metric, expected, got`; for `failed` and
+    /// `cancelled`: why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     /// Backend of the re-run.
     pub backend: String,
+    /// The re-run's program against the original run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<BinaryComparison>,
+    /// The re-run's program.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildIdentity>,
 }
 
 /// Convenience for building `refs`.
@@ -477,6 +570,46 @@ mod tests {
         let err = e.to_canonical_bytes().unwrap_err();
         assert!(matches!(err, EntryError::TooLarge { .. }), "{err}");
         assert!(err.to_string().contains("put large content in a blob"));
+    }
+
+    /// Entries written before `build` / `binary` existed keep their exact canonical bytes.
+    #[test]
+    fn optional_build_fields_leave_old_entries_unchanged() {
+        let old = r#"{"backend":"cpu: cpu (1 threads, f32)","code_revision":"0123456789ab","hardware":"x","kernel_hashes":{},"run":"run-000001","seed":3,"spec_hash":"blake3:0000000000000000000000000000000000000000000000000000000000000000"}"#;
+        let body: RunStartedBody = serde_json::from_str(old).unwrap();
+        assert_eq!(body.build, None);
+        assert_eq!(canonical_json(&body).unwrap(), old.as_bytes());
+        let old = r#"{"backend":"cpu","outcome":"reproduced","run":"run-000001"}"#;
+        let body: ReproductionBody = serde_json::from_str(old).unwrap();
+        assert_eq!(canonical_json(&body).unwrap(), old.as_bytes());
+    }
+
+    #[test]
+    fn binaries_compare_by_hash_then_commit() {
+        let build = |commit: Option<&str>, dirty, exe: &[u8]| BuildIdentity {
+            commit: commit.map(str::to_string),
+            dirty,
+            executable_blake3: Blake3Hash::of(exe),
+        };
+        let a = build(Some("a"), false, b"one");
+        assert_eq!(a.compare(None), BinaryComparison::Unrecorded);
+        assert_eq!(a.compare(Some(&a)), BinaryComparison::SameBinary);
+        assert_eq!(
+            a.compare(Some(&build(Some("a"), false, b"two"))),
+            BinaryComparison::SameCommit
+        );
+        assert_eq!(
+            a.compare(Some(&build(Some("a"), true, b"two"))),
+            BinaryComparison::DifferentBinary
+        );
+        assert_eq!(
+            a.compare(Some(&build(Some("b"), false, b"two"))),
+            BinaryComparison::DifferentCommit
+        );
+        assert_eq!(
+            a.compare(Some(&build(None, false, b"two"))),
+            BinaryComparison::DifferentBinary
+        );
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub struct ExperimentSpec {
     /// Hard limits; a run that would exceed one ends as `budget_exceeded`.
     #[serde(default)]
     pub budget: Budget,
+    /// How often the per-step vector metrics (expert load per layer) are recorded. Left out
+    /// (or empty), it is left out of the hash too, so specs written before it hash as before.
+    #[serde(default, skip_serializing_if = "MetricsConfig::is_default")]
+    pub metrics: MetricsConfig,
     /// A pre-registered forecast of the outcome, compared with the result when the run ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forecast: Option<Forecast>,
@@ -376,6 +380,44 @@ pub struct Budget {
     #[serde(default)]
     #[schemars(range(min = 1.0, max = 3.2e7))]
     pub max_wall_seconds: Option<f64>,
+}
+
+/// Most vector-metric components a run records when `metrics.vector_interval` is left out: the
+/// automatic interval is the smallest that keeps `records x layers x experts` at or under it.
+pub const DEFAULT_MAX_VECTOR_COMPONENTS: u64 = 1_000_000;
+
+/// What the run records beyond its scalar metrics, and how often.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Record the vector metrics (`train/router/layer_<i>/expert_load`, one component per
+    /// expert) every this many steps, and at the last step. Left out: the smallest interval at
+    /// which the run records at most 1,000,000 components in total (see
+    /// [`ExperimentSpec::vector_interval`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000000))]
+    pub vector_interval: Option<u64>,
+}
+
+impl MetricsConfig {
+    /// Whether nothing is set (the section is then left out of the canonical form).
+    pub fn is_default(&self) -> bool {
+        *self == MetricsConfig::default()
+    }
+}
+
+impl ExperimentSpec {
+    /// The interval (in steps) at which the vector metrics are recorded: `metrics.vector_interval`
+    /// when given, else `ceil(steps * n_layers * n_experts / DEFAULT_MAX_VECTOR_COMPONENTS)`
+    /// (at least 1), so that a run records about a million components at most.
+    pub fn vector_interval(&self) -> u64 {
+        if let Some(n) = self.metrics.vector_interval {
+            return n.max(1);
+        }
+        let per_record = u64::from(self.model.n_layers) * u64::from(self.model.moe.n_experts);
+        let total = self.train.steps.saturating_mul(per_record);
+        total.div_ceil(DEFAULT_MAX_VECTOR_COMPONENTS).max(1)
+    }
 }
 
 /// A pre-registered forecast: the value a metric will have at the end of the run.

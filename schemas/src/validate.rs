@@ -599,7 +599,11 @@ fn semantic_errors(value: &Value) -> Vec<FieldError> {
     }
 
     if let (Some(f), Some(_)) = (&s.forecast, &s.data) {
-        if !crate::metrics::is_known_metric(&f.metric, domains.iter().copied()) {
+        let layers_ok = s
+            .model
+            .as_ref()
+            .is_none_or(|m| crate::metrics::layer_in_range(&f.metric, m.n_layers));
+        if !(crate::metrics::is_known_metric(&f.metric, domains.iter().copied()) && layers_ok) {
             err(
                 "forecast.metric",
                 format!("{:?}", f.metric),

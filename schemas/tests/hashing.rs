@@ -247,3 +247,23 @@ fn jcs_sorts_keys_by_utf16_code_units() {
         vec!['1', '\u{80}', '\u{f6}', '\u{20ac}', '\u{1f600}', '\u{fb33}']
     );
 }
+
+/// `[metrics]` left out (or empty) is left out of the canonical form, so every spec written
+/// before the section existed keeps its hash; setting `vector_interval` is a new experiment.
+#[test]
+fn a_spec_without_metrics_hashes_as_before() {
+    let canonical =
+        glassbox_schemas::canonical::spec_canonical_json(&parse_toml(MINIMAL).unwrap()).unwrap();
+    assert!(
+        !String::from_utf8(canonical).unwrap().contains("metrics"),
+        "the default section is not serialized"
+    );
+    assert_eq!(
+        hash_of(MINIMAL),
+        hash_of(&format!("{MINIMAL}\n[metrics]\n"))
+    );
+    assert_ne!(
+        hash_of(MINIMAL),
+        hash_of(&format!("{MINIMAL}\n[metrics]\nvector_interval = 5\n"))
+    );
+}

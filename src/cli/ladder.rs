@@ -52,6 +52,7 @@ pub fn run(args: LadderArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
             crate::GIT_REVISION.to_string(),
         );
         opts.settings = ctx.config.worker.clone();
+        opts.limits = ctx.config.limits.clone();
         if let Some(t) = args.threads {
             opts.threads = t.max(1);
         }

@@ -1,6 +1,7 @@
 //! `glassbox reproduce RUN`: re-run a recorded run from the ledger and compare bitwise (CPU);
-//! the outcome is a `reproduction` entry. Exit 0 when reproduced, 1 when it differs or the
-//! ledger's blobs are corrupt.
+//! the outcome is a `reproduction` entry, which also says whether this is the same binary as
+//! the run's (or a different binary of the same commit, ...). Exit 0 when reproduced, 1 when it
+//! differs or the ledger's blobs are corrupt.
 
 use std::process::ExitCode;
 
@@ -33,10 +34,12 @@ pub fn run(args: ReproduceArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode>
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let quiet = args.json;
+        let build = glassbox_lab::worker::build_identity(crate::GIT_REVISION);
         let r = glassbox_lab::reproduce::reproduce(
             ctx.recorder.clone(),
             RunId(args.run.clone()),
             threads,
+            build,
             |revision, backend| {
                 if quiet {
                     return;
@@ -63,6 +66,7 @@ pub fn run(args: ReproduceArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode>
         if args.json {
             println!("{}", serde_json::to_string_pretty(&r)?);
         } else {
+            println!("program: {}", r.binary.describe());
             match &r.detail {
                 None => println!(
                     "reproduced: {} bitwise ({} steps, {} metric values and the final parameters); reproduction entry {}",

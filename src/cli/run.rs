@@ -181,6 +181,7 @@ fn train_on<B: Backend>(
         resume: args.resume.clone(),
         peak,
         cancel: Arc::new(AtomicBool::new(false)),
+        wall_limit: None,
     };
     let mut trainer = Trainer::new(be, spec.clone(), data, &opts)?;
     let resumed_at = args.resume.as_ref().map(|_| trainer.step());
@@ -289,6 +290,7 @@ fn run_through_lab(
             crate::GIT_REVISION.to_string(),
         );
         opts.settings = ctx.config.worker.clone();
+        opts.limits = ctx.config.limits.clone();
         opts.backend = args.backend.into();
         if let Some(t) = args.threads {
             opts.threads = t.max(1);

@@ -347,6 +347,7 @@ pub async fn start(
             crate::GIT_REVISION.to_string(),
         );
         opts.settings = ctx.config.worker.clone();
+        opts.limits = ctx.config.limits.clone();
         if let Some(t) = threads {
             opts.threads = t.max(1);
         }

@@ -50,6 +50,7 @@ pub fn run(args: WorkerArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
             crate::GIT_REVISION.to_string(),
         );
         opts.settings = ctx.config.worker.clone();
+        opts.limits = ctx.config.limits.clone();
         opts.backend = args.backend.into();
         if let Some(t) = args.threads {
             opts.threads = t.max(1);

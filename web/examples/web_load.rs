@@ -127,6 +127,7 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (Lab, Index
                 seed: k,
                 kernel_hashes: BTreeMap::new(),
                 resumed_from_step: None,
+                build: None,
             },
         ));
         batch.push(e(

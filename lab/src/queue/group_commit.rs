@@ -440,7 +440,7 @@ fn lease_sql(engine: Engine, except: bool) -> String {
     )
 }
 
-async fn lease(
+pub(super) async fn lease(
     conn: &mut AnyConnection,
     engine: Engine,
     worker: &WorkerId,
@@ -456,7 +456,7 @@ async fn lease(
     row.map(|r| decode(&r).map(Box::new)).transpose()
 }
 
-async fn finish(conn: &mut AnyConnection, f: &Finish) -> Result<u64, QueueError> {
+pub(super) async fn finish(conn: &mut AnyConnection, f: &Finish) -> Result<u64, QueueError> {
     let done = sqlx::query(
         "UPDATE jobs SET state = $1, reason = $2, lease_owner = NULL, \
          lease_expires_at = NULL, updated_at = $3 \

@@ -258,6 +258,16 @@ pub trait Backend: Send + Sync {
     fn zeros(&self, n: usize) -> Self::Buf;
     /// Copy host values to a new buffer.
     fn upload(&self, host: &[Self::F]) -> Self::Buf;
+    /// [`Backend::zeros`] for the run's big buffers (parameters, gradients, optimiser moments):
+    /// an error instead of an abort when the memory cannot be had. Backends whose allocations
+    /// report through [`Backend::take_error`] keep this default.
+    fn try_zeros(&self, n: usize) -> Result<Self::Buf, crate::error::RunnerError> {
+        Ok(self.zeros(n))
+    }
+    /// [`Backend::upload`] for the run's big buffers, as [`Backend::try_zeros`].
+    fn try_upload(&self, host: &[Self::F]) -> Result<Self::Buf, crate::error::RunnerError> {
+        Ok(self.upload(host))
+    }
     /// Copy host indices to a new buffer.
     fn upload_ids(&self, host: &[u32]) -> Self::Ids;
     /// Copy a buffer to the host.

@@ -158,10 +158,19 @@ impl DataPipeline {
     pub fn new(spec: &ExperimentSpec, store: &dyn CorpusStore) -> Result<Self, RunnerError> {
         let seq = spec.model.seq_len as usize;
         let mut domains = Vec::new();
+        // A corpus named by several domains is loaded (and held) once.
+        let mut loaded: Vec<(BlobHash, Arc<Vec<u8>>)> = Vec::new();
         for comp in &spec.data.mixture {
             let (source, generator_seed) = match (&comp.corpus, &comp.generator) {
                 (Some(hash), _) => {
-                    let bytes = store.load(hash)?;
+                    let bytes = match loaded.iter().find(|(h, _)| h == hash) {
+                        Some((_, bytes)) => bytes.clone(),
+                        None => {
+                            let bytes = store.load(hash)?;
+                            loaded.push((*hash, bytes.clone()));
+                            bytes
+                        }
+                    };
                     let held = ((bytes.len() as f64) * spec.data.heldout_fraction).ceil() as usize;
                     let split = bytes.len().saturating_sub(held);
                     if split < seq + 1 || bytes.len() - split < seq + 1 {

@@ -101,6 +101,16 @@ impl<F: Real> Backend for CpuBackend<F> {
     fn upload(&self, host: &[F]) -> Vec<F> {
         host.to_vec()
     }
+    fn try_zeros(&self, n: usize) -> Result<Vec<F>, RunnerError> {
+        let mut v = RunnerError::try_vec(n, "a buffer")?;
+        v.resize(n, F::ZERO);
+        Ok(v)
+    }
+    fn try_upload(&self, host: &[F]) -> Result<Vec<F>, RunnerError> {
+        let mut v = RunnerError::try_vec(host.len(), "a buffer")?;
+        v.extend_from_slice(host);
+        Ok(v)
+    }
     fn upload_ids(&self, host: &[u32]) -> Vec<u32> {
         host.to_vec()
     }

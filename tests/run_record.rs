@@ -1,0 +1,138 @@
+//! What a run's record says about the program and the machine that made it, end to end with
+//! the real binary: `run_started` names the full commit, whether the tree was dirty, and the
+//! BLAKE3 of the executable; `glassbox reproduce` says whether it is the same binary; the
+//! run's own log is an `artifact`; and the lab's `[limits]` refuse a spec over the memory
+//! limit with the figure.
+
+use std::path::Path;
+
+mod support;
+use glassbox_schemas::record::{BinaryComparison, ReproductionBody, RunStartedBody};
+use glassbox_schemas::{Blake3Hash, EntryKind};
+use support::MICRO_MODEL;
+
+fn write_spec(dir: &Path) -> std::path::PathBuf {
+    let text = format!(
+        r#"
+[experiment]
+name = "run record"
+slug = "run-record"
+hypothesis = "A run's record names the exact program that made it."
+{MICRO_MODEL}[[data.mixture]]
+domain = "markov"
+generator = {{ kind = "markov", seed = 1, order = 1, alphabet = 8, branching = 2 }}
+[train]
+steps = 4
+batch_size = 2
+lr = 0.003
+eval_interval = 4
+eval_batches = 1
+seed = 1
+"#
+    );
+    let p = dir.join("spec.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn glassbox(dir: &Path, args: &[&str]) -> std::process::Output {
+    support::glassbox(dir, None, args).output().unwrap()
+}
+
+fn is_commit(s: &str) -> bool {
+    s.len() == 40
+        && s.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+/// Item 20: `run_started` names the full commit, the dirty flag and the executable's BLAKE3;
+/// `glassbox reproduce` with the same binary says so, in its output and its entry.
+/// Item 21: the run's log is on the record.
+#[test]
+fn the_record_names_the_exact_binary_and_reproduce_says_it_is_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let spec = write_spec(d);
+    let out = glassbox(d, &["run", spec.to_str().unwrap(), "--threads", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let entries = support::entries(&d.join("lab"));
+    let started: RunStartedBody = entries
+        .iter()
+        .find(|e| e.kind == EntryKind::RunStarted)
+        .unwrap()
+        .body_as()
+        .unwrap();
+    let build = started.build.expect("run_started records the build");
+    let exe = std::fs::read(support::BIN).unwrap();
+    assert_eq!(build.executable_blake3, Blake3Hash::of(&exe));
+    // Built from a git checkout (as in CI): the full commit, and `-dirty` exactly when dirty.
+    let (commit, dirty) = match started.code_revision.strip_suffix("-dirty") {
+        Some(c) => (c, true),
+        None => (started.code_revision.as_str(), false),
+    };
+    assert!(is_commit(commit), "{}", started.code_revision);
+    assert_eq!(build.commit.as_deref(), Some(commit));
+    assert_eq!(build.dirty, dirty);
+
+    let log = entries
+        .iter()
+        .find(|e| {
+            e.kind == EntryKind::Artifact && e.body["name"] == "logs/run-000001/attempt-1.log"
+        })
+        .expect("the run's log is an artifact");
+    let blob = Blake3Hash::to_hex(&log.refs["artifact"]);
+    let text =
+        std::fs::read_to_string(d.join("lab/blobs").join(&blob[..2]).join(&blob[2..])).unwrap();
+    assert!(text.contains("backend: cpu ("), "{text}");
+    assert!(
+        text.contains("run-000001 ended succeeded after 4 steps"),
+        "{text}"
+    );
+
+    let out = glassbox(d, &["reproduce", "run-000001", "--threads", "1"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("program: same binary"), "{stdout}");
+    let entries = support::entries(&d.join("lab"));
+    let repro: ReproductionBody = entries.last().unwrap().body_as().unwrap();
+    assert_eq!(repro.outcome, "reproduced");
+    assert_eq!(repro.binary, Some(BinaryComparison::SameBinary));
+    assert_eq!(
+        repro.build.unwrap().executable_blake3,
+        build.executable_blake3
+    );
+}
+
+/// Item 8: a spec over the lab's `limits.max_memory_bytes` is refused before anything runs,
+/// naming the figure and the key (exit 1, as for a spec that does not validate).
+#[test]
+fn a_spec_over_the_memory_limit_is_refused_by_glassbox_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let spec = write_spec(d);
+    std::fs::write(d.join("lab.toml"), "[limits]\nmax_memory_bytes = 1000\n").unwrap();
+    let out = support::glassbox(d, None, &["run", spec.to_str().unwrap(), "--threads", "1"])
+        .env("GLASSBOX_CONFIG", d.join("lab.toml"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("(1000 bytes) (limits.max_memory_bytes)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("it needs about"), "{stderr}");
+    let entries = support::entries(&d.join("lab"));
+    assert!(
+        entries.iter().all(|e| e.kind != EntryKind::Approval),
+        "nothing was approved"
+    );
+}
