@@ -84,8 +84,41 @@ enum Command {
     Serve(cli::serve::ServeArgs),
 }
 
+/// `glassbox ... | head`: once the reader is gone, the program ends quietly, as Unix tools do
+/// (status 141, SIGPIPE), instead of panicking on its next `println!`. The Rust runtime ignores
+/// SIGPIPE, so it is put back to the default for the commands that print and end. The
+/// long-running ones (`serve`, `worker`, `quickstart`) keep ignoring it (a peer that hangs up
+/// must never kill a server); a print of theirs to a closed stdout ends the process through the
+/// panic hook below, with the same status and no message.
+fn quiet_on_closed_output(command: &Command) {
+    if !matches!(
+        command,
+        Command::Serve(_) | Command::Worker(_) | Command::Quickstart(_)
+    ) {
+        // SAFETY: called first thing in `main`, before any other thread exists; restoring the
+        // default disposition of one signal has no other effect on this process.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to std") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default_hook(info);
+    }));
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    quiet_on_closed_output(&cli.command);
     let result = match cli.command {
         Command::Spec(cmd) => cli::spec::run(cmd, &cli.global),
         Command::Run(args) => cli::run::run(args, &cli.global),

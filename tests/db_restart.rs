@@ -34,7 +34,10 @@ fn restart_postgres() {
             .stdout(Stdio::null())
             .status()
             .unwrap_or_else(|e| panic!("cannot run {script:?}: {e}"));
-        assert!(status.success(), "restarting PostgreSQL with {script:?} failed");
+        assert!(
+            status.success(),
+            "restarting PostgreSQL with {script:?} failed"
+        );
         return;
     }
     let version = std::fs::read_dir("/etc/postgresql")

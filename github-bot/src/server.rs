@@ -1,7 +1,9 @@
 //! Webhook intake: the axum [`Router`] for `POST /github/webhook`, and the group-commit writer
 //! that makes each accepted delivery durable before it is acknowledged.
 //!
-//! Per request, in order: the body is capped (`max_body_bytes`, else 413, unread); the
+//! Per request, in order: a content type other than `application/json` is refused (415,
+//! unread); the body is capped (`max_body_bytes`, else 413: unread when its length is declared)
+//! and read within the listener's body deadline (else 408); the
 //! `X-Hub-Signature-256` HMAC is verified against every configured secret (else 401, nothing
 //! stored); `ping` is answered 200 at once; any other event is written to the `deliveries`
 //! table keyed by `X-GitHub-Delivery`, then answered 202. A repeat id is answered 200
@@ -18,8 +20,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -138,11 +139,68 @@ fn reply(status: StatusCode, text: &'static str) -> Response {
     (status, text).into_response()
 }
 
-async fn receive(
-    State(state): State<Arc<RouteState>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+/// Whether the request says its body is JSON (`application/json`, parameters allowed).
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+}
+
+fn too_large(cap: usize) -> Response {
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the body is over {cap} bytes, the most a delivery may be\n"),
+    )
+        .into_response()
+}
+
+/// The answer to a body that could not be read: 413 over the cap, 408 when the server's body
+/// deadline passed (the listener fails the body with `io::ErrorKind::TimedOut`), else 400.
+fn body_error(e: &axum::Error, cap: usize) -> Response {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return too_large(cap);
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return (StatusCode::REQUEST_TIMEOUT, format!("{io}\n")).into_response();
+        }
+        cur = err.source();
+    }
+    (
+        StatusCode::BAD_REQUEST,
+        format!("cannot read the body: {e}\n"),
+    )
+        .into_response()
+}
+
+async fn receive(State(state): State<Arc<RouteState>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
+    // GitHub sends JSON when the webhook's content type is `application/json`; a form-encoded
+    // delivery (the other setting) or anything else is refused before a byte of it is read.
+    if !is_json(&headers) {
+        return reply(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "expected Content-Type: application/json (set the webhook's content type to application/json)\n",
+        );
+    }
+    let cap = state.settings.max_body_bytes;
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > cap as u64) {
+        return too_large(cap);
+    }
+    let body = match axum::body::to_bytes(body, cap).await {
+        Ok(b) => b,
+        Err(e) => return body_error(&e, state.settings.max_body_bytes),
+    };
     let sig = headers.get(SIGNATURE_HEADER).map(|v| v.as_bytes());
     if let Err(e) = signature::verify(&state.settings.secrets, sig, &body) {
         tracing::warn!(error = %e, "webhook refused");

@@ -7,7 +7,7 @@
 //! that cannot be read at all is an [`Error`]. The audit does not look at the index database
 //! (the caller compares it separately) and never writes anything.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::Read;
 use std::time::Instant;
@@ -19,7 +19,7 @@ use crate::checkpoint::{Checkpoint, CheckpointError, SignedCheckpoint, VerifierK
 use crate::error::Error;
 use crate::log::LogReader;
 use crate::merkle::{MerkleHash, ProofError, TreeSize, leaf_hash, verify_consistency};
-use crate::source::LogSource;
+use crate::source::{LogSource, ReadLimit};
 use crate::tiles::{
     TILE_WIDTH, TileId, TileKind, TreeBuilder, hash_tile_bytes, parse_hash_tile, split_bundle,
 };
@@ -28,6 +28,10 @@ use crate::tiles::{
 /// `blake3:<hex> <bytes>` per line); the audit counts them instead of failing.
 pub const OMITTED_BLOBS: &str = "blobs/OMITTED";
 
+/// The most bytes of one blob the audit reads when no entry names the blob's size (entries of
+/// kind `artifact` and `dataset` do, and then the blob must be exactly that size).
+pub const DEFAULT_MAX_BLOB_BYTES: u64 = 64 << 30;
+
 /// What to check against.
 #[derive(Default)]
 pub struct AuditOptions<'a> {
@@ -35,6 +39,9 @@ pub struct AuditOptions<'a> {
     pub prev: Option<Checkpoint>,
     /// Re-hash referenced blobs (on by default in the CLI).
     pub skip_blobs: bool,
+    /// The most bytes read of a blob whose size no entry names [default
+    /// [`DEFAULT_MAX_BLOB_BYTES`]].
+    pub max_blob_bytes: Option<u64>,
     /// Called with (entries checked, total) and then (blobs checked, total).
     pub progress: Option<&'a mut dyn FnMut(AuditPhase, u64, u64)>,
 }
@@ -124,6 +131,15 @@ pub enum AuditFailure {
         /// What is wrong.
         reason: String,
     },
+    /// A file of the layout is longer than its format allows (see [`ReadLimit`]).
+    TooLarge {
+        /// The path or URL.
+        location: String,
+        /// The most its format allows.
+        limit: u64,
+        /// What the file is.
+        what: &'static str,
+    },
     /// A referenced blob is missing or altered.
     Blob {
         /// The blob.
@@ -158,6 +174,14 @@ impl fmt::Display for AuditFailure {
                 f,
                 "consistency with the earlier checkpoint (size {prev_size}, root {prev_root}): {reason}; the log's history was rewritten"
             ),
+            AuditFailure::TooLarge {
+                location,
+                limit,
+                what,
+            } => write!(
+                f,
+                "{location}: larger than {limit} bytes, the most {what} may be; stopped reading it (the server does not serve a valid log)"
+            ),
             AuditFailure::Blob {
                 hash,
                 entry,
@@ -167,15 +191,36 @@ impl fmt::Display for AuditFailure {
     }
 }
 
-/// Audits the log and blobs readable from `source` against `vkey`.
+/// Audits the log and blobs readable from `source` against `vkey`. Every file is read within
+/// the size its format allows ([`ReadLimit`]); one served longer is an
+/// [`AuditFailure::TooLarge`], read no further.
 pub fn audit(
+    source: &dyn LogSource,
+    vkey: &VerifierKey,
+    opts: AuditOptions<'_>,
+) -> Result<Result<AuditReport, AuditFailure>, Error> {
+    match audit_inner(source, vkey, opts) {
+        Err(Error::TooLarge {
+            location,
+            limit,
+            what,
+        }) => Ok(Err(AuditFailure::TooLarge {
+            location,
+            limit,
+            what,
+        })),
+        other => other,
+    }
+}
+
+fn audit_inner(
     source: &dyn LogSource,
     vkey: &VerifierKey,
     mut opts: AuditOptions<'_>,
 ) -> Result<Result<AuditReport, AuditFailure>, Error> {
     let start = Instant::now();
     let cp_loc = source.locate("log/checkpoint");
-    let Some(note) = source.read("log/checkpoint")? else {
+    let Some(note) = source.read("log/checkpoint", ReadLimit::CHECKPOINT)? else {
         return Ok(Err(AuditFailure::Checkpoint {
             path: cp_loc,
             reason: "missing".into(),
@@ -195,8 +240,8 @@ pub fn audit(
 
     // Pass 1: entries, leaf hashes against stored level-0 tiles, higher tiles as they fill.
     let mut builder = TreeBuilder::new();
-    let mut refs: BTreeSet<(Blake3Hash, u64)> = BTreeSet::new();
-    let mut seen: BTreeSet<Blake3Hash> = BTreeSet::new();
+    // Each referenced blob: the first entry naming it, and its size when an entry names it.
+    let mut refs: BTreeMap<Blake3Hash, (u64, Option<u64>)> = BTreeMap::new();
     let mut first_leaf_mismatch: Option<AuditFailure> = None;
     let mut first_tile_mismatch: Option<AuditFailure> = None;
     let tiles_count = size.div_ceil(TILE_WIDTH);
@@ -208,7 +253,7 @@ pub fn audit(
             width,
         };
         let bundle_path = format!("log/{}", bundle_id.path());
-        let Some(bytes) = source.read(&bundle_path)? else {
+        let Some(bytes) = source.read(&bundle_path, ReadLimit::tile(bundle_id))? else {
             return Ok(Err(AuditFailure::Bundle {
                 path: source.locate(&bundle_path),
                 reason: "missing".into(),
@@ -229,7 +274,7 @@ pub fn audit(
             width,
         };
         let tile_path = format!("log/{}", tile_id.path());
-        let Some(tile_bytes) = source.read(&tile_path)? else {
+        let Some(tile_bytes) = source.read(&tile_path, ReadLimit::tile(tile_id))? else {
             return Ok(Err(AuditFailure::HashTile {
                 path: source.locate(&tile_path),
                 reason: "missing".into(),
@@ -248,7 +293,7 @@ pub fn audit(
         };
         for (i, checked) in check_bundle(&entries).iter().enumerate() {
             let index = t * TILE_WIDTH + i as u64;
-            let (leaf, entry_refs) = match checked {
+            let (leaf, entry_refs, named_size) = match checked {
                 Ok(ok) => ok,
                 Err(reason) => {
                     return Ok(Err(AuditFailure::Entry {
@@ -259,8 +304,9 @@ pub fn audit(
                 }
             };
             for h in entry_refs {
-                if seen.insert(*h) {
-                    refs.insert((*h, index));
+                let slot = refs.entry(*h).or_insert((index, None));
+                if let Some(n) = named_size {
+                    slot.1.get_or_insert(*n);
                 }
             }
             let leaf = *leaf;
@@ -287,7 +333,7 @@ pub fn audit(
                 let bytes = if full.level == 0 {
                     Some(tile_bytes.clone())
                 } else {
-                    source.read(&rel)?
+                    source.read(&rel, ReadLimit::tile(id))?
                 };
                 if let Some(f) = compare_tile(source, &rel, bytes, &full.hashes) {
                     first_tile_mismatch.get_or_insert(f);
@@ -300,7 +346,7 @@ pub fn audit(
     }
     for (id, hashes) in builder.partial_tiles() {
         let rel = format!("log/{}", id.path());
-        if let Some(f) = compare_tile(source, &rel, source.read(&rel)?, hashes) {
+        if let Some(f) = compare_tile(source, &rel, source.read(&rel, ReadLimit::tile(id))?, hashes) {
             first_tile_mismatch.get_or_insert(f);
         }
     }
@@ -359,10 +405,12 @@ pub fn audit(
     let (mut blobs, mut blob_bytes, mut blobs_omitted) = (0u64, 0u64, 0u64);
     if !opts.skip_blobs {
         let total = refs.len() as u64;
-        for (done, (h, entry)) in refs.iter().enumerate() {
+        let cap = opts.max_blob_bytes.unwrap_or(DEFAULT_MAX_BLOB_BYTES);
+        for (done, (h, (entry, named_size))) in refs.iter().enumerate() {
             let hash = BlobHash(*h);
             let rel = blob_rel_path(&hash);
-            match source.open(&rel)? {
+            let limit = ReadLimit::blob(named_size.unwrap_or(cap));
+            match source.open(&rel, limit)? {
                 None if omitted.contains(h) => blobs_omitted += 1,
                 None => {
                     return Ok(Err(AuditFailure::Blob {
@@ -371,17 +419,46 @@ pub fn audit(
                         reason: format!("missing ({})", source.locate(&rel)),
                     }));
                 }
-                Some(mut r) => {
-                    let (got, n) = hash_reader(&mut r as &mut dyn Read)
+                Some(r) => {
+                    // One byte past the limit tells "longer" without reading further.
+                    let mut capped = r.take(limit.max.saturating_add(1));
+                    let (got, n) = hash_reader(&mut capped as &mut dyn Read)
                         .map_err(|e| source.read_error(&rel, e))?;
+                    let entry = *entry;
+                    if n > limit.max {
+                        let reason = match named_size {
+                            Some(s) => format!(
+                                "{} serves more than the {s} bytes entry {entry} names",
+                                source.locate(&rel)
+                            ),
+                            None => format!(
+                                "{} is larger than {cap} bytes, the most the audit reads of a blob whose size no entry names (raise it with --max-blob-bytes)",
+                                source.locate(&rel)
+                            ),
+                        };
+                        return Ok(Err(AuditFailure::Blob {
+                            hash,
+                            entry,
+                            reason,
+                        }));
+                    }
                     if got != *h {
                         return Ok(Err(AuditFailure::Blob {
                             hash,
-                            entry: *entry,
+                            entry,
                             reason: format!(
                                 "content at {} hashes to {got}: the blob was altered",
                                 source.locate(&rel)
                             ),
+                        }));
+                    }
+                    if let Some(s) = named_size
+                        && *s != n
+                    {
+                        return Ok(Err(AuditFailure::Blob {
+                            hash,
+                            entry,
+                            reason: format!("it is {n} bytes, but entry {entry} says {s}"),
                         }));
                     }
                     blobs += 1;
@@ -403,18 +480,32 @@ pub fn audit(
     }))
 }
 
-/// Only what the audit needs from an entry: its blob references. Parsing into this still
-/// checks the whole document is JSON, without building the full typed entry.
+/// Only what the audit needs from an entry: its blob references, and the size its body names
+/// for them. Parsing into this still checks the whole document is JSON, without building the
+/// full typed entry.
 #[derive(serde::Deserialize)]
 struct EntryRefs {
     v: u32,
-    refs: std::collections::BTreeMap<String, Blake3Hash>,
+    kind: String,
+    refs: BTreeMap<String, Blake3Hash>,
+    #[serde(default)]
+    body: Option<NamedSize>,
 }
 
-/// Leaf hash and blob references of each entry of a bundle, on two threads (the audit is
-/// CPU-bound on JSON parsing and SHA-256).
-fn check_bundle(entries: &[&[u8]]) -> Vec<Result<(MerkleHash, Vec<Blake3Hash>), String>> {
-    let one = |e: &[u8]| -> Result<(MerkleHash, Vec<Blake3Hash>), String> {
+/// `body.bytes` of an `artifact` or `dataset` entry: the size of its one blob.
+#[derive(serde::Deserialize)]
+struct NamedSize {
+    #[serde(default)]
+    bytes: Option<u64>,
+}
+
+/// Leaf hash, blob references and the size named for them, of one entry.
+type CheckedEntry = (MerkleHash, Vec<Blake3Hash>, Option<u64>);
+
+/// [`CheckedEntry`] of each entry of a bundle, on two threads (the audit is CPU-bound on JSON
+/// parsing and SHA-256).
+fn check_bundle(entries: &[&[u8]]) -> Vec<Result<CheckedEntry, String>> {
+    let one = |e: &[u8]| -> Result<CheckedEntry, String> {
         if e.len() > glassbox_schemas::record::MAX_ENTRY_BYTES {
             return Err(format!("{} bytes, over the entry limit", e.len()));
         }
@@ -423,7 +514,15 @@ fn check_bundle(entries: &[&[u8]]) -> Vec<Result<(MerkleHash, Vec<Blake3Hash>), 
         if parsed.v != glassbox_schemas::record::ENTRY_VERSION {
             return Err(format!("unknown entry version {}", parsed.v));
         }
-        Ok((leaf_hash(e), parsed.refs.into_values().collect()))
+        let named_size = match (parsed.kind.as_str(), parsed.refs.len(), &parsed.body) {
+            ("artifact" | "dataset", 1, Some(b)) => b.bytes,
+            _ => None,
+        };
+        Ok((
+            leaf_hash(e),
+            parsed.refs.into_values().collect(),
+            named_size,
+        ))
     };
     let mid = entries.len() / 2;
     let (a, b) = entries.split_at(mid);
@@ -460,7 +559,7 @@ fn compare_tile(
 }
 
 fn read_omitted(source: &dyn LogSource) -> Result<BTreeSet<Blake3Hash>, Error> {
-    let Some(bytes) = source.read(OMITTED_BLOBS)? else {
+    let Some(bytes) = source.read(OMITTED_BLOBS, ReadLimit::OMITTED)? else {
         return Ok(BTreeSet::new());
     };
     Ok(String::from_utf8_lossy(&bytes)

@@ -56,6 +56,17 @@ pub enum Error {
         /// The limit, [`glassbox_schemas::record::MAX_ENTRY_BYTES`].
         limit: usize,
     },
+    /// A file of the published layout is longer than its format allows (a hostile or broken
+    /// server); nothing past the limit was read.
+    #[error("{location} is larger than {limit} bytes, the most {what} may be; stopped reading it")]
+    TooLarge {
+        /// The path or URL.
+        location: String,
+        /// The most that was allowed.
+        limit: u64,
+        /// What the file should have been (`a checkpoint note`).
+        what: &'static str,
+    },
     /// Entry bytes that are not a canonical ledger entry.
     #[error("not a canonical ledger entry: {0}")]
     BadEntry(String),

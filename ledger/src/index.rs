@@ -16,7 +16,6 @@
 
 use std::borrow::Cow;
 use std::future::Future;
-use std::io::Read;
 use std::pin::Pin;
 
 use glassbox_schemas::record::{ProposalBody, ResultBody, RunStartedBody};
@@ -312,19 +311,37 @@ impl Index {
             return Ok(());
         };
         let hash = BlobHash(*hash);
-        let mut text = String::new();
-        store
-            .get(&hash)?
-            .read_to_string(&mut text)
-            .map_err(|e| Error::Index {
-                url: self.url.clone(),
-                reason: format!("entry {idx}: cannot read metric chunk {hash}: {e}"),
-            })?;
-        let points = parse_metric_chunk(&text).map_err(|reason| Error::Index {
+        // Streamed a line at a time and inserted in batches: a chunk is never whole in memory.
+        let mut reader = std::io::BufReader::new(store.get(&hash)?);
+        let fail = |reason: String| Error::Index {
             url: self.url.clone(),
             reason: format!("entry {idx}: metric chunk {hash}: {reason}"),
-        })?;
-        insert_points(tx, run, idx, points)
+        };
+        let mut batch: Vec<(String, u64, f64)> = Vec::new();
+        let mut line = String::new();
+        for n in 1.. {
+            line.clear();
+            let read = std::io::BufRead::read_line(
+                &mut std::io::Read::take(&mut reader, MAX_METRIC_LINE_BYTES + 1),
+                &mut line,
+            )
+            .map_err(|e| fail(format!("cannot read line {n}: {e}")))?;
+            if read == 0 {
+                break;
+            }
+            if read as u64 > MAX_METRIC_LINE_BYTES {
+                return Err(fail(format!(
+                    "line {n} is over {MAX_METRIC_LINE_BYTES} bytes"
+                )));
+            }
+            parse_metric_line(&line, n, &mut batch).map_err(fail)?;
+            if batch.len() >= POINTS_PER_BATCH {
+                insert_points(tx, run, idx, std::mem::take(&mut batch))
+                    .await
+                    .map_err(|e| self.err(e))?;
+            }
+        }
+        insert_points(tx, run, idx, batch)
             .await
             .map_err(|e| self.err(e))
     }
@@ -481,38 +498,41 @@ impl Index {
 /// The `refs` name under which an `artifact` entry points at a metric chunk.
 pub const METRICS_REF: &str = "metrics";
 
-/// Parses a metric chunk (JSON lines) into `(name, step, value)` points; non-finite values
-/// (a diverged run's NaN) are skipped, since a chart cannot place them.
-pub fn parse_metric_chunk(text: &str) -> Result<Vec<(String, u64, f64)>, String> {
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| format!("line {}: {e}", n + 1))?;
-        let step = v
-            .get("step")
-            .and_then(|s| s.as_u64())
-            .ok_or_else(|| format!("line {}: no integer `step`", n + 1))?;
-        if let Some(scalars) = v.get("scalars").and_then(|s| s.as_object()) {
-            for (name, val) in scalars {
-                if let Some(x) = val.as_f64().filter(|x| x.is_finite()) {
-                    out.push((name.clone(), step, x));
-                }
+/// The longest line of a metric chunk the index reads (one step's scalars and expert loads).
+const MAX_METRIC_LINE_BYTES: u64 = 16 << 20;
+
+/// Points held before they are written while a chunk streams in.
+const POINTS_PER_BATCH: usize = 50_000;
+
+/// One line (number `n`) of a metric chunk (JSON lines) as `(name, step, value)` points,
+/// appended to `out`; non-finite values (a diverged run's NaN) are skipped, since a chart
+/// cannot place them.
+fn parse_metric_line(line: &str, n: usize, out: &mut Vec<(String, u64, f64)>) -> Result<(), String> {
+    if line.trim().is_empty() {
+        return Ok(());
+    }
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("line {n}: {e}"))?;
+    let step = v
+        .get("step")
+        .and_then(|s| s.as_u64())
+        .ok_or_else(|| format!("line {n}: no integer `step`"))?;
+    if let Some(scalars) = v.get("scalars").and_then(|s| s.as_object()) {
+        for (name, val) in scalars {
+            if let Some(x) = val.as_f64().filter(|x| x.is_finite()) {
+                out.push((name.clone(), step, x));
             }
         }
-        if let Some(vectors) = v.get("vectors").and_then(|s| s.as_object()) {
-            for (name, vals) in vectors {
-                for (i, val) in vals.as_array().into_iter().flatten().enumerate() {
-                    if let Some(x) = val.as_f64().filter(|x| x.is_finite()) {
-                        out.push((format!("{name}/{i}"), step, x));
-                    }
+    }
+    if let Some(vectors) = v.get("vectors").and_then(|s| s.as_object()) {
+        for (name, vals) in vectors {
+            for (i, val) in vals.as_array().into_iter().flatten().enumerate() {
+                if let Some(x) = val.as_f64().filter(|x| x.is_finite()) {
+                    out.push((format!("{name}/{i}"), step, x));
                 }
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 async fn insert_entry(

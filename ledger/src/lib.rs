@@ -6,7 +6,8 @@
 //! - [`checkpoint`] — C2SP signed-note checkpoints with Ed25519 keys;
 //! - [`log`] — [`LogWriter`] (durable group-committed appends, one writer per lab by OS lock)
 //!   and [`LogReader`] (entries and proofs from a directory or HTTP [`source`]);
-//! - [`audit`] — the full check behind `glassbox verify`; [`seen`] — the auditor's memory;
+//! - [`audit`] — the full check of a log; [`verify`] — the auditor's policy around it (which
+//!   key is trusted, what was seen before); [`seen`] — the auditor's memory, by target;
 //! - [`index`] — the derived sqlx index (SQLite or PostgreSQL);
 //! - [`publish`] — git mirroring; [`lab`] — the lab directory layout.
 //!
@@ -30,6 +31,7 @@ pub mod s3;
 pub mod seen;
 pub mod source;
 pub mod tiles;
+pub mod verify;
 
 pub use audit::{AuditFailure, AuditOptions, AuditReport, audit};
 pub use blob::{BlobStore, LocalBlobStore, PutOutcome, open_store};
@@ -38,4 +40,4 @@ pub use error::Error;
 pub use lab::Lab;
 pub use log::{LockMode, LogReader, LogWriter};
 pub use merkle::{LeafIndex, MerkleHash, TreeSize};
-pub use source::{DirSource, HttpSource, LogSource, WithBlobStore};
+pub use source::{DirSource, HttpSource, LogSource, ReadLimit, WithBlobStore};

@@ -24,7 +24,7 @@ use crate::error::Error;
 use crate::merkle::{
     self, LeafIndex, MerkleHash, NodeSource, ProofError, TreeSize, leaf_hash, perfect_root,
 };
-use crate::source::LogSource;
+use crate::source::{LogSource, ReadLimit};
 use crate::tiles::{
     self, TILE_WIDTH, TileId, TileKind, TreeBuilder, hash_tile_bytes, parse_hash_tile,
     push_bundle_entry, split_bundle,
@@ -473,7 +473,7 @@ impl<'s> LogReader<'s> {
     /// Reads `log/checkpoint` and checks its signature with `vkey`.
     pub fn open(source: &'s dyn LogSource, vkey: &VerifierKey) -> Result<Self, Error> {
         let note = source
-            .read("log/checkpoint")?
+            .read("log/checkpoint", ReadLimit::CHECKPOINT)?
             .ok_or_else(|| corrupt(Path::new(&source.locate("log/checkpoint")), "missing"))?;
         let checkpoint = vkey.verify(&note)?;
         Ok(Self::new(source, checkpoint))
@@ -487,7 +487,7 @@ impl<'s> LogReader<'s> {
     fn read_tile(&self, id: TileId) -> Result<Vec<u8>, Error> {
         let rel = format!("log/{}", id.path());
         self.source
-            .read(&rel)?
+            .read(&rel, ReadLimit::tile(id))?
             .ok_or_else(|| corrupt(Path::new(&self.source.locate(&rel)), "tile is missing"))
     }
 

@@ -190,7 +190,7 @@ fn blobs_put_through_the_lab_are_referenced_and_audited() {
     let data = vec![42u8; 100_000];
     let put = lab.blobs().put(&mut data.as_slice()).unwrap();
     let w = lab.writer(LockMode::FailFast).unwrap();
-    w.append_entry(&entry(0, Some(put.hash.0), 0)).unwrap();
+    w.append_entry(&fixture::blob_entry(0, &put)).unwrap();
     let src = DirSource {
         root: lab.root().to_path_buf(),
     };
@@ -198,4 +198,53 @@ fn blobs_put_through_the_lab_are_referenced_and_audited() {
         .unwrap()
         .unwrap();
     assert_eq!((rep.blobs, rep.blob_bytes), (1, 100_000));
+}
+
+/// A blob is read no further than the size its entry names (or the auditor's cap), so a
+/// source that serves more (a hostile server, a blob replaced behind the store's back) fails
+/// the audit instead of being hashed forever.
+#[test]
+fn a_blob_is_read_only_up_to_the_size_its_entry_names() {
+    let (_d, lab) = new_lab();
+    let data = vec![7u8; 4096];
+    let put = lab.blobs().put(&mut data.as_slice()).unwrap();
+    let mut e = fixture::blob_entry(0, &put);
+    e.body["bytes"] = serde_json::json!(4000);
+    lab.writer(LockMode::FailFast)
+        .unwrap()
+        .append_entry(&e)
+        .unwrap();
+    let src = DirSource {
+        root: lab.root().to_path_buf(),
+    };
+    let vkey = lab.verifier_key().unwrap();
+    let failure = audit(&src, &vkey, AuditOptions::default())
+        .unwrap()
+        .unwrap_err();
+    let text = failure.to_string();
+    assert!(text.contains("more than the 4000 bytes entry 0 names"), "{text}");
+
+    // No named size: the auditor's cap bounds it.
+    let (_d2, lab) = new_lab();
+    let put = lab.blobs().put(&mut data.as_slice()).unwrap();
+    let mut e = fixture::blob_entry(0, &put);
+    e.kind = glassbox_schemas::EntryKind::Checkpoint;
+    e.body = serde_json::json!({"run": "run-000001", "step": 3});
+    lab.writer(LockMode::FailFast)
+        .unwrap()
+        .append_entry(&e)
+        .unwrap();
+    let src = DirSource {
+        root: lab.root().to_path_buf(),
+    };
+    let vkey = lab.verifier_key().unwrap();
+    let capped = AuditOptions {
+        max_blob_bytes: Some(1000),
+        ..Default::default()
+    };
+    let text = audit(&src, &vkey, capped).unwrap().unwrap_err().to_string();
+    assert!(text.contains("larger than 1000 bytes"), "{text}");
+    assert!(text.contains("--max-blob-bytes"), "{text}");
+    let rep = audit(&src, &vkey, AuditOptions::default()).unwrap().unwrap();
+    assert_eq!(rep.blob_bytes, 4096);
 }

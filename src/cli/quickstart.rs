@@ -230,6 +230,7 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
                 worker: true,
                 threads: args.threads,
                 live_sinks: vec![progress],
+                limits: Default::default(),
             },
             listener,
         )
@@ -328,6 +329,10 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
                     blobs: None,
                     index_url: None,
                     state_dir: None,
+                    // A fresh lab at this URL: whatever an earlier quickstart left remembered
+                    // for it was another lab, with another key.
+                    forget: true,
+                    max_blob_bytes: None,
                 },
                 &g,
             )

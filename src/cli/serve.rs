@@ -27,7 +27,7 @@ use glassbox_lab::{LabConfig, Worker, WorkerId, WorkerOptions};
 use glassbox_ledger::index::Index;
 use glassbox_runner::observer::{MetricRecord, RunInfo};
 use glassbox_schemas::{ExperimentId, RunId};
-use glassbox_web::{LiveEvent, LiveHub, WebState};
+use glassbox_web::{LiveEvent, LiveHub, ServerLimits, WebState};
 
 use crate::GlobalOpts;
 use crate::cli::lab_context::{self, LabArgs, LabContext};
@@ -71,6 +71,63 @@ pub struct WebSection {
     pub bind: Option<SocketAddr>,
     /// The public base URL (links in comments, proof URLs).
     pub public_url: Option<String>,
+    /// Seconds a request's head may take to arrive [default 10].
+    pub header_read_timeout_seconds: Option<f64>,
+    /// Seconds a request's whole body may take to arrive [default 30].
+    pub body_read_timeout_seconds: Option<f64>,
+    /// Connections served at once; more wait to be accepted [default 1024].
+    pub max_connections: Option<usize>,
+    /// Seconds requests in flight get to finish at shutdown [default 3].
+    pub shutdown_grace_seconds: Option<f64>,
+}
+
+impl WebSection {
+    /// The listener's limits: the defaults of [`ServerLimits`] where the section names none;
+    /// every bad value named with its key.
+    pub fn server_limits(&self) -> Result<ServerLimits, Vec<String>> {
+        let mut limits = ServerLimits::default();
+        let mut problems = Vec::new();
+        let mut seconds = |key: &str, v: Option<f64>, max: f64, out: &mut Duration| {
+            let Some(v) = v else { return };
+            if v.is_finite() && v > 0.0 && v <= max {
+                *out = Duration::from_secs_f64(v);
+            } else {
+                problems.push(format!(
+                    "web.{key} = {v}: expected a number of seconds above 0 and at most {max}"
+                ));
+            }
+        };
+        seconds(
+            "header_read_timeout_seconds",
+            self.header_read_timeout_seconds,
+            3600.0,
+            &mut limits.header_read_timeout,
+        );
+        seconds(
+            "body_read_timeout_seconds",
+            self.body_read_timeout_seconds,
+            3600.0,
+            &mut limits.body_read_timeout,
+        );
+        seconds(
+            "shutdown_grace_seconds",
+            self.shutdown_grace_seconds,
+            600.0,
+            &mut limits.shutdown_grace,
+        );
+        match self.max_connections {
+            None => {}
+            Some(n) if (1..=1_000_000).contains(&n) => limits.max_connections = n,
+            Some(n) => problems.push(format!(
+                "web.max_connections = {n}: expected 1 to 1000000 connections"
+            )),
+        }
+        if problems.is_empty() {
+            Ok(limits)
+        } else {
+            Err(problems)
+        }
+    }
 }
 
 /// The whole serve configuration: the lab's sections plus `[web]` and `[github]`.
@@ -100,7 +157,12 @@ pub fn read_config(path: &std::path::Path) -> anyhow::Result<Result<ServeConfig,
     };
     if let Some(web) = extra.get("web") {
         match web.clone().try_into::<WebSection>() {
-            Ok(w) => cfg.web = w,
+            Ok(w) => {
+                if let Err(mut p) = w.server_limits() {
+                    problems.append(&mut p);
+                }
+                cfg.web = w;
+            }
             Err(e) => problems.push(format!("web: {}", e.message().trim())),
         }
     }
@@ -308,6 +370,8 @@ pub struct ServeParts {
     pub threads: Option<usize>,
     /// More live sinks (the quickstart's progress bar).
     pub live_sinks: Vec<Arc<dyn LiveSink>>,
+    /// What one client may cost the listener.
+    pub limits: ServerLimits,
 }
 
 /// A running lab server.
@@ -333,6 +397,7 @@ pub async fn start(
         worker,
         threads,
         live_sinks,
+        limits,
     } = parts;
     let index_url = ctx.lab.index_path().display().to_string();
     let index = Index::connect(&index_url).await?;
@@ -383,7 +448,7 @@ pub async fn start(
     let addr = listener.local_addr()?;
     let (stop, mut stop_rx) = tokio::sync::watch::channel(false);
     let mut server_stop = stop_rx.clone();
-    let server = tokio::spawn(glassbox_web::serve_on(listener, state, async move {
+    let server = tokio::spawn(glassbox_web::serve_on(listener, state, limits, async move {
         let _ = server_stop.wait_for(|s| *s).await;
     }));
     // The index follows the log (appended by this process's worker or by others).
@@ -474,6 +539,7 @@ pub fn run(args: ServeArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
                 worker: !args.no_worker,
                 threads: args.threads,
                 live_sinks: Vec::new(),
+                limits: config.web.server_limits().unwrap_or_default(),
             },
             listener,
         )

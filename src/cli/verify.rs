@@ -1,22 +1,20 @@
-//! `glassbox verify [TARGET] [--vkey KEY] [--prev CHECKPOINT]`: the full audit of a lab
-//! directory, a published copy, or the same layout over HTTP(S).
+//! `glassbox verify [TARGET] [--vkey KEY] [--prev CHECKPOINT] [--forget]`: the full audit of a
+//! lab directory, a published copy, or the same layout over HTTP(S).
 //!
-//! Exit 0 with one `verified:` line; exit 1 naming the first bad item; exit 3 when the target
-//! cannot be read. The verifier key comes from `--vkey`, else the key remembered for this log,
-//! else the target's own `vkey` file (trusted on first use, and remembered). The last verified
-//! checkpoint is remembered per log so the next run checks that the history only grew.
+//! Flags -> a [`Target`] and [`VerifyOptions`] -> [`glassbox_ledger::verify::verify`] (the key
+//! policy and the memory of what was seen live there) -> one printed line. Exit 0 with one
+//! `verified:` line; exit 1 naming the first bad item (or a key or origin that changed under
+//! the same target); exit 3 when the target cannot be read.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use glassbox_ledger::audit::{AuditOptions, AuditPhase, parse_prev};
-use glassbox_ledger::index::{Index, IndexMismatch};
-use glassbox_ledger::seen::{Seen, SeenCheckpoints};
-use glassbox_ledger::{
-    DirSource, HttpSource, LogReader, LogSource, SignedCheckpoint, VerifierKey, WithBlobStore,
-};
+use glassbox_ledger::audit::AuditPhase;
+use glassbox_ledger::seen::SeenCheckpoints;
+use glassbox_ledger::verify::{IndexCheck, KeySource, Target, VerifyOptions};
+use glassbox_ledger::{DirSource, HttpSource, LogSource, VerifierKey, WithBlobStore};
 
 use crate::GlobalOpts;
 use crate::cli::ledger::{finish, runtime};
@@ -42,6 +40,13 @@ pub struct VerifyArgs {
     /// Index database to compare with the log [default: <lab>/index.db when it exists].
     #[arg(long, env = "GLASSBOX_INDEX_URL")]
     pub index_url: Option<String>,
+    /// Forget what was remembered for this target before verifying (after a lab's announced
+    /// key change or move), so its key is trusted on first use again.
+    #[arg(long)]
+    pub forget: bool,
+    /// The most bytes read of a blob whose size no entry names [default: 64 GiB].
+    #[arg(long)]
+    pub max_blob_bytes: Option<u64>,
     /// Where remembered checkpoints are kept [default: $GLASSBOX_STATE_DIR, else
     /// $XDG_STATE_HOME/glassbox, else ~/.local/state/glassbox].
     #[arg(long)]
@@ -63,15 +68,15 @@ fn read_key_arg(text: &str) -> anyhow::Result<VerifierKey> {
 }
 
 fn run_inner(args: VerifyArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
-    let target = args
+    let text = args
         .target
         .clone()
         .unwrap_or_else(|| global.lab.display().to_string());
-    let is_url = target.starts_with("http://") || target.starts_with("https://");
-    let source: Box<dyn LogSource> = if is_url {
-        Box::new(HttpSource::new(&target))
+    let is_url = text.starts_with("http://") || text.starts_with("https://");
+    let (target, index_url) = if is_url {
+        (Target::url(&text, Box::new(HttpSource::new(&text))), None)
     } else {
-        let root = PathBuf::from(&target);
+        let root = PathBuf::from(&text);
         if !root.is_dir() {
             return Err(glassbox_ledger::Error::NoLab {
                 path: root,
@@ -83,59 +88,32 @@ fn run_inner(args: VerifyArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> 
             Some(loc) => Some(loc),
             None => crate::cli::lab_context::configured_blobs(&root)?,
         };
-        match store {
+        let source: Box<dyn LogSource> = match store {
             Some(loc) if !args.no_blobs => Box::new(WithBlobStore {
-                inner: DirSource { root },
+                inner: DirSource { root: root.clone() },
                 blobs: glassbox_ledger::open_store(&loc)
                     .with_context(|| format!("cannot open the blob store {loc}"))?,
             }),
-            _ => Box::new(DirSource { root }),
-        }
+            _ => Box::new(DirSource { root: root.clone() }),
+        };
+        let index_url = args.index_url.clone().or_else(|| {
+            let p = root.join("index.db");
+            p.is_file().then(|| p.display().to_string())
+        });
+        (Target::dir(&root, source), index_url)
     };
-    let note = source.read("log/checkpoint")?.with_context(|| {
-        format!(
-            "{} has no log/checkpoint: is it a glassbox lab?",
-            source.locate("")
-        )
-    })?;
-    // The origin names the log; the signature is checked by the audit below.
-    let origin = String::from_utf8_lossy(&note)
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    let seen_store = SeenCheckpoints::new(
+    let vkey = args.vkey.as_deref().map(read_key_arg).transpose()?;
+    let prev = match &args.prev {
+        Some(p) => {
+            Some(std::fs::read(p).with_context(|| format!("cannot read --prev {}", p.display()))?)
+        }
+        None => None,
+    };
+    let seen = SeenCheckpoints::new(
         args.state_dir
             .clone()
             .unwrap_or_else(SeenCheckpoints::default_dir),
     );
-    let seen = seen_store.load(&origin)?;
-    let (vkey, key_note) = match (&args.vkey, &seen) {
-        (Some(k), _) => (read_key_arg(k)?, "given"),
-        (None, Some(s)) => (s.vkey.parse::<VerifierKey>()?, "remembered"),
-        (None, None) => {
-            let text = source.read("vkey")?.with_context(|| {
-                format!("no --vkey given and {} is missing", source.locate("vkey"))
-            })?;
-            (
-                String::from_utf8_lossy(&text)
-                    .trim()
-                    .parse::<VerifierKey>()?,
-                "from the lab, trusted on first use",
-            )
-        }
-    };
-    let prev = match (&args.prev, &seen) {
-        (Some(p), _) => {
-            let bytes =
-                std::fs::read(p).with_context(|| format!("cannot read --prev {}", p.display()))?;
-            Some(parse_prev(&bytes, &vkey).with_context(|| format!("--prev {}", p.display()))?)
-        }
-        (None, Some(s)) if s.vkey == vkey.to_string() => {
-            SignedCheckpoint::parse(&s.note).ok().map(|c| c.checkpoint)
-        }
-        _ => None,
-    };
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{msg:8} [{bar:40}] {pos}/{len} {eta}")
@@ -152,15 +130,16 @@ fn run_inner(args: VerifyArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> 
         bar.set_length(total);
         bar.set_position(done);
     };
-    let outcome = glassbox_ledger::audit(
-        source.as_ref(),
-        &vkey,
-        AuditOptions {
-            prev: prev.clone(),
-            skip_blobs: args.no_blobs,
-            progress: Some(&mut progress),
-        },
-    )?;
+    let opts = VerifyOptions {
+        vkey,
+        prev,
+        forget: args.forget,
+        skip_blobs: args.no_blobs,
+        max_blob_bytes: args.max_blob_bytes,
+        index_url,
+        progress: Some(&mut progress),
+    };
+    let outcome = runtime()?.block_on(glassbox_ledger::verify::verify(&target, opts, &seen))?;
     bar.finish_and_clear();
     let report = match outcome {
         Ok(r) => r,
@@ -169,67 +148,41 @@ fn run_inner(args: VerifyArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> 
             return Ok(exit::code(exit::CHECK_FAILED));
         }
     };
-    // The index, for a local lab that has one.
-    let mut index_note = String::from("no index");
-    if !is_url {
-        let root = PathBuf::from(&target);
-        let url = args.index_url.clone().or_else(|| {
-            let p = root.join("index.db");
-            p.is_file().then(|| p.display().to_string())
-        });
-        if let Some(url) = url {
-            let dir = DirSource { root };
-            let reader = LogReader::new(&dir, report.checkpoint.clone());
-            let res = runtime()?.block_on(async {
-                let idx = Index::connect(&url).await?;
-                let r = idx.check(&reader).await?;
-                idx.close().await;
-                anyhow::Ok(r)
-            })?;
-            index_note = match res {
-                Ok(()) => "index matches".into(),
-                // A derived index that lags a growing log is not a finding: every row it has
-                // matched. Rows that differ, or an index ahead of the log, are.
-                Err(IndexMismatch::Behind { indexed, log }) => format!(
-                    "index matches its first {indexed} of {log} entries (behind the log;                      `glassbox ledger log` catches it up)"
-                ),
-                Err(m) => {
-                    eprintln!("verify failed: index {url}: {m}");
-                    return Ok(exit::code(exit::CHECK_FAILED));
-                }
-            };
-        }
-    }
-    seen_store.save(
-        &origin,
-        &Seen {
-            vkey: vkey.to_string(),
-            note: report.checkpoint.to_bytes(),
-        },
-    )?;
-    let cp = &report.checkpoint.checkpoint;
-    let omitted = if report.blobs_omitted > 0 {
-        format!(" (+{} omitted by publication)", report.blobs_omitted)
+    let audit = &report.audit;
+    let cp = &audit.checkpoint.checkpoint;
+    let omitted = if audit.blobs_omitted > 0 {
+        format!(" (+{} omitted by publication)", audit.blobs_omitted)
     } else {
         String::new()
     };
-    let consistency = match &prev {
+    let consistency = match &report.extends {
         Some(p) => format!("consistent with size {}", p.size.0),
         None => "no earlier checkpoint".into(),
+    };
+    let index_note = match report.index {
+        IndexCheck::NoIndex => "no index".to_string(),
+        IndexCheck::Matches => "index matches".to_string(),
+        IndexCheck::Behind { indexed, log } => format!(
+            "index matches its first {indexed} of {log} entries (behind the log; `glassbox ledger log` catches it up)"
+        ),
+    };
+    let key_note = match (&report.replaced_key, report.key_source) {
+        (Some(old), KeySource::Given) => format!("given; replaces the remembered {old}"),
+        (_, src) => src.to_string(),
     };
     println!(
         "verified: size {}, root {}, {} entries, {} blobs{} ({} bytes), {}, {}, key {} ({}), {:.2} s",
         cp.size.0,
         cp.root.to_base64(),
-        report.entries,
-        report.blobs,
+        audit.entries,
+        audit.blobs,
         omitted,
-        report.blob_bytes,
+        audit.blob_bytes,
         consistency,
         index_note,
-        vkey,
+        report.vkey,
         key_note,
-        report.seconds
+        audit.seconds
     );
     Ok(exit::code(exit::OK))
 }

@@ -336,11 +336,16 @@ impl Catalog {
     }
 }
 
-/// Reads and summarises a spec blob (canonical JSON or TOML); `None` when it cannot.
+/// Reads and summarises a spec blob (canonical JSON or TOML); `None` when it cannot, or when
+/// it is over the spec size limit (a proposal names its spec blob; nothing else bounds it).
 fn read_spec(blobs: &dyn BlobStore, hash: &glassbox_schemas::Blake3Hash) -> Option<SpecFacts> {
-    let mut r = blobs.get(&BlobHash(*hash)).ok()?;
+    let limit = glassbox_schemas::validate::MAX_SPEC_BYTES as u64 * 4;
+    let r = blobs.get(&BlobHash(*hash)).ok()?;
     let mut text = String::new();
-    std::io::Read::read_to_string(&mut r, &mut text).ok()?;
+    std::io::Read::read_to_string(&mut std::io::Read::take(r, limit + 1), &mut text).ok()?;
+    if text.len() as u64 > limit {
+        return None;
+    }
     let spec = parse_spec_text(&text)?;
     Some(spec_facts(&spec))
 }

@@ -7,8 +7,8 @@
 //! - [`app`] — the axum router: HTML pages (`pages`), the JSON API under `/api/v1` with its
 //!   OpenAPI document (`api`), the log's static read API `/log/...`, `/vkey`, `/blobs/...`
 //!   (`static_log`), and operations `/healthz`, `/metrics` (`ops`);
-//! - [`serve`] — binds a socket and serves [`app`] until a shutdown future resolves, letting
-//!   running requests finish.
+//! - [`serve`] — binds a socket and serves [`app`] on the [`listener`] (connection cap, header
+//!   and body deadlines, bounded graceful shutdown) until a shutdown future resolves.
 //!
 //! Pages are rendered on the server (maud templates escape everything interpolated) with charts
 //! drawn by plotters as inline SVG, each line downsampled by [`lttb`]; they need no JavaScript
@@ -24,6 +24,7 @@ pub mod api;
 pub mod catalog;
 pub mod chart;
 pub mod error;
+pub mod listener;
 pub mod live;
 pub mod lttb;
 pub mod ops;
@@ -43,6 +44,7 @@ use glassbox_ledger::{BlobStore, Lab};
 use glassbox_schemas::BlobHash;
 
 pub use error::WebError;
+pub use listener::ServerLimits;
 pub use live::{LiveEvent, LiveHub};
 
 /// Largest request body the server accepts (the dashboard is read-only; the webhook sets its
@@ -177,34 +179,29 @@ pub fn app(state: WebState) -> Router {
     ops::layers(router, state)
 }
 
-/// Serves [`app`] on `listener` until `shutdown` resolves; requests in flight then finish
-/// (graceful shutdown) before this returns.
+/// Serves [`app`] on `listener` under `limits` until `shutdown` resolves; live streams then
+/// end, requests in flight get the shutdown grace to finish (see [`listener`]).
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     state: WebState,
+    limits: ServerLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), WebError> {
     let closing = state.closing.clone();
     let shutdown = async move {
         shutdown.await;
         tracing::info!("shutting down: finishing requests in flight");
-        // Live streams end now; other requests run to completion.
+        // Live streams end now; other requests run to completion (within the grace).
         closing.send_replace(true);
     };
-    let app = app(state);
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
-    .map_err(WebError::Io)
+    crate::listener::serve_router(listener, app(state), limits, shutdown).await
 }
 
 /// Binds `bind` and serves until `shutdown` resolves (see [`serve_on`]).
 pub async fn serve(
     state: WebState,
     bind: SocketAddr,
+    limits: ServerLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), WebError> {
     let listener = tokio::net::TcpListener::bind(bind)
@@ -214,5 +211,5 @@ pub async fn serve(
             reason: e.to_string(),
         })?;
     tracing::info!(addr = %bind, "serving the dashboard");
-    serve_on(listener, state, shutdown).await
+    serve_on(listener, state, limits, shutdown).await
 }

@@ -558,7 +558,7 @@ async fn a_running_server_passes_the_ledger_http_audit_and_shuts_down_gracefully
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(glassbox_web::serve_on(listener, fx.state(), async {
+    let server = tokio::spawn(glassbox_web::serve_on(listener, fx.state(), Default::default(), async {
         let _ = stop_rx.await;
     }));
     let base = format!("http://{addr}/");

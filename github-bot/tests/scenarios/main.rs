@@ -321,6 +321,7 @@ async fn bad_or_missing_signature_is_401_and_nothing_is_recorded() {
     .unwrap();
     let base = |sig: Option<String>| {
         let mut v = vec![
+            ("content-type", "application/json".to_string()),
             ("x-github-event", "issues".to_string()),
             ("x-github-delivery", "d-10".to_string()),
         ];
@@ -357,6 +358,7 @@ async fn oversized_body_is_413() {
     let h = Harness::new().await;
     let body = vec![b'x'; glassbox_github_bot::config::DEFAULT_MAX_BODY_BYTES + 1];
     let headers = [
+        ("content-type", "application/json".to_string()),
         ("x-github-event", "issues".to_string()),
         ("x-github-delivery", "big".to_string()),
         ("x-hub-signature-256", sign(SECRET.as_bytes(), &body)),
@@ -364,6 +366,46 @@ async fn oversized_body_is_413() {
     let (status, _) = h.post(&headers, body).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(h.store.counts().await.unwrap(), DeliveryCounts::default());
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_json_is_415_and_nothing_is_recorded() {
+    let h = Harness::new().await;
+    let body = serde_json::to_vec(&issue_event(
+        "opened",
+        11,
+        "carol",
+        &form_body(str::to_string),
+    ))
+    .unwrap();
+    // GitHub's other webhook setting, form-encoded; no content type; a lookalike.
+    for content_type in [
+        Some("application/x-www-form-urlencoded"),
+        None,
+        Some("text/plain"),
+        Some("application/jsonp"),
+    ] {
+        let mut headers = vec![
+            ("x-github-event", "issues".to_string()),
+            ("x-github-delivery", "d-11".to_string()),
+            ("x-hub-signature-256", sign(SECRET.as_bytes(), &body)),
+        ];
+        if let Some(t) = content_type {
+            headers.push(("content-type", t.to_string()));
+        }
+        let (status, text) = h.post(&headers, body.clone()).await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{content_type:?}");
+        assert!(text.contains("application/json"), "{text}");
+    }
+    assert_eq!(h.store.counts().await.unwrap(), DeliveryCounts::default());
+    // With its parameters, JSON is JSON.
+    let headers = [
+        ("content-type", "application/json; charset=utf-8".to_string()),
+        ("x-github-event", "issues".to_string()),
+        ("x-github-delivery", "d-11".to_string()),
+        ("x-hub-signature-256", sign(SECRET.as_bytes(), &body)),
+    ];
+    assert_eq!(h.post(&headers, body).await.0, StatusCode::ACCEPTED);
 }
 
 #[tokio::test]
@@ -377,6 +419,7 @@ async fn githubs_published_vector_passes_through_the_router_and_ping_is_answered
             "x-hub-signature-256",
             "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17".to_string(),
         ),
+        ("content-type", "application/json".to_string()),
     ];
     let (status, text) = h.post(&headers, b"Hello, World!".to_vec()).await;
     assert_eq!((status, text.as_str()), (StatusCode::OK, "pong\n"));
@@ -927,6 +970,7 @@ async fn a_crash_after_the_2xx_loses_nothing() {
     ))
     .unwrap();
     let req = axum::http::Request::post("/github/webhook")
+        .header("content-type", "application/json")
         .header("x-github-event", "issues")
         .header("x-github-delivery", "after-restart")
         .header("x-hub-signature-256", sign(SECRET.as_bytes(), &body))

@@ -48,14 +48,17 @@ fn arg_u64(args: &[String], i: usize, default: u64) -> Result<u64, Box<dyn std::
     }
 }
 
-/// An artifact entry whose name carries `seq`, padded so its canonical form is `size` bytes.
-fn sized_entry(seq: u64, size: usize, blob: Option<Blake3Hash>) -> Vec<u8> {
+/// An artifact entry whose name carries `seq`, padded so its canonical form is `size` bytes;
+/// with a blob (hash, size), the entry references it and names its size.
+fn sized_entry(seq: u64, size: usize, blob: Option<(Blake3Hash, u64)>) -> Vec<u8> {
     let mut refs = BTreeMap::new();
-    if let Some(b) = blob {
+    let mut bytes = seq;
+    if let Some((b, n)) = blob {
         refs.insert("artifact".to_string(), b);
+        bytes = n;
     }
     let make = |pad: usize| {
-        let body = serde_json::json!({"name": format!("item-{seq}"), "bytes": seq, "pad": "x".repeat(pad)});
+        let body = serde_json::json!({"name": format!("item-{seq}"), "bytes": bytes, "pad": "x".repeat(pad)});
         let e = LedgerEntry::new(EntryKind::Artifact, None, refs.clone(), &body).expect("entry");
         e.to_canonical_bytes().expect("canonical")
     };
@@ -134,11 +137,11 @@ fn bench_verify(args: &[String]) -> Res {
     let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()))?;
     let (lab, _) = Lab::init(dir.path(), "bench.example/log")?;
     // Ten small blobs, each referenced by every 1000th entry: the audit re-hashes each once.
-    let blobs: Vec<Blake3Hash> = (0..10u8)
+    let blobs: Vec<(Blake3Hash, u64)> = (0..10u8)
         .map(|i| {
             lab.blobs()
                 .put(&mut vec![i; 64 << 10].as_slice())
-                .map(|p| p.hash.0)
+                .map(|p| (p.hash.0, p.bytes))
         })
         .collect::<Result<_, _>>()?;
     let t0 = Instant::now();
