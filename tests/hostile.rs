@@ -43,7 +43,11 @@ fn init_lab(lab: &Path) {
         .arg(lab)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `glassbox serve` on a fresh lab with short timeouts and a cap of `cap` connections.
@@ -119,7 +123,10 @@ fn until_closed(s: &mut TcpStream, started: Instant) -> (String, Duration) {
             Ok(n) => got.extend_from_slice(&buf[..n]),
         }
     }
-    (String::from_utf8_lossy(&got).into_owned(), started.elapsed())
+    (
+        String::from_utf8_lossy(&got).into_owned(),
+        started.elapsed(),
+    )
 }
 
 #[test]
@@ -139,7 +146,8 @@ fn slow_clients_are_answered_or_dropped_in_time_and_shutdown_does_not_wait_for_t
     // A head trickled a byte at a time, never finished.
     let started = Instant::now();
     let mut slow = TcpStream::connect(&addr).unwrap();
-    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n").unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n")
+        .unwrap();
     let trickle = {
         let mut s = slow.try_clone().unwrap();
         std::thread::spawn(move || {
@@ -304,7 +312,10 @@ fn verify(url: &str, state: &Path, extra: &[&str]) -> std::process::Output {
 fn verify_of_an_endless_checkpoint_fails_clearly_having_read_a_bounded_amount() {
     static CHUNK: [u8; 65536] = [b'A'; 65536];
     let state = tempfile::tempdir().unwrap();
-    let (url, sent) = hostile_server("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n", &CHUNK);
+    let (url, sent) = hostile_server(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n",
+        &CHUNK,
+    );
     let out = verify(&url, state.path(), &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -349,8 +360,17 @@ fn file_server() -> (String, Arc<Mutex<PathBuf>>) {
                         Ok(n) => req.extend_from_slice(&buf[..n]),
                     }
                 }
-                let line = String::from_utf8_lossy(&req).lines().next().unwrap_or_default().to_string();
-                let path = line.split(' ').nth(1).unwrap_or("/").trim_start_matches('/').to_string();
+                let line = String::from_utf8_lossy(&req)
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                let path = line
+                    .split(' ')
+                    .nth(1)
+                    .unwrap_or("/")
+                    .trim_start_matches('/')
+                    .to_string();
                 let reply = match std::fs::read(root.join(&path)) {
                     Ok(bytes) if !path.contains("..") => {
                         let mut r = format!(
@@ -361,7 +381,10 @@ fn file_server() -> (String, Arc<Mutex<PathBuf>>) {
                         r.extend_from_slice(&bytes);
                         r
                     }
-                    _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec(),
+                    _ => {
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                            .to_vec()
+                    }
                 };
                 let _ = s.write_all(&reply);
             });
@@ -376,14 +399,22 @@ fn init_with_origin(lab: &Path, origin: &str) {
         .arg(lab)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn a_key_or_origin_swapped_under_the_same_url_fails_unless_the_auditor_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let (a, b, c) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("c"));
+    let (a, b, c) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("c"),
+    );
     init_with_origin(&a, "lab.example/one");
     // Same origin, another key: what a server that swapped its signing key serves.
     init_with_origin(&b, "lab.example/one");
@@ -393,7 +424,11 @@ fn a_key_or_origin_swapped_under_the_same_url_fails_unless_the_auditor_says_so()
 
     *root.lock().unwrap() = a.clone();
     let out = verify(&url, &state, &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("trusted on first use"));
 
     *root.lock().unwrap() = b.clone();
@@ -401,29 +436,47 @@ fn a_key_or_origin_swapped_under_the_same_url_fails_unless_the_auditor_says_so()
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("now presents verifier key"), "{stderr}");
-    assert!(stderr.contains("--vkey") && stderr.contains("--forget"), "{stderr}");
+    assert!(
+        stderr.contains("--vkey") && stderr.contains("--forget"),
+        "{stderr}"
+    );
 
     *root.lock().unwrap() = c.clone();
     let out = verify(&url, &state, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("now serves a log named \"lab.example/two\""), "{stderr}");
+    assert!(
+        stderr.contains("now serves a log named \"lab.example/two\""),
+        "{stderr}"
+    );
 
     // The auditor who checked the new key out of band says so...
     let vkey = std::fs::read_to_string(c.join("vkey")).unwrap();
     let out = verify(&url, &state, &["--vkey", vkey.trim()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("replaces the remembered"), "{stdout}");
     // ...and from then on the new key is the remembered one.
     let out = verify(&url, &state, &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // --forget starts over: back to the first lab, trusted on first use again.
     *root.lock().unwrap() = a.clone();
     assert_eq!(verify(&url, &state, &[]).status.code(), Some(1));
     let out = verify(&url, &state, &["--forget"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("trusted on first use"));
 }
 
@@ -438,11 +491,17 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
     let state = state.to_str().unwrap();
     // An entry to show.
     let out = Command::new(BIN)
-        .args(["data", "generate", "--domain", "markov", "--seed", "1", "--bytes", "1000", "--lab"])
+        .args([
+            "data", "generate", "--domain", "markov", "--seed", "1", "--bytes", "1000", "--lab",
+        ])
         .arg(&lab)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let commands: &[&[&str]] = &[
         &["--help"],
         &["spec", "schema"],
@@ -456,7 +515,9 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
         &["jobs"],
         &["jobs", "--json"],
         &["verify", "--state-dir", state],
-        &["data", "generate", "--domain", "markov", "--seed", "1", "--bytes", "1000"],
+        &[
+            "data", "generate", "--domain", "markov", "--seed", "1", "--bytes", "1000",
+        ],
     ];
     for args in commands {
         // The reading end is closed before the command starts, so its first write fails.

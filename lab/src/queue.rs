@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
+mod gauges;
 mod group_commit;
 pub use group_commit::WriteStats;
 use group_commit::{Done, Finish, GroupCommit, Op};

@@ -149,7 +149,30 @@ on_both_engines!(
     an_abandoned_job_is_claimed_to_end_it,
     a_lost_lease_cannot_end_the_job,
     one_reproduction_per_run_at_a_time,
+    prometheus_text_counts_jobs_writes_and_leases,
 );
+
+/// The gauges `glassbox serve` appends to `/metrics`.
+async fn prometheus_text_counts_jobs_writes_and_leases(engine: &str, name: &str) {
+    let (q, _clock, _dir) = fresh(engine, name).await;
+    q.enqueue(&job(1, "ann", 0)).await.unwrap();
+    q.enqueue(&job(2, "bob", 0)).await.unwrap();
+    let w = worker("w\"1");
+    q.lease(&w, LEASE).await.unwrap().unwrap();
+    let text = q.prometheus_text().await.unwrap();
+    for want in [
+        "# TYPE glassbox_queue_jobs gauge\n",
+        "glassbox_queue_jobs{state=\"queued\"} 1\n",
+        "glassbox_queue_jobs{state=\"leased\"} 1\n",
+        "glassbox_queue_depth 1\n",
+        "glassbox_running_jobs 1\n",
+        "glassbox_queue_writes_total 3\n",
+        // The worker id is a label value, escaped.
+        "glassbox_worker_lease_seconds_left{worker=\"w\\\"1\",job=\"1\"} ",
+    ] {
+        assert!(text.contains(want), "lacks {want:?}:\n{text}");
+    }
+}
 
 /// The hot writes keep pool connections between uses; closing hands them back (the pool's
 /// close waits for every connection), and a write after the close fails rather than waits.

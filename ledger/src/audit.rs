@@ -346,7 +346,12 @@ fn audit_inner(
     }
     for (id, hashes) in builder.partial_tiles() {
         let rel = format!("log/{}", id.path());
-        if let Some(f) = compare_tile(source, &rel, source.read(&rel, ReadLimit::tile(id))?, hashes) {
+        if let Some(f) = compare_tile(
+            source,
+            &rel,
+            source.read(&rel, ReadLimit::tile(id))?,
+            hashes,
+        ) {
             first_tile_mismatch.get_or_insert(f);
         }
     }

@@ -507,7 +507,11 @@ const POINTS_PER_BATCH: usize = 50_000;
 /// One line (number `n`) of a metric chunk (JSON lines) as `(name, step, value)` points,
 /// appended to `out`; non-finite values (a diverged run's NaN) are skipped, since a chart
 /// cannot place them.
-fn parse_metric_line(line: &str, n: usize, out: &mut Vec<(String, u64, f64)>) -> Result<(), String> {
+fn parse_metric_line(
+    line: &str,
+    n: usize,
+    out: &mut Vec<(String, u64, f64)>,
+) -> Result<(), String> {
     if line.trim().is_empty() {
         return Ok(());
     }

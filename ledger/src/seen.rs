@@ -134,7 +134,10 @@ mod tests {
             note: b"example.org/lab\n3\nroot\n\nsig\n".to_vec(),
         };
         seen.save("url:https://lab.example", &s).unwrap();
-        assert_eq!(seen.load("url:https://lab.example").unwrap(), Some(s.clone()));
+        assert_eq!(
+            seen.load("url:https://lab.example").unwrap(),
+            Some(s.clone())
+        );
         assert_eq!(s.origin(), "example.org/lab");
         assert_eq!(seen.load("url:https://other.example").unwrap(), None);
         assert!(seen.forget("url:https://lab.example").unwrap());

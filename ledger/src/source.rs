@@ -333,7 +333,10 @@ mod tests {
             other => panic!("expected TooLarge, got {other:?}"),
         }
         let exact = ReadLimit { max: 100, ..limit };
-        assert_eq!(src.read("log/checkpoint", exact).unwrap().unwrap().len(), 100);
+        assert_eq!(
+            src.read("log/checkpoint", exact).unwrap().unwrap().len(),
+            100
+        );
     }
 
     #[test]

@@ -222,7 +222,10 @@ fn a_blob_is_read_only_up_to_the_size_its_entry_names() {
         .unwrap()
         .unwrap_err();
     let text = failure.to_string();
-    assert!(text.contains("more than the 4000 bytes entry 0 names"), "{text}");
+    assert!(
+        text.contains("more than the 4000 bytes entry 0 names"),
+        "{text}"
+    );
 
     // No named size: the auditor's cap bounds it.
     let (_d2, lab) = new_lab();
@@ -245,6 +248,8 @@ fn a_blob_is_read_only_up_to_the_size_its_entry_names() {
     let text = audit(&src, &vkey, capped).unwrap().unwrap_err().to_string();
     assert!(text.contains("larger than 1000 bytes"), "{text}");
     assert!(text.contains("--max-blob-bytes"), "{text}");
-    let rep = audit(&src, &vkey, AuditOptions::default()).unwrap().unwrap();
+    let rep = audit(&src, &vkey, AuditOptions::default())
+        .unwrap()
+        .unwrap();
     assert_eq!(rep.blob_bytes, 4096);
 }

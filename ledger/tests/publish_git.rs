@@ -29,10 +29,8 @@ fn published_repository_verifies_and_grows_incrementally() {
     let big = lab.blobs().put(&mut vec![2u8; 5000].as_slice()).unwrap();
     {
         let w = lab.writer(LockMode::FailFast).unwrap();
-        w.append_entry(&fixture::blob_entry(0, &small))
-            .unwrap();
-        w.append_entry(&fixture::blob_entry(1, &big))
-            .unwrap();
+        w.append_entry(&fixture::blob_entry(0, &small)).unwrap();
+        w.append_entry(&fixture::blob_entry(1, &big)).unwrap();
     }
     let out = tempfile::tempdir().unwrap();
     let repo = out.path().join("mirror");

@@ -356,6 +356,15 @@ impl LiveSink for FanoutSink {
     }
 }
 
+/// The lab's queue gauges on the dashboard's `/metrics`.
+struct QueueMetrics(glassbox_lab::Queue);
+
+impl glassbox_web::ops::MetricsSource for QueueMetrics {
+    fn prometheus_text(&self) -> glassbox_web::ops::MetricsText<'_> {
+        Box::pin(async move { self.0.prometheus_text().await.map_err(|e| e.to_string()) })
+    }
+}
+
 /// What a running server needs from its caller.
 pub struct ServeParts {
     /// The open lab.
@@ -443,14 +452,19 @@ pub async fn start(
     }
     let state = WebState::new(ctx.lab.clone(), index.clone(), live.clone())
         .with_blobs(ctx.recorder.blobs().clone())
-        .with_queue(ctx.queue.clone())
+        .with_metrics(Arc::new(QueueMetrics(ctx.queue.clone())))
         .with_extra(router);
     let addr = listener.local_addr()?;
     let (stop, mut stop_rx) = tokio::sync::watch::channel(false);
     let mut server_stop = stop_rx.clone();
-    let server = tokio::spawn(glassbox_web::serve_on(listener, state, limits, async move {
-        let _ = server_stop.wait_for(|s| *s).await;
-    }));
+    let server = tokio::spawn(glassbox_web::serve_on(
+        listener,
+        state,
+        limits,
+        async move {
+            let _ = server_stop.wait_for(|s| *s).await;
+        },
+    ));
     // The index follows the log (appended by this process's worker or by others).
     let (recorder, follow_index) = (ctx.recorder.clone(), index.clone());
     // (A log reader is not `Send`, so the loop runs on a thread of its own.)

@@ -267,9 +267,14 @@ async fn main() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(glassbox_web::serve_on(listener, state, Default::default(), async {
-        let _ = stop_rx.await;
-    }));
+    let server = tokio::spawn(glassbox_web::serve_on(
+        listener,
+        state,
+        Default::default(),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
 
     let client: Client<_, Body> = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(a.conns)

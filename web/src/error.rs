@@ -26,9 +26,9 @@ pub enum WebError {
     /// The ledger (log, blobs, keys) could not be read.
     #[error("ledger: {0}")]
     Ledger(#[from] glassbox_ledger::Error),
-    /// The job queue could not be read.
-    #[error("queue: {0}")]
-    Queue(#[from] glassbox_lab::QueueError),
+    /// A [`crate::ops::MetricsSource`] could not be read.
+    #[error("metrics: {0}")]
+    Metrics(String),
     /// A file could not be read, or the server socket failed.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),

@@ -1,9 +1,9 @@
 //! glassbox-web: the public dashboard of an open lab, served by `glassbox serve`.
 //!
 //! - [`WebState`] — what the server reads: the lab directory ([`glassbox_ledger::Lab`]: the
-//!   static log and blobs), the index database ([`glassbox_ledger::index::Index`]), optionally
-//!   the job queue, the [`LiveHub`] of live metric points, and an optional extra router (the
-//!   GitHub webhook, mounted by the binary);
+//!   static log and blobs), the index database ([`glassbox_ledger::index::Index`]), the
+//!   [`LiveHub`] of live metric points, and what the binary adds: routes (the GitHub webhook)
+//!   and [`ops::MetricsSource`]s (the job queue's gauges);
 //! - [`app`] — the axum router: HTML pages (`pages`), the JSON API under `/api/v1` with its
 //!   OpenAPI document (`api`), the log's static read API `/log/...`, `/vkey`, `/blobs/...`
 //!   (`static_log`), and operations `/healthz`, `/metrics` (`ops`);
@@ -15,10 +15,12 @@
 //! except `/assets/live.js`, which follows a live run over Server-Sent Events. A strict
 //! Content-Security-Policy forbids inline scripts and styles.
 //!
-//! The key design choice: the dashboard is read-only. It never writes the log, the blob store,
-//! the index or the queue; everything it shows comes from the index (derived from the log), the
-//! blobs, or the in-process [`LiveHub`]. Its only write route is whatever the caller merges in
-//! (the signed webhook of `glassbox-github-bot`).
+//! The key design choice: the dashboard is read-only. It never writes the log, the blob store
+//! or the index, and it does not know the lab's queue or workers (this crate depends on
+//! `glassbox-schemas` and `glassbox-ledger` only); everything it shows comes from the index
+//! (derived from the log), the blobs, the in-process [`LiveHub`], or a [`ops::MetricsSource`].
+//! Its only write route is whatever the caller merges in (the signed webhook of
+//! `glassbox-github-bot`).
 
 pub mod api;
 pub mod catalog;
@@ -38,7 +40,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use glassbox_lab::queue::Queue;
 use glassbox_ledger::index::Index;
 use glassbox_ledger::{BlobStore, Lab};
 use glassbox_schemas::BlobHash;
@@ -61,9 +62,9 @@ pub struct WebState {
     pub blobs: Arc<dyn BlobStore>,
     /// The index database (read-only queries through [`Index::pool`]).
     pub index: Index,
-    /// The job queue, for queue depth and running jobs in `/metrics`; `None` when the server
-    /// runs without one.
-    pub queue: Option<Queue>,
+    /// What `/metrics` adds from parts of the server this crate does not know (the lab's job
+    /// queue).
+    pub metric_sources: Arc<Vec<Arc<dyn ops::MetricsSource>>>,
     /// Live metric points and run-status changes.
     pub live: LiveHub,
     /// Routes merged into [`app`] as they are (the GitHub webhook).
@@ -83,7 +84,7 @@ impl std::fmt::Debug for WebState {
             .field("lab", &self.lab.root())
             .field("blobs", &self.blobs.describe())
             .field("index", &self.index.url())
-            .field("queue", &self.queue.is_some())
+            .field("metric_sources", &self.metric_sources.len())
             .field("extra", &self.extra.is_some())
             .finish()
     }
@@ -96,7 +97,7 @@ impl WebState {
             blobs: Arc::new(lab.blobs()),
             lab,
             index,
-            queue: None,
+            metric_sources: Arc::new(Vec::new()),
             live,
             extra: None,
             catalog: Arc::new(catalog::Catalog::default()),
@@ -145,9 +146,9 @@ impl WebState {
         tokio::task::spawn_blocking(read).await.ok().flatten()
     }
 
-    /// Adds the job queue (for `/metrics`).
-    pub fn with_queue(mut self, queue: Queue) -> Self {
-        self.queue = Some(queue);
+    /// Adds a source of `/metrics` lines (the lab's queue gauges).
+    pub fn with_metrics(mut self, source: Arc<dyn ops::MetricsSource>) -> Self {
+        Arc::make_mut(&mut self.metric_sources).push(source);
         self
     }
 

@@ -2,10 +2,11 @@
 //! (request logs via tower-http tracing, request counting, the body cap, security headers).
 //!
 //! `/metrics` is the Prometheus text format written by hand (a few gauges and counters do not
-//! need a metrics library): requests by route and status with their total duration, queue depth
-//! per job state, running jobs, each leasing worker's seconds until its lease expires (its
-//! heartbeat), live tokens/s from the [`crate::LiveHub`], SSE subscribers, the render cache's
-//! hits, misses and size, and the log size.
+//! need a metrics library): requests by route and status with their total duration, whatever
+//! the caller's [`MetricsSource`]s add (the binary adds the lab's queue: depth per job state,
+//! running jobs, each leasing worker's seconds until its lease expires), live tokens/s from the
+//! [`crate::LiveHub`], SSE subscribers, the render cache's hits, misses and size, and the log
+//! size.
 //! This module does not serve pages or data.
 
 use std::collections::BTreeMap;
@@ -19,7 +20,6 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use glassbox_lab::JobState;
 use sqlx::Row;
 use tower_http::trace::TraceLayer;
 
@@ -29,6 +29,17 @@ use crate::error::WebError;
 /// The Content-Security-Policy of every response: no inline script or style, nothing from
 /// other origins; the live script connects back to this origin only.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/// More lines for `/metrics`, from a part of the server this crate does not know (the lab's
+/// job queue): Prometheus text format, `# HELP` and `# TYPE` lines included.
+pub trait MetricsSource: Send + Sync + 'static {
+    /// The current text; an error is answered 500 with it.
+    fn prometheus_text(&self) -> MetricsText<'_>;
+}
+
+/// What [`MetricsSource::prometheus_text`] returns: the text, or why it could not be read.
+pub type MetricsText<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send + 'a>>;
 
 /// Request counters by (route, status).
 #[derive(Debug, Default)]
@@ -137,55 +148,16 @@ async fn metrics(State(st): State<WebState>) -> Result<Response, WebError> {
             label(route)
         );
     }
-    if let Some(q) = &st.queue {
-        let counts = q.counts().await?;
-        out.push_str("# HELP glassbox_queue_jobs Jobs in the queue by state.\n# TYPE glassbox_queue_jobs gauge\n");
-        for s in JobState::ALL {
-            let n = counts
-                .iter()
-                .find(|(k, _)| *k == s)
-                .map(|(_, n)| *n)
-                .unwrap_or(0);
-            let _ = writeln!(out, "glassbox_queue_jobs{{state=\"{}\"}} {n}", s.as_str());
-        }
-        let depth: u64 = counts
-            .iter()
-            .filter(|(k, _)| *k == JobState::Queued)
-            .map(|(_, n)| n)
-            .sum();
-        let running: u64 = counts
-            .iter()
-            .filter(|(k, _)| matches!(k, JobState::Leased | JobState::Running))
-            .map(|(_, n)| n)
-            .sum();
-        let _ = writeln!(
-            out,
-            "# HELP glassbox_queue_depth Jobs waiting for a worker.\n# TYPE glassbox_queue_depth gauge\nglassbox_queue_depth {depth}"
-        );
-        let _ = writeln!(
-            out,
-            "# HELP glassbox_running_jobs Jobs leased or training.\n# TYPE glassbox_running_jobs gauge\nglassbox_running_jobs {running}"
-        );
-        let writes = q.write_stats();
-        let _ = writeln!(
-            out,
-            "# HELP glassbox_queue_writes_total Enqueues, leases and finishes this process committed.\n# TYPE glassbox_queue_writes_total counter\nglassbox_queue_writes_total {}\n# HELP glassbox_queue_commits_total Transactions that committed them (fewer than the writes when concurrent writes shared a commit).\n# TYPE glassbox_queue_commits_total counter\nglassbox_queue_commits_total {}",
-            writes.writes, writes.commits
-        );
-        out.push_str("# HELP glassbox_worker_lease_seconds_left Seconds until a worker's lease expires unless it heartbeats, per worker and job.\n# TYPE glassbox_worker_lease_seconds_left gauge\n");
-        let now = q.clock().now_ms();
-        for state in [JobState::Leased, JobState::Running] {
-            for job in q.list(Some(state), 1000).await? {
-                if let (Some(w), Some(exp)) = (&job.lease_owner, job.lease_expires_at) {
-                    let _ = writeln!(
-                        out,
-                        "glassbox_worker_lease_seconds_left{{worker=\"{}\",job=\"{}\"}} {:.3}",
-                        label(&w.0),
-                        job.id.0,
-                        (exp - now) as f64 / 1000.0
-                    );
+    // What the caller adds (the lab's queue gauges), each source's text as it gives it.
+    for source in st.metric_sources.iter() {
+        match source.prometheus_text().await {
+            Ok(text) => {
+                out.push_str(&text);
+                if !text.is_empty() && !text.ends_with('\n') {
+                    out.push('\n');
                 }
             }
+            Err(e) => return Err(WebError::Metrics(e)),
         }
     }
     let _ = writeln!(

@@ -85,9 +85,14 @@ async fn browser_follows_experiments_charts_live_updates_and_compare() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(glassbox_web::serve_on(listener, state, Default::default(), async {
-        let _ = stop_rx.await;
-    }));
+    let server = tokio::spawn(glassbox_web::serve_on(
+        listener,
+        state,
+        Default::default(),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
     let base = format!("http://{addr}");
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")
