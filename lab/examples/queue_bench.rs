@@ -2,7 +2,7 @@
 //! SQLite and on PostgreSQL, in one run.
 //!
 //! ```sh
-//! cargo run --release -p glassbox-lab --example queue_bench -- [JOBS] [POSTGRES_URL]
+//! cargo run --release -p glassbox-lab --features bench --example queue_bench -- [JOBS] [POSTGRES_URL]
 //! ```
 //! Defaults: 4000 jobs, `postgres://postgres@127.0.0.1:5432/test` (a scratch schema is created
 //! and dropped). A cycle is enqueue + lease + finish of one job. `Separate`: a worker finishes,

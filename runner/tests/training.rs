@@ -1,7 +1,7 @@
 //! Training-level checks of the CPU backend: bitwise determinism across thread counts, exact
 //! in-process resume from a checkpoint, the run outcomes (cancelled, diverged,
 //! budget_exceeded) with their metrics, and the balancing methods moving the router bias.
-//! (Kill-and-resume of a real process is in the root package's `tests/run_resume.rs`; the
+//! (Kill-and-resume of a real process is in the root package's `tests/e2e/run_resume.rs`; the
 //! learning checks are in `learning.rs`.)
 
 use std::collections::BTreeMap;

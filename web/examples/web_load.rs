@@ -9,7 +9,7 @@
 //! 2. SSE fan-out: `--sse` clients subscribed to one run's live stream, `--events` points
 //!    published 50 ms apart, reporting how long each took to reach every client.
 //!
-//! Run: `cargo run --release -p glassbox-web --example web_load -- [--runs 10000]
+//! Run: `cargo run --release -p glassbox-web --features bench --example web_load -- [--runs 10000]
 //! [--points 10000000] [--conns 64] [--seconds 20] [--sse 1000] [--dir PATH]`. With `--dir` an
 //! existing generated lab is reused. Not a test: it prints figures and asserts nothing.
 

@@ -525,7 +525,7 @@ mod tests {
     #[tokio::test]
     async fn postgres_pick_reads_only_open_jobs_in_a_generic_plan() {
         let base = std::env::var("GLASSBOX_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string());
+            .expect("GLASSBOX_TEST_POSTGRES_URL is not set: run the tests with `cargo xtask test`, which provides a PostgreSQL server (`cargo xtask env` prints the variables for running one test by hand)");
         let schema = format!("lab_pick_plan_{}", std::process::id());
         sqlx::any::install_default_drivers();
         let admin = sqlx::AnyPool::connect(&base)

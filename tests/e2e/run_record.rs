@@ -6,10 +6,9 @@
 
 use std::path::Path;
 
-mod support;
+use crate::support::MICRO_MODEL;
 use glassbox_schemas::record::{BinaryComparison, ReproductionBody, RunStartedBody};
 use glassbox_schemas::{Blake3Hash, EntryKind};
-use support::MICRO_MODEL;
 
 fn write_spec(dir: &Path) -> std::path::PathBuf {
     let text = format!(
@@ -36,7 +35,7 @@ seed = 1
 }
 
 fn glassbox(dir: &Path, args: &[&str]) -> std::process::Output {
-    support::glassbox(dir, None, args).output().unwrap()
+    crate::support::glassbox(dir, None, args).output().unwrap()
 }
 
 fn is_commit(s: &str) -> bool {
@@ -59,7 +58,7 @@ fn the_record_names_the_exact_binary_and_reproduce_says_it_is_the_same() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let entries = support::entries(&d.join("lab"));
+    let entries = crate::support::entries(&d.join("lab"));
     let started: RunStartedBody = entries
         .iter()
         .find(|e| e.kind == EntryKind::RunStarted)
@@ -67,7 +66,7 @@ fn the_record_names_the_exact_binary_and_reproduce_says_it_is_the_same() {
         .body_as()
         .unwrap();
     let build = started.build.expect("run_started records the build");
-    let exe = std::fs::read(support::BIN).unwrap();
+    let exe = std::fs::read(crate::support::BIN).unwrap();
     assert_eq!(build.executable_blake3, Blake3Hash::of(&exe));
     // Built from a git checkout (as in CI): the full commit, and `-dirty` exactly when dirty.
     let (commit, dirty) = match started.code_revision.strip_suffix("-dirty") {
@@ -101,7 +100,7 @@ fn the_record_names_the_exact_binary_and_reproduce_says_it_is_the_same() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("program: same binary"), "{stdout}");
-    let entries = support::entries(&d.join("lab"));
+    let entries = crate::support::entries(&d.join("lab"));
     let repro: ReproductionBody = entries.last().unwrap().body_as().unwrap();
     assert_eq!(repro.outcome, "reproduced");
     assert_eq!(repro.binary, Some(BinaryComparison::SameBinary));
@@ -119,7 +118,7 @@ fn a_spec_over_the_memory_limit_is_refused_by_glassbox_run() {
     let d = dir.path();
     let spec = write_spec(d);
     std::fs::write(d.join("lab.toml"), "[limits]\nmax_memory_bytes = 1000\n").unwrap();
-    let out = support::glassbox(d, None, &["run", spec.to_str().unwrap(), "--threads", "1"])
+    let out = crate::support::glassbox(d, None, &["run", spec.to_str().unwrap(), "--threads", "1"])
         .env("GLASSBOX_CONFIG", d.join("lab.toml"))
         .output()
         .unwrap();
@@ -130,7 +129,7 @@ fn a_spec_over_the_memory_limit_is_refused_by_glassbox_run() {
         "{stderr}"
     );
     assert!(stderr.contains("it needs about"), "{stderr}");
-    let entries = support::entries(&d.join("lab"));
+    let entries = crate::support::entries(&d.join("lab"));
     assert!(
         entries.iter().all(|e| e.kind != EntryKind::Approval),
         "nothing was approved"

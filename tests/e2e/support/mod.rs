@@ -29,10 +29,11 @@ d_expert = 16
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_glassbox");
 
-/// `GLASSBOX_TEST_POSTGRES_URL`, or the CI machine's server.
+/// `GLASSBOX_TEST_POSTGRES_URL`: the server `cargo xtask test` provides (never an assumed
+/// default port, so no test leans on a server it did not ask for).
 pub fn postgres_url() -> String {
     std::env::var("GLASSBOX_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+        .expect("GLASSBOX_TEST_POSTGRES_URL is not set: run the tests with `cargo xtask test`, which provides a PostgreSQL server (`cargo xtask env` prints the variables for running one test by hand)")
 }
 
 /// A fresh PostgreSQL schema for one test, as a URL that selects it. Fails (never skips)

@@ -8,8 +8,6 @@
 //! `chromedriver` itself on a free port (`GLASSBOX_CHROMEDRIVER` overrides the binary) and
 //! fails, never skips, when it is missing.
 
-mod fixture;
-
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -79,7 +77,7 @@ async fn text_of(c: &Client, css: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn browser_follows_experiments_charts_live_updates_and_compare() {
     let driver_bin = chromedriver();
-    let fx = fixture::build().await;
+    let fx = crate::fixture::build().await;
     let state = fx.state();
     let live = state.live.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -199,7 +197,7 @@ async fn browser_follows_experiments_charts_live_updates_and_compare() {
             run: "run-live".into(),
             step,
             name: "train/loss".into(),
-            value: fixture::loss_at(step * 5),
+            value: crate::fixture::loss_at(step * 5),
         });
         live.publish(LiveEvent::Point {
             run: "run-live".into(),

@@ -4,11 +4,10 @@
 
 use std::path::Path;
 
-mod support;
-use support::MICRO_MODEL;
+use crate::support::MICRO_MODEL;
 
 fn glassbox(dir: &Path, args: &[&str]) -> std::process::Output {
-    support::glassbox(dir, None, args).output().unwrap()
+    crate::support::glassbox(dir, None, args).output().unwrap()
 }
 
 fn spec_naming(dir: &Path, corpus: &str) -> std::path::PathBuf {

@@ -6,8 +6,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod support;
-use support::MICRO_MODEL;
+use crate::support::MICRO_MODEL;
 
 const BIN: &str = env!("CARGO_BIN_EXE_glassbox");
 

@@ -7,11 +7,10 @@ use std::path::Path;
 
 use glassbox_schemas::EntryKind;
 
-mod support;
-use support::{MICRO_MODEL, entries};
+use crate::support::{MICRO_MODEL, entries};
 
 fn glassbox(dir: &Path, args: &[&str]) -> std::process::Output {
-    support::glassbox(dir, None, args).output().unwrap()
+    crate::support::glassbox(dir, None, args).output().unwrap()
 }
 
 #[test]

@@ -5,8 +5,6 @@
 //! 127.0.0.1:0 audited by the ledger's HTTP audit (what `glassbox verify URL` does), and a
 //! graceful shutdown with a live stream open.
 
-mod fixture;
-
 use std::time::Duration;
 
 use axum::body::Body;
@@ -52,7 +50,7 @@ async fn json(state: &glassbox_web::WebState, uri: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn pages_render_and_escape_proposer_text() {
-    let fx = fixture::build().await;
+    let fx = crate::fixture::build().await;
     let st = fx.state();
 
     let list = ok(&st, "/").await;
@@ -173,7 +171,7 @@ async fn pages_render_and_escape_proposer_text() {
 
 #[tokio::test]
 async fn api_answers_what_the_pages_show() {
-    let fx = fixture::build().await;
+    let fx = crate::fixture::build().await;
     let st = fx.state();
 
     let list = json(&st, "/api/v1/experiments?sort=id&dir=asc").await;
@@ -184,7 +182,7 @@ async fn api_answers_what_the_pages_show() {
     assert_eq!(list["items"][2]["status"], "rejected");
 
     let exp = json(&st, "/api/v1/experiments/acme/lab%231").await;
-    assert_eq!(exp["experiment"]["title"], fixture::EVIL_TITLE);
+    assert_eq!(exp["experiment"]["title"], crate::fixture::EVIL_TITLE);
     assert_eq!(exp["experiment"]["spec"]["tags"][0], "tiny");
     assert_eq!(exp["runs"][0]["id"], "run-1");
     assert_eq!(exp["forecasts"][0]["method"], "scaling_law");
@@ -313,7 +311,7 @@ async fn api_answers_what_the_pages_show() {
 
 #[tokio::test]
 async fn openapi_lists_every_api_route() {
-    let fx = fixture::build().await;
+    let fx = crate::fixture::build().await;
     let doc = json(&fx.state(), "/api/v1/openapi.json").await;
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let paths = doc["paths"].as_object().unwrap();
@@ -341,7 +339,7 @@ async fn openapi_lists_every_api_route() {
 
 #[tokio::test]
 async fn static_log_serves_the_layout_with_cache_headers_and_refuses_traversal() {
-    let fx = fixture::build().await;
+    let fx = crate::fixture::build().await;
     let st = fx.state();
     let (status, h, body) = get(&st, "/log/checkpoint").await;
     assert_eq!(status, StatusCode::OK);
@@ -402,7 +400,7 @@ async fn static_log_serves_the_layout_with_cache_headers_and_refuses_traversal()
 
 #[tokio::test]
 async fn ops_health_metrics_body_cap_and_security_headers() {
-    let fx = fixture::build().await;
+    let fx = crate::fixture::build().await;
     /// A part of the server the web crate does not know (the binary adds the lab's queue).
     struct Gauges;
     impl glassbox_web::ops::MetricsSource for Gauges {
@@ -464,7 +462,7 @@ async fn ops_health_metrics_body_cap_and_security_headers() {
 
 #[tokio::test]
 async fn extra_routes_are_merged() {
-    let fx = fixture::build().await;
+    let fx = crate::fixture::build().await;
     let extra =
         axum::Router::new().route("/github/webhook", axum::routing::post(|| async { "hook" }));
     let st = fx.state().with_extra(extra);
@@ -481,7 +479,7 @@ async fn extra_routes_are_merged() {
 
 #[tokio::test]
 async fn sse_streams_the_runs_live_events_only() {
-    let fx = fixture::build().await;
+    let fx = crate::fixture::build().await;
     let st = fx.state();
     let resp = app(st.clone())
         .oneshot(
@@ -537,7 +535,7 @@ async fn sse_streams_the_runs_live_events_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_server_passes_the_ledger_http_audit_and_shuts_down_gracefully() {
-    let fx = fixture::build().await;
+    let fx = crate::fixture::build().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -581,7 +579,7 @@ async fn a_running_server_passes_the_ledger_http_audit_and_shuts_down_gracefully
 /// Appends `entries` (kind, experiment, body) to the fixture's log and indexes them; returns
 /// the index of the first.
 async fn append(
-    fx: &fixture::Fixture,
+    fx: &crate::fixture::Fixture,
     entries: Vec<(
         glassbox_schemas::EntryKind,
         Option<&str>,
@@ -626,7 +624,7 @@ fn render_cache_count(metrics: &str, result: &str) -> u64 {
 
 #[tokio::test]
 async fn cached_pages_follow_live_points_and_new_entries() {
-    let fx = fixture::build().await;
+    let fx = crate::fixture::build().await;
     let st = fx.state();
     let uri = "/experiments/acme/lab%231?run=run-1";
     let first = ok(&st, uri).await;

@@ -3,8 +3,6 @@
 //! lab. After each kill the lab must audit clean, every append the process acknowledged must
 //! be in the log at the index it was given, and the next writer must resume.
 
-mod fixture;
-
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -16,7 +14,7 @@ use glassbox_schemas::LedgerEntry;
 
 #[test]
 fn sigkilled_writer_never_loses_acknowledged_appends() {
-    let (_d, lab) = fixture::new_lab();
+    let (_d, lab) = crate::fixture::new_lab();
     let exe = env!("CARGO_BIN_EXE_glassbox-ledger-dev");
     let vkey = lab.verifier_key().unwrap();
     let src = DirSource {

@@ -2,8 +2,8 @@
 //! approvals become ledger entries and jobs, workers train them with the real CPU runner, and
 //! every ending (succeeded, diverged, cancelled, budget_exceeded, failed before training) is a
 //! `result` entry followed by a notice. The ledger is a real lab directory; PostgreSQL is the
-//! real server (`GLASSBOX_TEST_POSTGRES_URL`, default `postgres://postgres@127.0.0.1:5432/test`),
-//! one schema per test; the tests fail, never skip, without it.
+//! real server (`GLASSBOX_TEST_POSTGRES_URL`, which `cargo xtask test` provides), one schema per
+//! test; the tests fail, never skip, without it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use glassbox_schemas::{EntryKind, ExperimentId, ExperimentSpec, LedgerEntry, Run
 
 fn postgres_url() -> String {
     std::env::var("GLASSBOX_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+        .expect("GLASSBOX_TEST_POSTGRES_URL is not set: run the tests with `cargo xtask test`, which provides a PostgreSQL server (`cargo xtask env` prints the variables for running one test by hand)")
 }
 
 /// A lab directory, a queue on `engine`, a flow and its recorder.

@@ -1,8 +1,7 @@
 //! The job queue, the same scenarios on SQLite and on PostgreSQL.
 //!
-//! PostgreSQL is a real server: `GLASSBOX_TEST_POSTGRES_URL`, or the local default
-//! `postgres://postgres@127.0.0.1:5432/test`. These tests fail (never skip) when it is not
-//! reachable. Each test gets its own PostgreSQL schema so tests run in parallel. Time is a
+//! PostgreSQL is a real server, `GLASSBOX_TEST_POSTGRES_URL` (`cargo xtask test` provides one on
+//! a port of its own). These tests fail (never skip) when it is not set or not reachable. Each test gets its own PostgreSQL schema so tests run in parallel. Time is a
 //! manual clock: lease expiry is tested by moving it, not by sleeping.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,7 +19,7 @@ const LEASE: Duration = Duration::from_secs(30);
 
 fn postgres_url() -> String {
     std::env::var("GLASSBOX_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+        .expect("GLASSBOX_TEST_POSTGRES_URL is not set: run the tests with `cargo xtask test`, which provides a PostgreSQL server (`cargo xtask env` prints the variables for running one test by hand)")
 }
 
 /// A fresh queue on `engine` with a manual clock, isolated from every other test.

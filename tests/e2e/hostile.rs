@@ -16,8 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-mod support;
-use support::BIN;
+use crate::support::BIN;
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -7,8 +7,6 @@
 //! its tile coordinates onto the C2SP paths we store (`tile/L/N`), so the bytes it checks are
 //! our files, unchanged.
 
-mod fixture;
-
 use glassbox_ledger::merkle::{
     LeafIndex, MerkleHash, TreeSize, verify_consistency, verify_inclusion,
 };
@@ -17,7 +15,7 @@ use glassbox_ledger::{DirSource, Lab, LockMode, LogReader};
 use signed_note::{Note, StandardSigner, StandardVerifier, VerifierList};
 use tlog_tiles::{Hash, HashReader, Tile, TileHashReader, TileReader};
 
-use fixture::{entry_bytes, new_lab};
+use crate::fixture::{entry_bytes, new_lab};
 
 struct LabTiles<'a>(&'a Lab);
 

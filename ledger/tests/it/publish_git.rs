@@ -2,8 +2,6 @@
 //! per new checkpoint (message = the checkpoint note), big blobs are listed as omitted, and a
 //! rewritten history is refused.
 
-mod fixture;
-
 use glassbox_ledger::audit::AuditOptions;
 use glassbox_ledger::publish::publish;
 use glassbox_ledger::{BlobStore, DirSource, Error, Lab, LockMode, audit};
@@ -24,13 +22,15 @@ fn commits(repo: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn published_repository_verifies_and_grows_incrementally() {
-    let (_d, lab) = fixture::new_lab();
+    let (_d, lab) = crate::fixture::new_lab();
     let small = lab.blobs().put(&mut vec![1u8; 1000].as_slice()).unwrap();
     let big = lab.blobs().put(&mut vec![2u8; 5000].as_slice()).unwrap();
     {
         let w = lab.writer(LockMode::FailFast).unwrap();
-        w.append_entry(&fixture::blob_entry(0, &small)).unwrap();
-        w.append_entry(&fixture::blob_entry(1, &big)).unwrap();
+        w.append_entry(&crate::fixture::blob_entry(0, &small))
+            .unwrap();
+        w.append_entry(&crate::fixture::blob_entry(1, &big))
+            .unwrap();
     }
     let out = tempfile::tempdir().unwrap();
     let repo = out.path().join("mirror");
@@ -63,7 +63,7 @@ fn published_repository_verifies_and_grows_incrementally() {
     {
         let w = lab.writer(LockMode::FailFast).unwrap();
         for i in 2..300 {
-            w.append(fixture::entry_bytes(i, 0)).unwrap();
+            w.append(crate::fixture::entry_bytes(i, 0)).unwrap();
         }
     }
     let r2 = publish(&lab, &repo, 4096).unwrap();
@@ -91,7 +91,8 @@ fn published_repository_verifies_and_grows_incrementally() {
     {
         let w = other.writer(LockMode::FailFast).unwrap();
         for i in 0..400 {
-            w.append(fixture::entry_bytes(i + 10_000, 0)).unwrap();
+            w.append(crate::fixture::entry_bytes(i + 10_000, 0))
+                .unwrap();
         }
     }
     let e = publish(&other, &repo, 4096).unwrap_err();

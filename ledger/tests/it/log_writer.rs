@@ -1,8 +1,6 @@
 //! The log writer and reader on a real lab directory: appends, reopening, group commit under
 //! concurrency, the writer lock, bad input, and proofs read back from tiles.
 
-mod fixture;
-
 use std::sync::Arc;
 
 use glassbox_ledger::audit::AuditOptions;
@@ -12,7 +10,7 @@ use glassbox_ledger::merkle::{
 use glassbox_ledger::{BlobStore, DirSource, Error, LockMode, LogReader, audit};
 use glassbox_schemas::record::MAX_ENTRY_BYTES;
 
-use fixture::{entry, entry_bytes, new_lab};
+use crate::fixture::{entry, entry_bytes, new_lab};
 
 #[test]
 fn appends_survive_reopen_and_match_an_in_memory_tree() {
@@ -190,7 +188,8 @@ fn blobs_put_through_the_lab_are_referenced_and_audited() {
     let data = vec![42u8; 100_000];
     let put = lab.blobs().put(&mut data.as_slice()).unwrap();
     let w = lab.writer(LockMode::FailFast).unwrap();
-    w.append_entry(&fixture::blob_entry(0, &put)).unwrap();
+    w.append_entry(&crate::fixture::blob_entry(0, &put))
+        .unwrap();
     let src = DirSource {
         root: lab.root().to_path_buf(),
     };
@@ -208,7 +207,7 @@ fn a_blob_is_read_only_up_to_the_size_its_entry_names() {
     let (_d, lab) = new_lab();
     let data = vec![7u8; 4096];
     let put = lab.blobs().put(&mut data.as_slice()).unwrap();
-    let mut e = fixture::blob_entry(0, &put);
+    let mut e = crate::fixture::blob_entry(0, &put);
     e.body["bytes"] = serde_json::json!(4000);
     lab.writer(LockMode::FailFast)
         .unwrap()
@@ -230,7 +229,7 @@ fn a_blob_is_read_only_up_to_the_size_its_entry_names() {
     // No named size: the auditor's cap bounds it.
     let (_d2, lab) = new_lab();
     let put = lab.blobs().put(&mut data.as_slice()).unwrap();
-    let mut e = fixture::blob_entry(0, &put);
+    let mut e = crate::fixture::blob_entry(0, &put);
     e.kind = glassbox_schemas::EntryKind::Checkpoint;
     e.body = serde_json::json!({"run": "run-000001", "step": 3});
     lab.writer(LockMode::FailFast)

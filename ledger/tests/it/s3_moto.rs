@@ -1,6 +1,6 @@
 //! The S3 blob store against a real S3-compatible server on loopback: moto in server mode
 //! (`pip install 'moto[server]'`, which CI's `.ci/run` does). Each test starts its own
-//! `moto_server` on a free port (`tests/support/moto.rs` at the repository root), creates a
+//! `moto_server` on a free port (`tests/e2e/support/moto.rs` at the repository root), creates a
 //! bucket, and drives `S3BlobStore` through the `BlobStore` trait exactly as the local
 //! store is driven. A missing `moto_server` fails the test with the install command; it never
 //! skips. Not here: AWS itself, credentials discovery.
@@ -13,7 +13,7 @@ use glassbox_ledger::s3::{PART, S3BlobStore, S3Config};
 use glassbox_ledger::{Error, LocalBlobStore};
 use glassbox_schemas::{Blake3Hash, BlobHash};
 
-#[path = "../../tests/support/moto.rs"]
+#[path = "../../../tests/e2e/support/moto.rs"]
 mod moto;
 use moto::{Moto, create_bucket, raw_keys, start_moto};
 

@@ -20,9 +20,8 @@ use glassbox_github_bot::local::{LOCAL_GITHUB_PREFIX, LocalGitHub, LocalIssues};
 use glassbox_schemas::record::ResultBody;
 use glassbox_schemas::{EntryKind, RunStatus};
 
-mod support;
-use support::moto::{self, Moto};
-use support::{MICRO_MODEL, entries, postgres_schema};
+use crate::support::moto::{self, Moto};
+use crate::support::{MICRO_MODEL, entries, postgres_schema};
 
 const REPO: &str = "open-lab/moe";
 const MAINTAINER: &str = "grace";
@@ -132,7 +131,7 @@ fn deliver(server: &str, event: &str, delivery: &str, payload: &serde_json::Valu
 
 /// `glassbox` with the test's lab, queue, config and object store.
 fn glassbox(dir: &Path, db: &str, moto: &Moto, args: &[&str]) -> Command {
-    let mut c = support::glassbox(dir, Some(db), args);
+    let mut c = crate::support::glassbox(dir, Some(db), args);
     c.env("GLASSBOX_CONFIG", dir.join("lab").join("lab.toml"))
         .env("GLASSBOX_WEBHOOK_SECRET", SECRET)
         .env("GLASSBOX_GITHUB_TOKEN", "stand-in")

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use glassbox_schemas::record::ResultBody;
 use glassbox_schemas::{EntryKind, LedgerEntry, RunStatus};
 
-mod support;
-use support::{MICRO_MODEL, entries, postgres_schema};
+use crate::support::{MICRO_MODEL, entries, postgres_schema};
 
 fn write_spec(dir: &Path, steps: u64) -> PathBuf {
     let text = format!(
@@ -40,7 +39,7 @@ seed = 5
 
 /// `glassbox` with the test's lab, queue and lab config.
 fn glassbox(dir: &Path, db: &str, args: &[&str]) -> Command {
-    support::glassbox(dir, Some(db), args)
+    crate::support::glassbox(dir, Some(db), args)
 }
 
 fn jobs(dir: &Path, db: &str) -> serde_json::Value {

@@ -1,0 +1,5 @@
+//! glassbox-lab's integration tests (the queue, and the flow from proposal to ledger), in one
+//! test binary.
+
+mod flow;
+mod queue;

@@ -1,0 +1,12 @@
+//! glassbox-ledger's integration tests, one module per concern, in one test binary (CI links one
+//! executable per crate).
+
+mod fixture;
+
+mod crash;
+mod index_db;
+mod interop;
+mod log_writer;
+mod proofs;
+mod publish_git;
+mod s3_moto;

@@ -1,0 +1,17 @@
+//! The end-to-end suites: each drives the real `glassbox` binary (and, where a suite says so,
+//! PostgreSQL, moto's S3 server, Chromium or a second process) as a user or an attacker would.
+//! One test binary for all of them, so CI links one executable instead of one per suite.
+
+mod support;
+
+mod bot_cli;
+mod cli_spec;
+mod data_cli;
+mod hostile;
+mod ladder_reproduce;
+mod ledger_cli;
+mod multi_machine;
+mod quickstart;
+mod run_record;
+mod run_resume;
+mod worker_e2e;

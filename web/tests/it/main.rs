@@ -1,0 +1,7 @@
+//! glassbox-web's integration tests (routes through `app` with `oneshot`, the real browser), in
+//! one test binary.
+
+mod fixture;
+
+mod browser;
+mod routes;
