@@ -26,8 +26,8 @@ use crate::event::{Envelope, HANDLED_EVENTS, IssueData, WebhookEvent};
 use crate::form::{FormProblem, ProposalForm, parse_issue_form};
 use crate::github::{GitHub, GitHubError};
 use crate::ids::{CommentId, IssueKey};
-use crate::lab::{LabEvent, LabPort, Proposal};
 use crate::labels::EXPERIMENT_LABEL;
+use crate::port::{LabEvent, LabPort, Proposal};
 use crate::render;
 use crate::store::Store;
 

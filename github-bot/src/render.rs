@@ -12,7 +12,7 @@ use crate::command::{COMMAND_NAMES, Command, HashPin};
 use crate::event::IssueAction;
 use crate::form::FormProblem;
 use crate::ids::Login;
-use crate::lab::{ApprovalInfo, Cancelled, ExperimentState, ExperimentStatus, RunOutcome, Voided};
+use crate::port::{ApprovalInfo, Cancelled, ExperimentState, ExperimentStatus, RunOutcome, Voided};
 
 /// Hidden marker that opens the validation comment (lets people and tools find it); it is
 /// [`comment_marker`] of the kind `validation`.

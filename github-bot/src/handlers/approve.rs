@@ -7,8 +7,8 @@ use crate::bot::{Bot, ProposalCheck};
 use crate::command::HashPin;
 use crate::error::BotError;
 use crate::handlers::{CommandContext, proposal, reply_lab_refusal};
-use crate::lab::{Approval, ExperimentState, LabPort};
 use crate::labels::APPROVED;
+use crate::port::{Approval, ExperimentState, LabPort};
 use crate::render;
 
 pub(crate) async fn handle<L: LabPort>(

@@ -4,8 +4,8 @@
 use crate::bot::Bot;
 use crate::error::BotError;
 use crate::handlers::{CommandContext, reply_lab_refusal};
-use crate::lab::{Cancelled, LabPort};
 use crate::labels::APPROVED;
+use crate::port::{Cancelled, LabPort};
 
 pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, ctx: &CommandContext) -> Result<(), BotError> {
     let key = &ctx.issue.key;

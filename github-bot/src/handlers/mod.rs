@@ -30,9 +30,9 @@ use crate::command::{Command, ParsedCommand, new_commands, parse_commands};
 use crate::error::BotError;
 use crate::event::{CommentAction, IssueAction, IssueData, WebhookEvent};
 use crate::ids::Login;
-use crate::lab::LabPort;
 use crate::labels::EXPERIMENT_LABEL;
 use crate::permissions::{Decision, authorize};
+use crate::port::LabPort;
 use crate::render;
 
 /// Who runs a command where.
@@ -248,9 +248,9 @@ pub(crate) async fn reply_lab_refusal<L: LabPort>(
     bot: &Bot<L>,
     ctx: &CommandContext,
     command: &str,
-    error: crate::lab::LabError,
+    error: crate::port::LabError,
 ) -> Result<(), BotError> {
-    if matches!(error, crate::lab::LabError::Unavailable(_)) {
+    if matches!(error, crate::port::LabError::Unavailable(_)) {
         return Err(error.into());
     }
     bot.reply(

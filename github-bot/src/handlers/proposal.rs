@@ -8,8 +8,8 @@
 use crate::bot::{Bot, ProposalCheck, experiment_id};
 use crate::error::BotError;
 use crate::event::IssueData;
-use crate::lab::LabPort;
 use crate::labels::APPROVED;
+use crate::port::LabPort;
 use crate::render;
 
 /// The `bot_comments` kind of the validation comment.

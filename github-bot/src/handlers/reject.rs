@@ -5,8 +5,8 @@
 use crate::bot::Bot;
 use crate::error::BotError;
 use crate::handlers::{CommandContext, reply_lab_refusal};
-use crate::lab::LabPort;
 use crate::labels::APPROVED;
+use crate::port::LabPort;
 use crate::render;
 
 pub(crate) async fn handle<L: LabPort>(

@@ -3,7 +3,7 @@
 use crate::bot::Bot;
 use crate::error::BotError;
 use crate::handlers::{CommandContext, reply_lab_refusal};
-use crate::lab::LabPort;
+use crate::port::LabPort;
 
 pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, ctx: &CommandContext) -> Result<(), BotError> {
     match bot.lab.reproduce(&ctx.experiment, &ctx.actor).await {

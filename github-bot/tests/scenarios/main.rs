@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use glassbox_github_bot::lab::{ExperimentState, LabEvent, RunOutcome};
+use glassbox_github_bot::port::{ExperimentState, LabEvent, RunOutcome};
 use glassbox_github_bot::signature::sign;
 use glassbox_github_bot::store::DeliveryCounts;
 use glassbox_github_bot::worker::Processed;
@@ -394,13 +394,20 @@ async fn a_body_that_is_not_json_is_415_and_nothing_is_recorded() {
             headers.push(("content-type", t.to_string()));
         }
         let (status, text) = h.post(&headers, body.clone()).await;
-        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{content_type:?}");
+        assert_eq!(
+            status,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "{content_type:?}"
+        );
         assert!(text.contains("application/json"), "{text}");
     }
     assert_eq!(h.store.counts().await.unwrap(), DeliveryCounts::default());
     // With its parameters, JSON is JSON.
     let headers = [
-        ("content-type", "application/json; charset=utf-8".to_string()),
+        (
+            "content-type",
+            "application/json; charset=utf-8".to_string(),
+        ),
         ("x-github-event", "issues".to_string()),
         ("x-github-delivery", "d-11".to_string()),
         ("x-hub-signature-256", sign(SECRET.as_bytes(), &body)),

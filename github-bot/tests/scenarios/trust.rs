@@ -6,7 +6,7 @@
 
 use axum::http::StatusCode;
 use glassbox_github_bot::config::GitHubAuth;
-use glassbox_github_bot::lab::{ExperimentState, LabEvent, RunOutcome};
+use glassbox_github_bot::port::{ExperimentState, LabEvent, RunOutcome};
 use glassbox_github_bot::store::{DeliveryCounts, DeliveryState, RequeueError};
 use glassbox_github_bot::{
     Bot, DeliveryId, GitHub, InstallationId, IssueKey, IssueNumber, RepoName, Store,
