@@ -224,9 +224,12 @@ async fn run_command<L: LabPort>(
         &ctx.issue.author,
     )
     .await;
-    if let Decision::Refused(why) = decision {
-        bot.reply(&ctx.issue.key, &render::refused(&ctx.actor, &command, &why))
-            .await?;
+    if let Decision::Refused(refusal) = decision {
+        bot.reply(
+            &ctx.issue.key,
+            &render::refused(&ctx.actor, &command, &refusal),
+        )
+        .await?;
         return Ok(());
     }
     match command {
@@ -255,7 +258,7 @@ pub(crate) async fn reply_lab_refusal<L: LabPort>(
     }
     bot.reply(
         &ctx.issue.key,
-        &format!("@{}, `/{command}` was not run: {error}.", ctx.actor),
+        &render::lab_refusal(&ctx.actor, command, &error),
     )
     .await?;
     Ok(())

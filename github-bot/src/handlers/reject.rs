@@ -16,14 +16,8 @@ pub(crate) async fn handle<L: LabPort>(
 ) -> Result<(), BotError> {
     let key = &ctx.issue.key;
     if reason.trim().is_empty() {
-        bot.reply(
-            key,
-            &format!(
-                "@{}, `/reject` needs a reason, which is published with the rejection: `/reject <reason>`.",
-                ctx.actor
-            ),
-        )
-        .await?;
+        bot.reply(key, &render::reject_needs_reason(&ctx.actor))
+            .await?;
         return Ok(());
     }
     match bot.lab.reject(&ctx.experiment, &ctx.actor, reason).await {
