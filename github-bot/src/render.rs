@@ -2,11 +2,12 @@
 //! function per kind of comment, taking typed inputs. Handlers decide what to say; this module
 //! words it, as bors's `comment.rs` does.
 //!
-//! Kept apart from the handlers so the wording can be read and tested in one place
-//! (`render/tests.rs`). Numbers are printed so people can check
-//! them: FLOPs in scientific notation, parameters with thousands separators, times in the
-//! largest sensible unit. Not here: deciding anything, and I/O; the texts of errors that other
-//! modules own ([`LabError`]'s and a [`HashPin`]'s parse error) are quoted, not written, here.
+//! Kept apart from the handlers so the wording can be read and tested in one place: the
+//! snapshot tests in `render/tests.rs`, one `.snap` per comment in `render/snapshots/`.
+//! Numbers are printed so people can check them: FLOPs in scientific notation, parameters
+//! with thousands separators, times in the largest sensible unit. Not here: deciding
+//! anything, and I/O; the texts of errors that other modules own ([`LabError`]'s and a
+//! [`HashPin`]'s parse error) are quoted, not written, here.
 
 use std::fmt::Write;
 
