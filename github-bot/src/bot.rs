@@ -4,7 +4,8 @@
 //! The pieces every handler shares live here: reading the proposal out of an issue (form ->
 //! spec -> hash -> cost -> budget), posting or editing the bot's own comments, and the
 //! experiment id of an issue. The bot holds no state of its own beyond [`Store`]; the lab holds
-//! the proposals. This module does not verify signatures or queue deliveries.
+//! the proposals. This module does not verify signatures or queue deliveries, nor word any
+//! comment ([`render`] does).
 //!
 //! [`Bot::handle_delivery`] decides what a stored delivery is before anything strict happens:
 //! an event or action the bot does not handle, or one from a repository (or App installation)
@@ -26,8 +27,8 @@ use crate::event::{Envelope, HANDLED_EVENTS, IssueData, WebhookEvent};
 use crate::form::{FormProblem, ProposalForm, parse_issue_form};
 use crate::github::{GitHub, GitHubError};
 use crate::ids::{CommentId, IssueKey};
-use crate::lab::{LabEvent, LabPort, Proposal};
 use crate::labels::EXPERIMENT_LABEL;
+use crate::port::{LabEvent, LabPort, Proposal};
 use crate::render;
 use crate::store::Store;
 
@@ -82,7 +83,29 @@ pub enum ProposalCheck {
         /// Its hash.
         hash: SpecHash,
         /// Each limit broken, with the numbers.
-        reasons: Vec<String>,
+        breaches: Vec<BudgetBreach>,
+    },
+}
+
+/// One of the lab's per-proposal limits (`[github.budget]`) that a proposal's cost breaks, with
+/// the numbers; [`render::budget_breach`] words it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BudgetBreach {
+    /// More FLOPs than `budget.max_flops`.
+    Flops {
+        /// What the proposal needs (training + evaluation).
+        needed: f64,
+        /// The limit.
+        limit: f64,
+    },
+    /// Longer than `budget.max_wall_seconds` at the configured `flops_per_second`.
+    WallTime {
+        /// The estimated seconds.
+        seconds: f64,
+        /// The throughput the estimate assumes.
+        flops_per_second: f64,
+        /// The limit, in seconds.
+        limit: f64,
     },
 }
 
@@ -181,9 +204,9 @@ impl<L: LabPort> Bot<L> {
             }
         };
         let cost = glassbox_schemas::estimate(&spec);
-        let reasons = self.budget_reasons(&cost);
-        if !reasons.is_empty() {
-            return ProposalCheck::OverBudget { hash, reasons };
+        let breaches = self.budget_breaches(&cost);
+        if !breaches.is_empty() {
+            return ProposalCheck::OverBudget { hash, breaches };
         }
         let proposal = Proposal {
             experiment: experiment_id(&issue.key),
@@ -207,29 +230,26 @@ impl<L: LabPort> Bot<L> {
     }
 
     /// The lab's per-proposal limits this cost breaks, each with the numbers.
-    fn budget_reasons(&self, cost: &CostEstimate) -> Vec<String> {
+    fn budget_breaches(&self, cost: &CostEstimate) -> Vec<BudgetBreach> {
         let b = &self.config.budget;
         let mut out = Vec::new();
         if let Some(max) = b.max_flops
             && cost.total_flops > max
         {
-            out.push(format!(
-                "it needs {} FLOPs; the lab's per-proposal limit is {} FLOPs",
-                crate::render::flops(cost.total_flops),
-                crate::render::flops(max)
-            ));
+            out.push(BudgetBreach::Flops {
+                needed: cost.total_flops,
+                limit: max,
+            });
         }
         let secs = cost.seconds_at(self.config.flops_per_second);
         if let Some(max) = b.max_wall_seconds
             && secs > max
         {
-            out.push(format!(
-                "it would take about {} s ({}) at {} FLOP/s; the lab's per-proposal limit is {} s",
-                secs.round(),
-                crate::render::duration(secs),
-                crate::render::flops(self.config.flops_per_second),
-                max
-            ));
+            out.push(BudgetBreach::WallTime {
+                seconds: secs,
+                flops_per_second: self.config.flops_per_second,
+                limit: max,
+            });
         }
         out
     }

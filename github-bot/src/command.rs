@@ -114,24 +114,6 @@ impl Command {
     pub fn needs_maintainer(&self) -> bool {
         !matches!(self, Command::Status | Command::Help)
     }
-
-    /// One line of `/help`.
-    pub fn usage(name: &str) -> &'static str {
-        match name {
-            "approve" => {
-                "`/approve [blake3:<hash>]` — approve the current spec (bound to its hash) and queue it; with a hash (or its first 12+ digits), only if that is the current spec; it also lifts a rejection"
-            }
-            "reject" => "`/reject <reason>` — reject the proposal, recording the reason",
-            "hold" => "`/hold` — keep the approved proposal from being scheduled",
-            "unhold" => "`/unhold` — release a hold",
-            "cancel" => "`/cancel` — cancel the queued or running job",
-            "rerun" => "`/rerun` — queue the same spec again",
-            "reproduce" => "`/reproduce` — re-run from the ledger and compare with the result",
-            "status" => "`/status` — show the state and queue position",
-            "help" => "`/help` — this list",
-            _ => "",
-        }
-    }
 }
 
 impl fmt::Display for Command {

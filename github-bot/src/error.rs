@@ -7,7 +7,7 @@
 
 use crate::event::EventError;
 use crate::github::GitHubError;
-use crate::lab::LabError;
+use crate::port::LabError;
 use crate::store::StoreError;
 
 /// Why a delivery or lab event could not be processed.

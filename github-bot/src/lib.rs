@@ -10,8 +10,8 @@
 //! - [`command`] — slash commands in comments; [`permissions`] — who may run them;
 //! - [`handlers`] — one file per command, plus the proposal (validation comment) and
 //!   run-event (result comment) handlers; [`render`] — the text of every comment;
-//! - [`lab::LabPort`] — the trait the lab implements (record proposal, approve bound to a spec
-//!   hash, reject, hold, cancel, rerun, reproduce, status, quota); [`lab::InMemoryLab`] for tests;
+//! - [`port::LabPort`] — the trait the lab implements (record proposal, approve bound to a spec
+//!   hash, reject, hold, cancel, rerun, reproduce, status, quota); [`port::InMemoryLab`] for tests;
 //! - [`github::GitHub`] — octocrab with the bot's retry and rate-limit policy;
 //! - [`config::BotConfig`] — the TOML section the lab config embeds, with the repositories the
 //!   bot serves ([`config::BotConfig::scope`]); [`secret::Secret`] — values that never print;
@@ -31,10 +31,10 @@ pub mod form;
 pub mod github;
 pub mod handlers;
 pub mod ids;
-pub mod lab;
 pub mod labels;
 pub mod local;
 pub mod permissions;
+pub mod port;
 pub mod render;
 pub mod secret;
 pub mod server;
@@ -48,7 +48,7 @@ pub use error::BotError;
 pub use event::WebhookEvent;
 pub use github::GitHub;
 pub use ids::{CommentId, DeliveryId, InstallationId, IssueKey, IssueNumber, Login, RepoName};
-pub use lab::{InMemoryLab, LabEvent, LabPort};
+pub use port::{InMemoryLab, LabEvent, LabPort};
 pub use secret::Secret;
 pub use server::{Intake, WEBHOOK_PATH, WebhookSettings, start_intake, webhook_router};
 pub use store::Store;

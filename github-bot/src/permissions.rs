@@ -5,21 +5,43 @@
 //! whose permission, asked of the API (`GET /repos/{owner}/{repo}/collaborators/{user}/permission`),
 //! is write, maintain or admin. The webhook's `author_association` is not trusted: it misreports
 //! private organisation members. A failed lookup denies. An author may not `/approve` their own
-//! proposal unless `allow_self_approval` is set. This module decides; it does not comment.
+//! proposal unless `allow_self_approval` is set. This module decides; it does not comment:
+//! [`crate::render::refused`] words a [`Refusal`].
 
 use crate::command::Command;
 use crate::config::BotConfig;
 use crate::github::GitHub;
 use crate::ids::{Login, RepoName};
-use crate::render;
 
 /// The decision on one command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Run it.
     Allowed,
-    /// Do not; the text says why and who can.
-    Refused(String),
+    /// Do not; why.
+    Refused(Refusal),
+}
+
+/// Why a command was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The actor is not a maintainer; the refusal says who is.
+    NotMaintainer(Maintainers),
+    /// GitHub could not say whether the actor may write to the repository, so it is denied.
+    PermissionUnchecked(Maintainers),
+    /// The actor filed the proposal they tried to approve, and self-approval is off.
+    SelfApproval,
+}
+
+/// Who may run maintainer commands on one repository, as a refusal tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Maintainers {
+    /// The config's allowlist.
+    pub listed: Vec<Login>,
+    /// Whether collaborators with write, maintain or admin permission count as maintainers.
+    pub collaborators: bool,
+    /// The repository the command was given on.
+    pub repo: RepoName,
 }
 
 /// Decides whether `actor` may run `command` on a proposal filed by `author`.
@@ -34,11 +56,11 @@ pub async fn authorize(
     if !command.needs_maintainer() {
         return Decision::Allowed;
     }
-    let who = render::who_can(
-        &config.maintainers,
-        config.collaborators_are_maintainers,
-        &repo.to_string(),
-    );
+    let who = || Maintainers {
+        listed: config.maintainers.clone(),
+        collaborators: config.collaborators_are_maintainers,
+        repo: repo.clone(),
+    };
     let is_maintainer = if config.is_listed_maintainer(actor) {
         true
     } else if config.collaborators_are_maintainers {
@@ -46,22 +68,18 @@ pub async fn authorize(
             Ok(p) => p.can_write(),
             Err(e) => {
                 tracing::warn!(%actor, error = %e, "permission lookup failed; denying");
-                return Decision::Refused(format!(
-                    "your permission could not be checked with GitHub, so it is denied; {who}."
-                ));
+                return Decision::Refused(Refusal::PermissionUnchecked(who()));
             }
         }
     } else {
         false
     };
     if !is_maintainer {
-        return Decision::Refused(format!("only maintainers may run it; {who}."));
+        return Decision::Refused(Refusal::NotMaintainer(who()));
     }
     if matches!(command, Command::Approve { .. }) && actor == author && !config.allow_self_approval
     {
-        return Decision::Refused(
-            "authors cannot approve their own proposal; another maintainer must approve it.".into(),
-        );
+        return Decision::Refused(Refusal::SelfApproval);
     }
     Decision::Allowed
 }

@@ -1,18 +1,27 @@
-//! The text of every comment the bot writes, as pure functions of what it reports.
+//! The text of every comment the bot writes, as pure functions of what it reports: one
+//! function per kind of comment, taking typed inputs. Handlers decide what to say; this module
+//! words it, as bors's `comment.rs` does.
 //!
-//! Kept apart from the handlers so the wording can be read and tested in one place. Numbers
-//! are printed so people can check them: FLOPs in scientific notation, parameters with
-//! thousands separators, times in the largest sensible unit. This module does no I/O.
+//! Kept apart from the handlers so the wording can be read and tested in one place: the
+//! snapshot tests in `render/tests.rs`, one `.snap` per comment in `render/snapshots/`.
+//! Numbers are printed so people can check them: FLOPs in scientific notation, parameters
+//! with thousands separators, times in the largest sensible unit. Not here: deciding
+//! anything, and I/O; the texts of errors that other modules own ([`LabError`]'s and a
+//! [`HashPin`]'s parse error) are quoted, not written, here.
 
 use std::fmt::Write;
 
 use glassbox_schemas::{CostEstimate, RunStatus, SpecError, SpecHash};
 
+use crate::bot::BudgetBreach;
 use crate::command::{COMMAND_NAMES, Command, HashPin};
 use crate::event::IssueAction;
 use crate::form::FormProblem;
 use crate::ids::Login;
-use crate::lab::{ApprovalInfo, Cancelled, ExperimentState, ExperimentStatus, RunOutcome, Voided};
+use crate::permissions::{Maintainers, Refusal};
+use crate::port::{
+    ApprovalInfo, Cancelled, ExperimentState, ExperimentStatus, LabError, RunOutcome, Voided,
+};
 
 /// Hidden marker that opens the validation comment (lets people and tools find it); it is
 /// [`comment_marker`] of the kind `validation`.
@@ -163,13 +172,35 @@ pub fn invalid_proposal(problems: &[FormProblem], spec_error: Option<&SpecError>
     s
 }
 
+/// One broken budget limit, with the numbers.
+pub fn budget_breach(breach: &BudgetBreach) -> String {
+    match breach {
+        BudgetBreach::Flops { needed, limit } => format!(
+            "it needs {} FLOPs; the lab's per-proposal limit is {} FLOPs",
+            flops(*needed),
+            flops(*limit)
+        ),
+        BudgetBreach::WallTime {
+            seconds,
+            flops_per_second,
+            limit,
+        } => format!(
+            "it would take about {} s ({}) at {} FLOP/s; the lab's per-proposal limit is {} s",
+            seconds.round(),
+            duration(*seconds),
+            flops(*flops_per_second),
+            limit
+        ),
+    }
+}
+
 /// The validation comment for a valid spec over the lab's budget.
-pub fn over_budget(hash: &SpecHash, reasons: &[String]) -> String {
+pub fn over_budget(hash: &SpecHash, breaches: &[BudgetBreach]) -> String {
     let mut s = format!(
         "{VALIDATION_MARKER}\n### ⛔ Over the lab's budget\n\nThe spec `{hash}` is valid but is refused:\n\n"
     );
-    for r in reasons {
-        let _ = writeln!(s, "- {r}");
+    for b in breaches {
+        let _ = writeln!(s, "- {}", budget_breach(b));
     }
     s.push_str(
         "\nMake the experiment smaller (fewer steps, a smaller model) and edit the issue.\n",
@@ -177,14 +208,29 @@ pub fn over_budget(hash: &SpecHash, reasons: &[String]) -> String {
     s
 }
 
-/// A refusal for lack of permission.
-pub fn refused(actor: &Login, command: &Command, why: &str) -> String {
+/// A refusal for lack of permission (not a maintainer, permission unchecked, self-approval).
+pub fn refused(actor: &Login, command: &Command, refusal: &Refusal) -> String {
+    let why = match refusal {
+        Refusal::NotMaintainer(who) => format!("only maintainers may run it; {}.", who_can(who)),
+        Refusal::PermissionUnchecked(who) => format!(
+            "your permission could not be checked with GitHub, so it is denied; {}.",
+            who_can(who)
+        ),
+        Refusal::SelfApproval => {
+            "authors cannot approve their own proposal; another maintainer must approve it.".into()
+        }
+    };
     format!("@{actor}, `/{}` was not run: {why}", command.name())
 }
 
 /// Who may run maintainer commands.
-pub fn who_can(maintainers: &[Login], collaborators: bool, repo: &str) -> String {
-    let list: Vec<String> = maintainers.iter().map(|m| format!("@{m}")).collect();
+pub fn who_can(maintainers: &Maintainers) -> String {
+    let Maintainers {
+        listed,
+        collaborators,
+        repo,
+    } = maintainers;
+    let list: Vec<String> = listed.iter().map(|m| format!("@{m}")).collect();
     let mut s = if list.is_empty() {
         "no maintainers are configured".to_string()
     } else {
@@ -193,13 +239,19 @@ pub fn who_can(maintainers: &[Login], collaborators: bool, repo: &str) -> String
             list.join(", ")
         )
     };
-    if collaborators {
+    if *collaborators {
         let _ = write!(
             s,
             " and by collaborators of {repo} with write, maintain or admin permission"
         );
     }
     s
+}
+
+/// Reply to a maintainer command that the lab refused in the proposal's current state (the
+/// error's text says why: [`LabError`]'s messages are written to be shown).
+pub fn lab_refusal(actor: &Login, command: &str, error: &LabError) -> String {
+    format!("@{actor}, `/{command}` was not run: {error}.")
 }
 
 /// Reply to a command with an argument it does not take.
@@ -211,6 +263,30 @@ pub fn malformed_command(actor: &Login, name: &str, problem: &str) -> String {
 pub fn approve_pin_mismatch(actor: &Login, pin: &HashPin, current: &SpecHash) -> String {
     format!(
         "@{actor}, `/approve` was not run: you pinned `{pin}`, but the current spec is `{current}`. Review the current spec and `/approve {current}` if it is the one you mean."
+    )
+}
+
+/// Reply to `/approve` on a proposal whose form or spec has mistakes.
+pub fn approve_invalid(actor: &Login) -> String {
+    format!(
+        "@{actor}, `/approve` was not run: the proposal is not valid; see the validation comment."
+    )
+}
+
+/// Reply to `/approve` on a valid proposal over the lab's budget.
+pub fn approve_over_budget(actor: &Login, breaches: &[BudgetBreach]) -> String {
+    let reasons: Vec<String> = breaches.iter().map(budget_breach).collect();
+    format!(
+        "@{actor}, `/approve` was not run: the proposal is over the lab's budget: {}.",
+        reasons.join("; ")
+    )
+}
+
+/// Reply to `/approve` when the author already has `queued` approved proposals waiting and the
+/// limit per author is `limit`.
+pub fn approve_quota_full(actor: &Login, author: &Login, queued: u32, limit: u32) -> String {
+    format!(
+        "@{actor}, `/approve` was not run: @{author} already has {queued} approved proposal(s) waiting; the limit is {limit} per author. Approve this one when one of them has run."
     )
 }
 
@@ -228,10 +304,67 @@ pub fn approved(actor: &Login, hash: &SpecHash, position: u32, lifted: Option<&s
     s
 }
 
+/// Reply to `/reject` without a reason.
+pub fn reject_needs_reason(actor: &Login) -> String {
+    format!(
+        "@{actor}, `/reject` needs a reason, which is published with the rejection: `/reject <reason>`."
+    )
+}
+
 /// Reply to a successful `/reject`.
 pub fn rejected(actor: &Login, reason: &str) -> String {
     format!(
         "Rejected by @{actor}: {reason}\n\nThe proposal stays rejected, even when the issue is edited, until a maintainer `/approve`s it (the approval lifts the rejection and is recorded in its place)."
+    )
+}
+
+/// Reply to a successful `/hold`.
+pub fn held(actor: &Login) -> String {
+    format!("⏸️ Held by @{actor}; `/unhold` releases it.")
+}
+
+/// Reply to a successful `/unhold`.
+pub fn released(actor: &Login) -> String {
+    format!("▶️ Released by @{actor}; back in the queue.")
+}
+
+/// Reply to a successful `/cancel`, saying what it stopped.
+pub fn cancelled(actor: &Login, what: &Cancelled) -> String {
+    match what {
+        Cancelled::Queued => format!("🛑 Cancelled by @{actor}; removed from the queue."),
+        Cancelled::Running(run) => format!(
+            "🛑 Cancelled by @{actor}; run `{run}` is being stopped and its result will be recorded as `cancelled`."
+        ),
+    }
+}
+
+/// Reply to a successful `/rerun`.
+pub fn rerun_queued(actor: &Login, position: u32) -> String {
+    format!("🔁 Re-run requested by @{actor}; queued at position {position}.")
+}
+
+/// Reply to a successful `/reproduce`.
+pub fn reproduction_queued(actor: &Login, position: u32) -> String {
+    format!(
+        "🔬 Reproduction requested by @{actor}; queued at position {position}. The result is compared with the recorded one."
+    )
+}
+
+/// The comment (apart from the validation comment, so it notifies) when an edit gave the spec
+/// a new hash, `hash`, and so voided the approval of the old one.
+pub fn approval_voided_by_edit(hash: &SpecHash, voided: &ApprovalInfo) -> String {
+    format!(
+        "⚠️ The spec was edited: its hash is now `{hash}`. The approval by @{} of `{}` is void; a maintainer must `/approve` the new spec.",
+        voided.approver, voided.spec_hash
+    )
+}
+
+/// The comment when an edit made an approved proposal invalid or over budget, which withdrew
+/// it and voided the waiting approval.
+pub fn approval_withdrawn(voided: &ApprovalInfo) -> String {
+    format!(
+        "⚠️ The spec was edited and is no longer a valid proposal. The approval by @{} of `{}` is void; a maintainer must `/approve` again once it is fixed.",
+        voided.approver, voided.spec_hash
     )
 }
 
@@ -291,10 +424,28 @@ pub fn unknown_command(actor: &Login, word: &str, nearest: &str) -> String {
 pub fn help() -> String {
     let mut s = String::from("Commands (one per line, at the start of a line):\n\n");
     for name in COMMAND_NAMES {
-        let _ = writeln!(s, "- {}", Command::usage(name));
+        let _ = writeln!(s, "- {}", command_usage(name));
     }
     s.push_str("\n`/status` and `/help` are open to everyone; the others need a maintainer.\n");
     s
+}
+
+/// One line of `/help`: the command `name`'s syntax and what it does.
+fn command_usage(name: &str) -> &'static str {
+    match name {
+        "approve" => {
+            "`/approve [blake3:<hash>]` — approve the current spec (bound to its hash) and queue it; with a hash (or its first 12+ digits), only if that is the current spec; it also lifts a rejection"
+        }
+        "reject" => "`/reject <reason>` — reject the proposal, recording the reason",
+        "hold" => "`/hold` — keep the approved proposal from being scheduled",
+        "unhold" => "`/unhold` — release a hold",
+        "cancel" => "`/cancel` — cancel the queued or running job",
+        "rerun" => "`/rerun` — queue the same spec again",
+        "reproduce" => "`/reproduce` — re-run from the ledger and compare with the result",
+        "status" => "`/status` — show the state and queue position",
+        "help" => "`/help` — this list",
+        _ => "",
+    }
 }
 
 /// `/status`.
@@ -394,26 +545,4 @@ pub fn run_result(outcome: &RunOutcome, dashboard: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn numbers_read_well() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(1234567), "1,234,567");
-        assert_eq!(thousands(100), "100");
-        assert_eq!(flops(1.5e15), "1.500e15");
-        assert_eq!(duration(30.0), "30.0 s");
-        assert_eq!(duration(90.0), "1.5 min");
-        assert_eq!(duration(7200.0), "2.0 h");
-    }
-
-    #[test]
-    fn markers_open_the_bots_comments_once() {
-        assert_eq!(comment_marker("validation"), VALIDATION_MARKER);
-        let once = with_marker("result:run-1", "done");
-        assert_eq!(once, "<!-- glassbox-bot: result:run-1 -->\ndone");
-        assert_eq!(with_marker("result:run-1", &once), once);
-        assert!(!once.contains(&comment_marker("result:run-10")));
-    }
-}
+mod tests;

@@ -22,7 +22,7 @@ use tokio::sync::{Notify, mpsc};
 use crate::bot::{Bot, Handled};
 use crate::error::BotError;
 use crate::ids::DeliveryId;
-use crate::lab::LabPort;
+use crate::port::LabPort;
 
 /// Attempts before a delivery is marked failed.
 pub const MAX_ATTEMPTS: u32 = 8;

@@ -1,6 +1,6 @@
 //! The lab's error type: every failure of the flow, the worker and the datasets, with the
 //! thing it is about. The binary maps these to exit codes; the bot port maps them to
-//! [`glassbox_github_bot::lab::LabError`] for comments.
+//! [`glassbox_github_bot::port::LabError`] for comments.
 
 use std::path::PathBuf;
 

@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use glassbox_github_bot::lab::{
+use glassbox_github_bot::port::{
     Approval, ApprovalInfo, Cancelled, ExperimentState, ExperimentStatus, LabError as PortError,
     LabEvent, LabPort, Proposal, ProposalRecorded, RunOutcome as PortOutcome, Voided,
 };

@@ -7,8 +7,8 @@ use crate::bot::{Bot, ProposalCheck};
 use crate::command::HashPin;
 use crate::error::BotError;
 use crate::handlers::{CommandContext, proposal, reply_lab_refusal};
-use crate::lab::{Approval, ExperimentState, LabPort};
 use crate::labels::APPROVED;
+use crate::port::{Approval, ExperimentState, LabPort};
 use crate::render;
 
 pub(crate) async fn handle<L: LabPort>(
@@ -20,26 +20,12 @@ pub(crate) async fn handle<L: LabPort>(
     let hash = match bot.check_proposal(&ctx.issue) {
         ProposalCheck::Valid { proposal, .. } => proposal.spec_hash,
         ProposalCheck::Invalid { .. } => {
-            bot.reply(
-                key,
-                &format!(
-                    "@{}, `/approve` was not run: the proposal is not valid; see the validation comment.",
-                    ctx.actor
-                ),
-            )
-            .await?;
+            bot.reply(key, &render::approve_invalid(&ctx.actor)).await?;
             return Ok(());
         }
-        ProposalCheck::OverBudget { reasons, .. } => {
-            bot.reply(
-                key,
-                &format!(
-                    "@{}, `/approve` was not run: the proposal is over the lab's budget: {}.",
-                    ctx.actor,
-                    reasons.join("; ")
-                ),
-            )
-            .await?;
+        ProposalCheck::OverBudget { breaches, .. } => {
+            bot.reply(key, &render::approve_over_budget(&ctx.actor, &breaches))
+                .await?;
             return Ok(());
         }
     };
@@ -55,10 +41,7 @@ pub(crate) async fn handle<L: LabPort>(
         if queued >= max {
             bot.reply(
                 key,
-                &format!(
-                    "@{}, `/approve` was not run: @{} already has {queued} approved proposal(s) waiting; the limit is {max} per author. Approve this one when one of them has run.",
-                    ctx.actor, ctx.issue.author
-                ),
+                &render::approve_quota_full(&ctx.actor, &ctx.issue.author, queued, max),
             )
             .await?;
             return Ok(());

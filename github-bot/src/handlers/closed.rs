@@ -8,8 +8,8 @@ use crate::bot::{Bot, Handled, experiment_id};
 use crate::error::BotError;
 use crate::event::{IssueAction, IssueData};
 use crate::ids::Login;
-use crate::lab::{LabError, LabPort};
 use crate::labels::APPROVED;
+use crate::port::{LabError, LabPort};
 use crate::render;
 
 pub(crate) async fn handle<L: LabPort>(

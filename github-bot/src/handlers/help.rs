@@ -3,7 +3,7 @@
 use crate::bot::Bot;
 use crate::error::BotError;
 use crate::handlers::CommandContext;
-use crate::lab::LabPort;
+use crate::port::LabPort;
 use crate::render;
 
 pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, ctx: &CommandContext) -> Result<(), BotError> {

@@ -3,7 +3,8 @@
 use crate::bot::Bot;
 use crate::error::BotError;
 use crate::handlers::{CommandContext, reply_lab_refusal};
-use crate::lab::LabPort;
+use crate::port::LabPort;
+use crate::render;
 
 pub(crate) async fn handle<L: LabPort>(
     bot: &Bot<L>,
@@ -14,9 +15,9 @@ pub(crate) async fn handle<L: LabPort>(
     match bot.lab.set_hold(&ctx.experiment, &ctx.actor, held).await {
         Ok(()) => {
             let text = if held {
-                format!("⏸️ Held by @{}; `/unhold` releases it.", ctx.actor)
+                render::held(&ctx.actor)
             } else {
-                format!("▶️ Released by @{}; back in the queue.", ctx.actor)
+                render::released(&ctx.actor)
             };
             bot.reply(&ctx.issue.key, &text).await?;
             Ok(())

@@ -30,9 +30,9 @@ use crate::command::{Command, ParsedCommand, new_commands, parse_commands};
 use crate::error::BotError;
 use crate::event::{CommentAction, IssueAction, IssueData, WebhookEvent};
 use crate::ids::Login;
-use crate::lab::LabPort;
 use crate::labels::EXPERIMENT_LABEL;
 use crate::permissions::{Decision, authorize};
+use crate::port::LabPort;
 use crate::render;
 
 /// Who runs a command where.
@@ -224,9 +224,12 @@ async fn run_command<L: LabPort>(
         &ctx.issue.author,
     )
     .await;
-    if let Decision::Refused(why) = decision {
-        bot.reply(&ctx.issue.key, &render::refused(&ctx.actor, &command, &why))
-            .await?;
+    if let Decision::Refused(refusal) = decision {
+        bot.reply(
+            &ctx.issue.key,
+            &render::refused(&ctx.actor, &command, &refusal),
+        )
+        .await?;
         return Ok(());
     }
     match command {
@@ -248,14 +251,14 @@ pub(crate) async fn reply_lab_refusal<L: LabPort>(
     bot: &Bot<L>,
     ctx: &CommandContext,
     command: &str,
-    error: crate::lab::LabError,
+    error: crate::port::LabError,
 ) -> Result<(), BotError> {
-    if matches!(error, crate::lab::LabError::Unavailable(_)) {
+    if matches!(error, crate::port::LabError::Unavailable(_)) {
         return Err(error.into());
     }
     bot.reply(
         &ctx.issue.key,
-        &format!("@{}, `/{command}` was not run: {error}.", ctx.actor),
+        &render::lab_refusal(&ctx.actor, command, &error),
     )
     .await?;
     Ok(())

@@ -8,8 +8,8 @@
 use crate::bot::{Bot, ProposalCheck, experiment_id};
 use crate::error::BotError;
 use crate::event::IssueData;
-use crate::lab::LabPort;
 use crate::labels::APPROVED;
+use crate::port::LabPort;
 use crate::render;
 
 /// The `bot_comments` kind of the validation comment.
@@ -23,14 +23,8 @@ pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, issue: &IssueData) -> Resul
             .withdraw_proposal(&experiment_id(&issue.key))
             .await?
     {
-        bot.reply(
-            &issue.key,
-            &format!(
-                "⚠️ The spec was edited and is no longer a valid proposal. The approval by @{} of `{}` is void; a maintainer must `/approve` again once it is fixed.",
-                v.approver, v.spec_hash
-            ),
-        )
-        .await?;
+        bot.reply(&issue.key, &render::approval_withdrawn(&v))
+            .await?;
         bot.github
             .remove_label(&issue.key.repo, issue.key.number, APPROVED)
             .await?;
@@ -40,21 +34,15 @@ pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, issue: &IssueData) -> Resul
             problems,
             spec_error,
         } => render::invalid_proposal(&problems, spec_error.as_ref()),
-        ProposalCheck::OverBudget { hash, reasons } => render::over_budget(&hash, &reasons),
+        ProposalCheck::OverBudget { hash, breaches } => render::over_budget(&hash, &breaches),
         ProposalCheck::Valid { proposal, cost } => {
             let hash = proposal.spec_hash;
             let experiment = proposal.experiment.clone();
             let recorded = bot.lab.record_proposal(*proposal).await?;
             let status = bot.lab.status(&experiment).await?;
             if let Some(v) = &recorded.voided_approval {
-                bot.reply(
-                    &issue.key,
-                    &format!(
-                        "⚠️ The spec was edited: its hash is now `{hash}`. The approval by @{} of `{}` is void; a maintainer must `/approve` the new spec.",
-                        v.approver, v.spec_hash
-                    ),
-                )
-                .await?;
+                bot.reply(&issue.key, &render::approval_voided_by_edit(&hash, v))
+                    .await?;
                 bot.github
                     .remove_label(&issue.key.repo, issue.key.number, APPROVED)
                     .await?;

@@ -5,8 +5,8 @@
 use crate::bot::Bot;
 use crate::error::BotError;
 use crate::handlers::{CommandContext, reply_lab_refusal};
-use crate::lab::LabPort;
 use crate::labels::APPROVED;
+use crate::port::LabPort;
 use crate::render;
 
 pub(crate) async fn handle<L: LabPort>(
@@ -16,14 +16,8 @@ pub(crate) async fn handle<L: LabPort>(
 ) -> Result<(), BotError> {
     let key = &ctx.issue.key;
     if reason.trim().is_empty() {
-        bot.reply(
-            key,
-            &format!(
-                "@{}, `/reject` needs a reason, which is published with the rejection: `/reject <reason>`.",
-                ctx.actor
-            ),
-        )
-        .await?;
+        bot.reply(key, &render::reject_needs_reason(&ctx.actor))
+            .await?;
         return Ok(());
     }
     match bot.lab.reject(&ctx.experiment, &ctx.actor, reason).await {

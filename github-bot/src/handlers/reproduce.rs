@@ -3,17 +3,15 @@
 use crate::bot::Bot;
 use crate::error::BotError;
 use crate::handlers::{CommandContext, reply_lab_refusal};
-use crate::lab::LabPort;
+use crate::port::LabPort;
+use crate::render;
 
 pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, ctx: &CommandContext) -> Result<(), BotError> {
     match bot.lab.reproduce(&ctx.experiment, &ctx.actor).await {
         Ok(position) => {
             bot.reply(
                 &ctx.issue.key,
-                &format!(
-                    "🔬 Reproduction requested by @{}; queued at position {position}. The result is compared with the recorded one.",
-                    ctx.actor
-                ),
+                &render::reproduction_queued(&ctx.actor, position),
             )
             .await?;
             Ok(())

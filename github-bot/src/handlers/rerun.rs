@@ -3,19 +3,14 @@
 use crate::bot::Bot;
 use crate::error::BotError;
 use crate::handlers::{CommandContext, reply_lab_refusal};
-use crate::lab::LabPort;
+use crate::port::LabPort;
+use crate::render;
 
 pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, ctx: &CommandContext) -> Result<(), BotError> {
     match bot.lab.rerun(&ctx.experiment, &ctx.actor).await {
         Ok(position) => {
-            bot.reply(
-                &ctx.issue.key,
-                &format!(
-                    "🔁 Re-run requested by @{}; queued at position {position}.",
-                    ctx.actor
-                ),
-            )
-            .await?;
+            bot.reply(&ctx.issue.key, &render::rerun_queued(&ctx.actor, position))
+                .await?;
             Ok(())
         }
         Err(e) => reply_lab_refusal(bot, ctx, "rerun", e).await,

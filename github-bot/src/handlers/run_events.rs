@@ -8,8 +8,8 @@
 
 use crate::bot::Bot;
 use crate::error::BotError;
-use crate::lab::{LabEvent, LabPort};
 use crate::labels::{RUNNING, outcome_labels};
+use crate::port::{LabEvent, LabPort};
 use crate::render;
 
 fn run_comment_kind(run: &str) -> String {

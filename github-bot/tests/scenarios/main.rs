@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use glassbox_github_bot::lab::{ExperimentState, LabEvent, RunOutcome};
+use glassbox_github_bot::port::{ExperimentState, LabEvent, RunOutcome};
 use glassbox_github_bot::signature::sign;
 use glassbox_github_bot::store::DeliveryCounts;
 use glassbox_github_bot::worker::Processed;
@@ -148,12 +148,11 @@ async fn maintainer_approval_queues_the_job() {
     );
     assert!(h.gh.labels_on(5).contains("approved"));
     let comments = h.comment_bodies(5);
-    assert!(
-        comments
-            .iter()
-            .any(|c| c.contains("Approved by @alice") && c.contains("position 1")),
-        "{comments:?}"
+    let approved = format!(
+        "✅ Approved by @alice for spec `{}`; queued at position 1. Editing the spec voids this approval.",
+        tiny_hash(TINY_SPEC)
     );
+    assert!(comments.contains(&approved), "{comments:?}");
     assert!(
         comments[0].contains("queue position **1**"),
         "validation comment shows the position"
@@ -175,11 +174,11 @@ async fn non_maintainer_approval_is_refused_and_nothing_is_queued() {
     assert!(lab.queue.is_empty());
     assert!(!lab.journal.iter().any(|j| j.starts_with("approval")));
     let reply = h.comment_bodies(6).pop().unwrap();
-    assert!(
-        reply.contains("@mallory") && reply.contains("only maintainers"),
-        "{reply}"
+    assert_eq!(
+        reply,
+        "@mallory, `/approve` was not run: only maintainers may run it; it can be run by the lab's maintainers (@alice, @bob).",
+        "names the actor and says who can"
     );
-    assert!(reply.contains("@alice, @bob"), "says who can: {reply}");
     assert!(!h.gh.labels_on(6).contains("approved"));
 }
 
@@ -195,11 +194,9 @@ async fn authors_cannot_approve_their_own_proposal_unless_configured() {
     )
     .await;
     assert!(h.lab.snapshot().queue.is_empty());
-    assert!(
-        h.comment_bodies(7)
-            .pop()
-            .unwrap()
-            .contains("cannot approve their own proposal")
+    assert_eq!(
+        h.comment_bodies(7).pop().unwrap(),
+        "@Alice, `/approve` was not run: authors cannot approve their own proposal; another maintainer must approve it."
     );
 
     let mut h = Harness::with_config(|c| c.allow_self_approval = true).await;
@@ -237,12 +234,14 @@ async fn editing_after_approval_voids_it_and_says_so() {
     assert!(lab.experiments[&exp(8)].approval.is_none());
     assert!(lab.journal.contains(&format!("approval_voided {}", exp(8))));
     let comments = h.comment_bodies(8);
-    assert!(
-        comments
-            .iter()
-            .any(|c| c.contains("approval by @bob") && c.contains("is void")),
-        "{comments:?}"
+    let (old_hash, new_hash) = (
+        tiny_hash(TINY_SPEC),
+        tiny_hash(&TINY_SPEC.replace("steps = 300", "steps = 30000")),
     );
+    let voided = format!(
+        "⚠️ The spec was edited: its hash is now `{new_hash}`. The approval by @bob of `{old_hash}` is void; a maintainer must `/approve` the new spec."
+    );
+    assert!(comments.contains(&voided), "{comments:?}");
     assert!(
         comments[0].contains("that approval is void"),
         "validation comment: {}",
@@ -257,11 +256,11 @@ async fn editing_after_approval_voids_it_and_says_so() {
     )
     .await;
     assert!(h.lab.snapshot().queue.is_empty());
-    assert!(
-        h.comment_bodies(8)
-            .pop()
-            .unwrap()
-            .contains("the spec changed")
+    assert_eq!(
+        h.comment_bodies(8).pop().unwrap(),
+        format!(
+            "@bob, `/approve` was not run: the spec changed: approved {old_hash}, but the current spec is {new_hash}."
+        )
     );
 }
 
@@ -284,12 +283,11 @@ async fn editing_an_approved_spec_into_an_invalid_one_voids_the_approval() {
     assert!(lab.queue.is_empty());
     assert!(lab.experiments[&exp(23)].approval.is_none());
     let comments = h.comment_bodies(23);
-    assert!(
-        comments
-            .iter()
-            .any(|c| c.contains("no longer a valid proposal") && c.contains("@bob")),
-        "{comments:?}"
+    let withdrawn = format!(
+        "⚠️ The spec was edited and is no longer a valid proposal. The approval by @bob of `{}` is void; a maintainer must `/approve` again once it is fixed.",
+        tiny_hash(TINY_SPEC)
     );
+    assert!(comments.contains(&withdrawn), "{comments:?}");
     assert!(comments[0].contains("needs changes"));
     assert!(!h.gh.labels_on(23).contains("approved"));
 }
@@ -512,9 +510,9 @@ async fn cancel_of_a_running_job_stops_it_and_the_result_is_commented() {
     )
     .await;
     let reply = h.comment_bodies(12).pop().unwrap();
-    assert!(
-        reply.contains("run `run-000012` is being stopped"),
-        "{reply}"
+    assert_eq!(
+        reply,
+        "🛑 Cancelled by @bob; run `run-000012` is being stopped and its result will be recorded as `cancelled`."
     );
     assert_eq!(
         h.lab.snapshot().experiments[&exp(12)].state,
@@ -649,11 +647,9 @@ async fn collaborators_are_checked_through_the_api_and_a_failed_lookup_denies() 
         &comment_created(16, "carol", &body, "erin", "/hold", 8),
     )
     .await;
-    assert!(
-        h.comment_bodies(16)
-            .pop()
-            .unwrap()
-            .contains("only maintainers")
+    assert_eq!(
+        h.comment_bodies(16).pop().unwrap(),
+        "@erin, `/hold` was not run: only maintainers may run it; it can be run by the lab's maintainers (@alice, @bob) and by collaborators of glassbox-lab/glassbox with write, maintain or admin permission."
     );
     h.gh.fail_next(
         "GET",
@@ -668,7 +664,10 @@ async fn collaborators_are_checked_through_the_api_and_a_failed_lookup_denies() 
     )
     .await;
     let reply = h.comment_bodies(16).pop().unwrap();
-    assert!(reply.contains("could not be checked"), "{reply}");
+    assert_eq!(
+        reply,
+        "@dave, `/approve` was not run: your permission could not be checked with GitHub, so it is denied; it can be run by the lab's maintainers (@alice, @bob) and by collaborators of glassbox-lab/glassbox with write, maintain or admin permission."
+    );
     assert!(h.lab.snapshot().queue.is_empty());
     h.gh.model().failures.clear();
     h.deliver(
@@ -701,11 +700,9 @@ async fn commands_unknown_quoted_and_edited() {
         h.lab.snapshot().queue.is_empty(),
         "quoted and fenced commands do not run"
     );
-    assert!(
-        h.comment_bodies(17)
-            .pop()
-            .unwrap()
-            .contains("Did you mean `/approve`?")
+    assert_eq!(
+        h.comment_bodies(17).pop().unwrap(),
+        "@alice, I don't know `/aprove`. Did you mean `/approve`? `/help` lists every command."
     );
 
     h.deliver(
@@ -788,9 +785,9 @@ async fn budgets_and_quotas_refuse_with_numbers() {
     .await;
     assert_eq!(h.lab.snapshot().queue, vec![exp(19)]);
     let reply = h.comment_bodies(20).pop().unwrap();
-    assert!(
-        reply.contains("already has 1 approved proposal(s) waiting; the limit is 1"),
-        "{reply}"
+    assert_eq!(
+        reply,
+        "@alice, `/approve` was not run: @carol already has 1 approved proposal(s) waiting; the limit is 1 per author. Approve this one when one of them has run."
     );
 }
 
@@ -820,11 +817,9 @@ async fn hold_reject_rerun_reproduce_and_results() {
         &comment_created(21, "carol", &body, "alice", "/reproduce", 19),
     )
     .await;
-    assert!(
-        h.comment_bodies(21)
-            .pop()
-            .unwrap()
-            .contains("no finished run")
+    assert_eq!(
+        h.comment_bodies(21).pop().unwrap(),
+        "@alice, `/reproduce` was not run: there is no finished run to reproduce yet."
     );
 
     let key = IssueKey {
@@ -903,11 +898,9 @@ async fn hold_reject_rerun_reproduce_and_results() {
         &comment_created(21, "carol", &body, "alice", "/reject", 20),
     )
     .await;
-    assert!(
-        h.comment_bodies(21)
-            .pop()
-            .unwrap()
-            .contains("needs a reason")
+    assert_eq!(
+        h.comment_bodies(21).pop().unwrap(),
+        "@alice, `/reject` needs a reason, which is published with the rejection: `/reject <reason>`."
     );
     h.deliver(
         "issue_comment",

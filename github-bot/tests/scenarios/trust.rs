@@ -6,7 +6,7 @@
 
 use axum::http::StatusCode;
 use glassbox_github_bot::config::GitHubAuth;
-use glassbox_github_bot::lab::{ExperimentState, LabEvent, RunOutcome};
+use glassbox_github_bot::port::{ExperimentState, LabEvent, RunOutcome};
 use glassbox_github_bot::store::{DeliveryCounts, DeliveryState, RequeueError};
 use glassbox_github_bot::{
     Bot, DeliveryId, GitHub, InstallationId, IssueKey, IssueNumber, RepoName, Store,
@@ -63,10 +63,9 @@ async fn edited_comment_acts_as_sender() {
     )
     .await;
     assert!(h.lab.snapshot().queue.is_empty(), "it did not run as alice");
-    let reply = last_comment(&h, 30);
-    assert!(
-        reply.contains("@mallory") && reply.contains("only maintainers"),
-        "{reply}"
+    assert_eq!(
+        last_comment(&h, 30),
+        "@mallory, `/approve` was not run: only maintainers may run it; it can be run by the lab's maintainers (@alice, @bob)."
     );
 
     // bob, a maintainer, adds `/approve` to mallory's comment: the approval names bob.
@@ -92,10 +91,9 @@ async fn edited_comment_acts_as_sender() {
     )
     .await;
     assert!(approvals(&h, 31).is_empty());
-    assert!(
-        last_comment(&h, 31).contains("cannot approve their own proposal"),
-        "{}",
-        last_comment(&h, 31)
+    assert_eq!(
+        last_comment(&h, 31),
+        "@alice, `/approve` was not run: authors cannot approve their own proposal; another maintainer must approve it."
     );
 }
 
@@ -294,9 +292,12 @@ async fn an_edit_keeps_a_rejection_until_a_maintainer_approves() {
         .into_iter()
         .find(|c| c.contains("Approved by @bob"))
         .unwrap();
-    assert!(
-        reply.contains("lifts the earlier rejection (too big)"),
-        "{reply}"
+    assert_eq!(
+        reply,
+        format!(
+            "✅ Approved by @bob for spec `{}`; queued at position 1. This lifts the earlier rejection (too big); the approval entry records it. Editing the spec voids this approval.",
+            tiny_hash(&TINY_SPEC.replace("steps = 300", "steps = 200"))
+        )
     );
 }
 
@@ -318,11 +319,12 @@ async fn approve_pinned_to_a_hash_approves_only_that_hash() {
     )
     .await;
     assert!(h.lab.snapshot().queue.is_empty());
-    let reply = last_comment(&h, 70);
-    assert!(
-        reply.contains(&format!("you pinned `{}`", tiny_hash(TINY_SPEC)))
-            && reply.contains(&format!("the current spec is `{}`", tiny_hash(&spec_b))),
-        "{reply}"
+    let (pinned, current) = (tiny_hash(TINY_SPEC), tiny_hash(&spec_b));
+    assert_eq!(
+        last_comment(&h, 70),
+        format!(
+            "@alice, `/approve` was not run: you pinned `{pinned}`, but the current spec is `{current}`. Review the current spec and `/approve {current}` if it is the one you mean."
+        )
     );
     // Too short a prefix is refused, naming what is accepted.
     h.deliver(
@@ -395,11 +397,12 @@ async fn closing_or_unlabelling_an_issue_voids_its_approval() {
         lab.journal
     );
     assert!(!h.gh.labels_on(80).contains("approved"));
-    let said = last_comment(&h, 80);
-    assert!(
-        said.contains("Issue closed by @bob: the approval by @alice")
-            && said.contains("reopening the issue needs a maintainer's new `/approve`"),
-        "{said}"
+    assert_eq!(
+        last_comment(&h, 80),
+        format!(
+            "🛑 Issue closed by @bob: the approval by @alice of `{}` is void and its job left the queue. This is recorded as a rejection; reopening the issue needs a maintainer's new `/approve`.",
+            tiny_hash(TINY_SPEC)
+        )
     );
     // Reopening does not bring the approval back; a new `/approve` does.
     h.deliver(

@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use glassbox_github_bot::lab::{Approval, Cancelled, ExperimentState, LabEvent, LabPort, Proposal};
+use glassbox_github_bot::port::{
+    Approval, Cancelled, ExperimentState, LabEvent, LabPort, Proposal,
+};
 use glassbox_github_bot::{IssueNumber, Login};
 use glassbox_lab::flow::issue_key;
 use glassbox_lab::outbox::{self, NoticeDelivery};
@@ -546,7 +548,7 @@ async fn editing_voids_the_approval_and_limits_are_applied() {
     .unwrap_err();
     assert!(matches!(
         err,
-        glassbox_github_bot::lab::LabError::StaleHash { .. }
+        glassbox_github_bot::port::LabError::StaleHash { .. }
     ));
     // A spec over the lab's FLOP limit is refused with the limit's key.
     let big = s
@@ -1250,7 +1252,7 @@ async fn reproduce_is_a_queued_job(engine: &str) {
     assert!(
         matches!(
             status.state,
-            glassbox_github_bot::lab::ExperimentState::Finished { .. }
+            glassbox_github_bot::port::ExperimentState::Finished { .. }
         ),
         "{:?}",
         status.state
@@ -1280,7 +1282,7 @@ async fn reproduce_is_a_queued_job(engine: &str) {
     // Another may be queued now, and /cancel stops it.
     LabPort::reproduce(&s.flow, &id, &maint).await.unwrap();
     let cancelled = LabPort::cancel(&s.flow, &id, &maint).await.unwrap();
-    assert_eq!(cancelled, glassbox_github_bot::lab::Cancelled::Queued);
+    assert_eq!(cancelled, glassbox_github_bot::port::Cancelled::Queued);
     let latest = s.queue.list(None, 1).await.unwrap().remove(0);
     assert_eq!(
         (latest.kind, latest.state),

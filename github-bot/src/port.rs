@@ -9,6 +9,9 @@
 //! the old one ([`ProposalRecorded::voided_approval`]). A rejection outlives edits: only a
 //! maintainer's approval lifts it. Closing, deleting, transferring or unlabelling the issue
 //! voids the approval as a rejection ([`LabPort::void_approval`]).
+//!
+//! Not here: the lab's side of the port (`glassbox-lab`'s flow implements it) and the words of
+//! the comments the bot writes about these actions ([`crate::render`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
