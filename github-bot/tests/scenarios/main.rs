@@ -5,8 +5,12 @@
 //!
 //! No sleeps: [`harness::Harness::drain`] returns when the queue is empty, and the one test of
 //! the spawned worker waits on its `processed` channel.
+//!
+//! The crate's one integration-test binary: the property tests of the parsers that read
+//! untrusted text are the module `fuzz_parsers`.
 
 mod fake_github;
+mod fuzz_parsers;
 mod harness;
 mod trust;
 
