@@ -8,9 +8,9 @@
 use std::path::Path;
 
 use glassbox_runner::data::MarkovSource;
+use glassbox_schemas::BlobHash;
 use glassbox_schemas::record::DatasetBody;
 use glassbox_schemas::spec::{GeneratorKind, GeneratorSpec};
-use glassbox_schemas::{BlobHash, EntryKind};
 
 use crate::error::LabError;
 use crate::recorder::{Recorder, one_ref};
@@ -114,7 +114,7 @@ fn record(
     bytes: u64,
     body: DatasetBody,
 ) -> Result<Dataset, LabError> {
-    let entry = rec.record(EntryKind::Dataset, None, one_ref("corpus", &hash), &body)?;
+    let entry = rec.record(None, one_ref("corpus", &hash), body.clone())?;
     Ok(Dataset {
         hash,
         bytes,

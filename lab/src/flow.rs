@@ -24,9 +24,7 @@ use glassbox_schemas::record::{
     ApprovalBody, ForecastBody, IssueRef, ProposalBody, RejectionBody, refs,
 };
 use glassbox_schemas::spec::Forecast;
-use glassbox_schemas::{
-    BlobHash, EntryKind, ExperimentId, ExperimentSpec, RunId, RunStatus, SpecHash,
-};
+use glassbox_schemas::{BlobHash, ExperimentId, ExperimentSpec, RunId, RunStatus, SpecHash};
 use sqlx::Row;
 
 use crate::config::LabConfig;
@@ -233,17 +231,15 @@ impl Flow {
                     r.insert("issue".into(), rec.put_bytes(s.as_bytes())?.0);
                 }
                 let mut entries = vec![glassbox_schemas::LedgerEntry::new(
-                    EntryKind::Proposal,
                     Some(experiment.clone()),
                     r,
-                    &body,
-                )?];
+                    body,
+                )];
                 if let Some(f) = &forecast {
                     entries.push(glassbox_schemas::LedgerEntry::new(
-                        EntryKind::Forecast,
                         Some(experiment.clone()),
                         Default::default(),
-                        &ForecastBody {
+                        ForecastBody {
                             spec_hash,
                             metric: f.metric.clone(),
                             value: f.value,
@@ -251,7 +247,7 @@ impl Flow {
                             method: "author".into(),
                             details: serde_json::Value::Null,
                         },
-                    )?);
+                    ));
                 }
                 let idx = rec.append(&entries)?;
                 Ok((idx[0], idx.get(1).copied()))
@@ -388,10 +384,8 @@ impl Flow {
             Some(entry) => entry,
             None => {
                 let exp = experiment.clone();
-                self.blocking(move |rec| {
-                    rec.record(EntryKind::Approval, Some(&exp), Default::default(), &body)
-                })
-                .await?
+                self.blocking(move |rec| rec.record(Some(&exp), Default::default(), body))
+                    .await?
             }
         };
         let job = self
@@ -594,8 +588,8 @@ impl Flow {
         }
         let approver = self
             .blocking(move |rec| {
-                let body: ApprovalBody = rec.entry(approval_entry)?.body_as()?;
-                Ok(body.approver)
+                let entry = rec.entry(approval_entry)?;
+                Ok(entry.body_of::<ApprovalBody>()?.approver.clone())
             })
             .await?;
         sqlx::query(
@@ -720,9 +714,7 @@ impl Flow {
         };
         let exp = experiment.clone();
         let entry = self
-            .blocking(move |rec| {
-                rec.record(EntryKind::Rejection, Some(&exp), Default::default(), &body)
-            })
+            .blocking(move |rec| rec.record(Some(&exp), Default::default(), body))
             .await?;
         self.drop_waiting_job(experiment, "rejected").await?;
         sqlx::query(
@@ -780,10 +772,8 @@ impl Flow {
             reason: reason.to_string(),
         };
         let exp = experiment.clone();
-        self.blocking(move |rec| {
-            rec.record(EntryKind::Rejection, Some(&exp), Default::default(), &body)
-        })
-        .await?;
+        self.blocking(move |rec| rec.record(Some(&exp), Default::default(), body))
+            .await?;
         if self.inner.queue.cancel(job.id, reason).await? == CancelOutcome::Requested {
             self.inner.switches.cancel(job.id);
         }

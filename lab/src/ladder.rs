@@ -12,7 +12,7 @@ use glassbox_runner::scaling::{self, PowerLawFit};
 use glassbox_schemas::ladder::{FloorMode, Ladder};
 use glassbox_schemas::record::{ForecastBody, ForecastOutcome};
 use glassbox_schemas::spec::Forecast;
-use glassbox_schemas::{EntryKind, ExperimentId, ExperimentSpec, RunStatus, SpecHash};
+use glassbox_schemas::{ExperimentId, ExperimentSpec, RunStatus, SpecHash};
 use serde::Serialize;
 
 use crate::error::LabError;
@@ -156,12 +156,7 @@ pub async fn run_ladder(
     let experiment = ExperimentId(format!("local/{}", target.experiment.slug));
     let rec = flow.recorder().clone();
     let entry = tokio::task::spawn_blocking(move || {
-        rec.record(
-            EntryKind::Forecast,
-            Some(&experiment),
-            Default::default(),
-            &body,
-        )
+        rec.record(Some(&experiment), Default::default(), body)
     })
     .await
     .map_err(|e| LabError::Task(e.to_string()))??;
@@ -192,12 +187,11 @@ pub async fn run_ladder(
         slug: target.experiment.slug.clone(),
     });
     let t = run_rung(flow, worker, target, user, &metric).await?;
-    let outcome = flow
-        .recorder()
-        .entry(t.result_entry)
-        .ok()
-        .and_then(|e| e.body_as::<glassbox_schemas::record::ResultBody>().ok())
-        .and_then(|b| b.forecast);
+    let outcome = flow.recorder().entry(t.result_entry).ok().and_then(|e| {
+        e.body_of::<glassbox_schemas::record::ResultBody>()
+            .ok()
+            .and_then(|b| b.forecast.clone())
+    });
     on_event(LadderEvent::RungDone(t.clone()));
     Ok(LadderReport {
         metric,

@@ -16,9 +16,8 @@ use std::sync::{Arc, Mutex};
 
 use glassbox_ledger::index::Index;
 use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
-use glassbox_schemas::record::refs;
-use glassbox_schemas::{Blake3Hash, BlobHash, EntryKind, ExperimentId, LedgerEntry, SpecHash};
-use serde::Serialize;
+use glassbox_schemas::record::{EntryBody, refs};
+use glassbox_schemas::{Blake3Hash, BlobHash, ExperimentId, LedgerEntry, SpecHash};
 
 use crate::error::LabError;
 
@@ -47,25 +46,18 @@ struct LogFacts {
 
 impl LogFacts {
     fn fold(&mut self, index: u64, e: &LedgerEntry) {
-        match e.kind {
-            EntryKind::Dataset => {
+        match &e.body {
+            EntryBody::Dataset(_) => {
                 if let Some(h) = e.refs.get("corpus") {
                     self.datasets.entry(BlobHash(*h)).or_insert(index);
                 }
             }
-            EntryKind::Result => {
-                if let Some(run) = e.body.get("run").and_then(|r| r.as_str()) {
-                    self.results.entry(run.to_string()).or_insert(index);
-                }
+            EntryBody::Result(b) => {
+                self.results.entry(b.run.0.clone()).or_insert(index);
             }
-            EntryKind::Approval => {
-                let hash = e
-                    .body
-                    .get("spec_hash")
-                    .and_then(|h| h.as_str())
-                    .and_then(|h| h.parse::<SpecHash>().ok());
-                if let (Some(exp), Some(hash)) = (&e.experiment, hash) {
-                    self.approvals.insert((exp.0.clone(), hash), index);
+            EntryBody::Approval(b) => {
+                if let Some(exp) = &e.experiment {
+                    self.approvals.insert((exp.0.clone(), b.spec_hash), index);
                 }
             }
             _ => {}
@@ -155,12 +147,11 @@ impl Recorder {
     /// Builds and appends one entry; returns its index.
     pub fn record(
         &self,
-        kind: EntryKind,
         experiment: Option<&ExperimentId>,
         refs: BTreeMap<String, Blake3Hash>,
-        body: &impl Serialize,
+        body: impl Into<EntryBody>,
     ) -> Result<u64, LabError> {
-        let entry = LedgerEntry::new(kind, experiment.cloned(), refs, body)?;
+        let entry = LedgerEntry::new(experiment.cloned(), refs, body);
         Ok(self.append(std::slice::from_ref(&entry))?[0])
     }
 

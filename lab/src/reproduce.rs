@@ -28,11 +28,12 @@ use glassbox_runner::backend::cpu::CpuBackend;
 use glassbox_runner::data::DataPipeline;
 use glassbox_runner::observer::{MetricRecord, Observer, RecordKind};
 use glassbox_runner::train::{Peak, RunOptions, Trainer, WallLimit};
+use glassbox_schemas::record::EntryBody;
 use glassbox_schemas::record::{
     BinaryComparison, BuildIdentity, ReproductionBody, ResultBody, RunStartedBody,
 };
 use glassbox_schemas::{
-    Blake3Hash, BlobHash, EntryKind, ExperimentId, ExperimentSpec, LedgerEntry, RunId, RunStatus,
+    Blake3Hash, BlobHash, ExperimentId, ExperimentSpec, LedgerEntry, RunId, RunStatus,
 };
 use serde::Serialize;
 
@@ -120,16 +121,16 @@ fn find_run(rec: &Recorder, run: &RunId) -> Result<RunRecord, LabError> {
     let mut chunks = Vec::new();
     for i in 0..reader.size().0 {
         let e = LedgerEntry::from_bytes(&reader.entry(LeafIndex(i))?)?;
-        if e.body.get("run").and_then(|r| r.as_str()) != Some(run.0.as_str()) {
+        if e.body.run() != Some(run) {
             continue;
         }
-        match e.kind {
-            EntryKind::RunStarted if started.is_none() => {
+        match &e.body {
+            EntryBody::RunStarted(b) if started.is_none() => {
                 experiment = e.experiment.clone();
-                started = Some(e.body_as::<RunStartedBody>()?);
+                started = Some(b.clone());
             }
-            EntryKind::Result => result = Some(e.body_as::<ResultBody>()?),
-            EntryKind::Artifact => {
+            EntryBody::Result(b) => result = Some(b.clone()),
+            EntryBody::Artifact(_) => {
                 if let Some(h) = e.refs.get(METRICS_REF) {
                     chunks.push((i, BlobHash(*h)));
                 }
@@ -213,12 +214,7 @@ pub async fn reproduce(
     let body = c.body.clone();
     let experiment = c.experiment.clone();
     let entry = tokio::task::spawn_blocking(move || {
-        rec.record(
-            EntryKind::Reproduction,
-            experiment.as_ref(),
-            Default::default(),
-            &body,
-        )
+        rec.record(experiment.as_ref(), Default::default(), body)
     })
     .await
     .map_err(|e| LabError::Task(e.to_string()))??;

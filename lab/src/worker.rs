@@ -41,14 +41,14 @@ use glassbox_runner::backend::{self, Backend, BackendKind, BackendRequest};
 use glassbox_runner::data::DataPipeline;
 use glassbox_runner::observer::{MetricRecord, RunInfo};
 use glassbox_runner::train::{Peak, RunOptions, RunOutcome, Trainer};
+use glassbox_schemas::record::EntryBody;
 use glassbox_schemas::record::{
     ApprovalBody, ArtifactBody, BuildIdentity, ForecastOutcome, ReproductionBody, ResultBody,
     RunStartedBody,
 };
 use glassbox_schemas::spec::Forecast;
 use glassbox_schemas::{
-    Blake3Hash, BlobHash, EntryKind, ExperimentId, ExperimentSpec, LedgerEntry, RunId, RunStatus,
-    SpecHash,
+    Blake3Hash, BlobHash, ExperimentId, ExperimentSpec, LedgerEntry, RunId, RunStatus, SpecHash,
 };
 use tokio::runtime::Handle;
 
@@ -536,12 +536,12 @@ impl Worker {
             .recorder
             .entry(index)
             .map_err(|e| format!("cannot read its approval (entry {index}): {e}"))?;
-        let approval: ApprovalBody = match entry.kind {
-            EntryKind::Approval => entry.body_as().map_err(|e| e.to_string())?,
+        let approval: ApprovalBody = match &entry.body {
+            EntryBody::Approval(b) => b.clone(),
             other => {
                 return Err(format!(
                     "entry {index} is a {} entry, not an approval",
-                    other.as_str()
+                    other.kind().as_str()
                 ));
             }
         };
@@ -926,15 +926,7 @@ impl Worker {
         };
         let rec = self.recorder.clone();
         let experiment = job.experiment.clone();
-        blocking(move || {
-            rec.record(
-                EntryKind::RunStarted,
-                Some(&experiment),
-                BTreeMap::new(),
-                &body,
-            )
-        })
-        .await
+        blocking(move || rec.record(Some(&experiment), BTreeMap::new(), body)).await
     }
 
     /// Records a job that ends before training (bad spec, missing approval, missing corpus):
@@ -997,7 +989,7 @@ impl Worker {
             params_blake3: params,
         };
         let log_name = format!("logs/{run}/attempt-{}.log", job.attempts.max(1));
-        let entries = self.log_and(job, run, &log_name, log, EntryKind::Result, refs, &body)?;
+        let entries = self.log_and(job, run, &log_name, log, refs, body.clone())?;
         let Some((recorded, held)) = self.record_fenced(job, entries, Some(run)).await? else {
             return Ok(JobEnd::LeaseLost(job.id));
         };
@@ -1049,40 +1041,32 @@ impl Worker {
     }
 
     /// The run's log as a blob with its `artifact` entry, followed by the entry that ends the
-    /// job (`kind`, `refs`, `body`): what [`Worker::record_fenced`] appends together. A log
-    /// that cannot be stored is left out (with a warning) rather than holding up the ending.
-    #[allow(clippy::too_many_arguments)]
+    /// job (`refs`, `body`): what [`Worker::record_fenced`] appends together. A log that cannot
+    /// be stored is left out (with a warning) rather than holding up the ending.
     fn log_and(
         &self,
         job: &Job,
         run: &RunId,
         log_name: &str,
         log: &RunLog,
-        kind: EntryKind,
         refs: BTreeMap<String, Blake3Hash>,
-        body: &impl serde::Serialize,
+        body: impl Into<EntryBody>,
     ) -> Result<Vec<LedgerEntry>, LabError> {
         let mut entries = Vec::with_capacity(2);
         let text = log.text();
         match self.recorder.put_bytes(text.as_bytes()) {
             Ok(hash) => entries.push(LedgerEntry::new(
-                EntryKind::Artifact,
                 Some(job.experiment.clone()),
                 one_ref("artifact", &hash),
-                &ArtifactBody {
+                ArtifactBody {
                     name: log_name.to_string(),
                     bytes: text.len() as u64,
                     run: Some(run.clone()),
                 },
-            )?),
+            )),
             Err(e) => tracing::warn!(job = %job.id, error = %e, "cannot store the run's log"),
         }
-        entries.push(LedgerEntry::new(
-            kind,
-            Some(job.experiment.clone()),
-            refs,
-            body,
-        )?);
+        entries.push(LedgerEntry::new(Some(job.experiment.clone()), refs, body));
         Ok(entries)
     }
 
@@ -1112,7 +1096,7 @@ impl Worker {
             if let Some(run) = &run
                 && let Some(entry) = rec.result_entry(run)?
             {
-                let existing: ResultBody = rec.entry(entry)?.body_as()?;
+                let existing: ResultBody = rec.entry(entry)?.body_of::<ResultBody>()?.clone();
                 return Ok(Fenced::AlreadyRecorded(entry, Box::new(existing)));
             }
             let indices = rec.append(&entries)?;
@@ -1265,15 +1249,7 @@ impl Worker {
                 .unwrap_or_default()
         ));
         let log_name = format!("logs/{target}/reproduction-job-{}.log", job.id);
-        let entries = self.log_and(
-            job,
-            &target,
-            &log_name,
-            log,
-            EntryKind::Reproduction,
-            BTreeMap::new(),
-            &body,
-        )?;
+        let entries = self.log_and(job, &target, &log_name, log, BTreeMap::new(), body.clone())?;
         let Some((recorded, held)) = self.record_fenced(job, entries, None).await? else {
             return Ok(JobEnd::LeaseLost(job.id));
         };

@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 
-use glassbox_schemas::record::{ProposalBody, ResultBody, RunStartedBody};
+use glassbox_schemas::record::EntryBody;
 use glassbox_schemas::{BlobHash, EntryKind, LedgerEntry};
 use sqlx::AnyPool;
 use sqlx::Row;
@@ -304,10 +304,11 @@ impl Index {
         let Ok(entry) = LedgerEntry::from_bytes(bytes) else {
             return Ok(());
         };
-        let (EntryKind::Artifact, Some(hash)) = (entry.kind, entry.refs.get(METRICS_REF)) else {
+        let (EntryBody::Artifact(body), Some(hash)) = (&entry.body, entry.refs.get(METRICS_REF))
+        else {
             return Ok(());
         };
-        let Some(run) = entry.body.get("run").and_then(|r| r.as_str()) else {
+        let Some(run) = body.run.as_ref().map(|r| r.0.as_str()) else {
             return Ok(());
         };
         let hash = BlobHash(*hash);
@@ -546,16 +547,18 @@ async fn insert_entry(
 ) -> Result<(), sqlx::Error> {
     let text = String::from_utf8_lossy(bytes).to_string();
     let entry = LedgerEntry::from_bytes(bytes).ok();
-    let kind = entry.as_ref().map(|e| e.kind.as_str()).unwrap_or("unknown");
+    let kind = entry
+        .as_ref()
+        .map(|e| e.kind().as_str())
+        .unwrap_or("unknown");
     let experiment = entry
         .as_ref()
         .and_then(|e| e.experiment.as_ref())
         .map(|x| x.0.clone());
     let run = entry
         .as_ref()
-        .and_then(|e| e.body.get("run"))
-        .and_then(|r| r.as_str())
-        .map(str::to_string);
+        .and_then(|e| e.body.run())
+        .map(|r| r.0.clone());
     let time = entry
         .as_ref()
         .and_then(|e| {
@@ -577,10 +580,8 @@ async fn insert_entry(
         .await?;
     let Some(entry) = entry else { return Ok(()) };
     if let Some(exp) = &experiment {
-        let (spec, title) = match entry.body_as::<ProposalBody>() {
-            Ok(p) if entry.kind == EntryKind::Proposal => {
-                (Some(p.spec_hash.to_string()), Some(p.title))
-            }
+        let (spec, title) = match &entry.body {
+            EntryBody::Proposal(p) => (Some(p.spec_hash.to_string()), Some(p.title.clone())),
             _ => (None, None),
         };
         sqlx::query(
@@ -595,10 +596,9 @@ async fn insert_entry(
         .execute(&mut **tx)
         .await?;
     }
-    match entry.kind {
-        EntryKind::RunStarted => {
-            if let Ok(b) = entry.body_as::<RunStartedBody>() {
-                sqlx::query(
+    match entry.body {
+        EntryBody::RunStarted(b) => {
+            sqlx::query(
                     "INSERT INTO runs (id, experiment, spec_hash, started_entry, status) VALUES ($1, $2, $3, $4, 'running') \
                      ON CONFLICT (id) DO UPDATE SET started_entry = excluded.started_entry",
                 )
@@ -608,11 +608,9 @@ async fn insert_entry(
                 .bind(i)
                 .execute(&mut **tx)
                 .await?;
-            }
         }
-        EntryKind::Result => {
-            if let Ok(b) = entry.body_as::<ResultBody>() {
-                sqlx::query(
+        EntryBody::Result(b) => {
+            sqlx::query(
                     "INSERT INTO runs (id, experiment, spec_hash, result_entry, status, steps) VALUES ($1, $2, $3, $4, $5, $6) \
                      ON CONFLICT (id) DO UPDATE SET result_entry = excluded.result_entry, status = excluded.status, steps = excluded.steps",
                 )
@@ -624,13 +622,12 @@ async fn insert_entry(
                 .bind(b.steps as i64)
                 .execute(&mut **tx)
                 .await?;
-                let points = b
-                    .final_metrics
-                    .iter()
-                    .map(|(name, value)| (name.clone(), b.steps, *value))
-                    .collect();
-                insert_points(tx, &b.run.0, i as u64, points).await?;
-            }
+            let points = b
+                .final_metrics
+                .iter()
+                .map(|(name, value)| (name.clone(), b.steps, *value))
+                .collect();
+            insert_points(tx, &b.run.0, i as u64, points).await?;
         }
         _ => {}
     }

@@ -134,22 +134,190 @@ impl std::str::FromStr for EntryKind {
 }
 
 /// One ledger entry (a log leaf), before or after canonical encoding.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+///
+/// The kind is not a field: it is the variant of [`EntryBody`], so an entry whose kind and body
+/// disagree cannot be built. On the wire (and in the canonical bytes) the envelope is unchanged:
+/// `{"v", "kind", "experiment", "time", "refs", "body"}`.
+#[derive(Debug, Clone, PartialEq)]
 pub struct LedgerEntry {
     /// Envelope version, [`ENTRY_VERSION`].
     pub v: u32,
-    /// What the entry records.
-    pub kind: EntryKind,
     /// The experiment it belongs to; `null` for lab-wide entries (datasets, ad-hoc artifacts).
     pub experiment: Option<ExperimentId>,
     /// When it was written, RFC 3339 in UTC.
-    #[serde(with = "time::serde::rfc3339")]
     pub time: time::OffsetDateTime,
     /// Blobs the entry vouches for, by role name.
     pub refs: BTreeMap<String, Blake3Hash>,
-    /// Kind-specific content (one of the `*Body` types of this module).
-    pub body: serde_json::Value,
+    /// What the entry records, typed by kind.
+    pub body: EntryBody,
+}
+
+macro_rules! entry_bodies {
+    ($($(#[$doc:meta])* $variant:ident($body:ty)),* $(,)?) => {
+        /// The body of an entry, one variant per [`EntryKind`]. Serialized alone it is the
+        /// body object (no tag): the kind travels beside it in the envelope.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum EntryBody {
+            $($(#[$doc])* $variant($body),)*
+        }
+
+        impl EntryBody {
+            /// The kind this body records.
+            pub fn kind(&self) -> EntryKind {
+                match self {
+                    $(EntryBody::$variant(_) => EntryKind::$variant,)*
+                }
+            }
+
+            /// Reads the body of an entry of `kind`.
+            pub fn from_value(kind: EntryKind, value: serde_json::Value) -> Result<Self, serde_json::Error> {
+                Ok(match kind {
+                    $(EntryKind::$variant => EntryBody::$variant(serde_json::from_value(value)?),)*
+                })
+            }
+        }
+
+        impl Serialize for EntryBody {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                match self {
+                    $(EntryBody::$variant(b) => b.serialize(s),)*
+                }
+            }
+        }
+
+        $(impl From<$body> for EntryBody {
+            fn from(b: $body) -> Self {
+                EntryBody::$variant(b)
+            }
+        }
+
+        impl KindBody for $body {
+            const KIND: EntryKind = EntryKind::$variant;
+            fn of(body: &EntryBody) -> Option<&Self> {
+                match body {
+                    EntryBody::$variant(b) => Some(b),
+                    _ => None,
+                }
+            }
+        })*
+    };
+}
+
+entry_bodies! {
+    /// A corpus was added.
+    Dataset(DatasetBody),
+    /// An experiment was proposed.
+    Proposal(ProposalBody),
+    /// A maintainer approved a spec hash.
+    Approval(ApprovalBody),
+    /// A proposal was rejected, or its approval voided.
+    Rejection(RejectionBody),
+    /// A forecast registered before the run it predicts.
+    Forecast(ForecastBody),
+    /// A run began.
+    RunStarted(RunStartedBody),
+    /// A training snapshot was saved.
+    Checkpoint(CheckpointBody),
+    /// Any other artifact (metric chunk, run log, ad-hoc file).
+    Artifact(ArtifactBody),
+    /// A run ended, in any way.
+    Result(ResultBody),
+    /// A run was re-run and compared.
+    Reproduction(ReproductionBody),
+}
+
+impl EntryBody {
+    /// The run the body is about, for the kinds that name one.
+    pub fn run(&self) -> Option<&RunId> {
+        match self {
+            EntryBody::RunStarted(b) => Some(&b.run),
+            EntryBody::Checkpoint(b) => Some(&b.run),
+            EntryBody::Artifact(b) => b.run.as_ref(),
+            EntryBody::Result(b) => Some(&b.run),
+            EntryBody::Reproduction(b) => Some(&b.run),
+            EntryBody::Dataset(_)
+            | EntryBody::Proposal(_)
+            | EntryBody::Approval(_)
+            | EntryBody::Rejection(_)
+            | EntryBody::Forecast(_) => None,
+        }
+    }
+
+    /// The spec the body is about, for the kinds that name one.
+    pub fn spec_hash(&self) -> Option<&SpecHash> {
+        match self {
+            EntryBody::Proposal(b) => Some(&b.spec_hash),
+            EntryBody::Approval(b) => Some(&b.spec_hash),
+            EntryBody::Rejection(b) => Some(&b.spec_hash),
+            EntryBody::Forecast(b) => Some(&b.spec_hash),
+            EntryBody::RunStarted(b) => Some(&b.spec_hash),
+            EntryBody::Result(b) => Some(&b.spec_hash),
+            EntryBody::Dataset(_)
+            | EntryBody::Checkpoint(_)
+            | EntryBody::Artifact(_)
+            | EntryBody::Reproduction(_) => None,
+        }
+    }
+}
+
+/// A body type of one kind, to ask an entry for it ([`LedgerEntry::body_of`]).
+pub trait KindBody: Sized {
+    /// The kind whose body this is.
+    const KIND: EntryKind;
+    /// `body` when it is of this kind.
+    fn of(body: &EntryBody) -> Option<&Self>;
+}
+
+/// The envelope as it is on the wire, for reading: the body is parsed by kind afterwards.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireEntry {
+    v: u32,
+    kind: EntryKind,
+    experiment: Option<ExperimentId>,
+    #[serde(with = "time::serde::rfc3339")]
+    time: time::OffsetDateTime,
+    refs: BTreeMap<String, Blake3Hash>,
+    body: serde_json::Value,
+}
+
+/// A time written as RFC 3339, for serializing the envelope.
+struct Rfc3339<'a>(&'a time::OffsetDateTime);
+
+impl Serialize for Rfc3339<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        time::serde::rfc3339::serialize(self.0, s)
+    }
+}
+
+impl Serialize for LedgerEntry {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("LedgerEntry", 6)?;
+        st.serialize_field("v", &self.v)?;
+        st.serialize_field("kind", &self.kind())?;
+        st.serialize_field("experiment", &self.experiment)?;
+        st.serialize_field("time", &Rfc3339(&self.time))?;
+        st.serialize_field("refs", &self.refs)?;
+        st.serialize_field("body", &self.body)?;
+        st.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for LedgerEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = WireEntry::deserialize(d)?;
+        let body = EntryBody::from_value(w.kind, w.body).map_err(|e| {
+            serde::de::Error::custom(format!("the body of a {} entry: {e}", w.kind))
+        })?;
+        Ok(LedgerEntry {
+            v: w.v,
+            experiment: w.experiment,
+            time: w.time,
+            refs: w.refs,
+            body,
+        })
+    }
 }
 
 /// Why an entry cannot be encoded.
@@ -175,20 +343,39 @@ impl LedgerEntry {
     /// A new entry stamped with the current UTC time (to the second, so the text form is short
     /// and stable).
     pub fn new(
-        kind: EntryKind,
         experiment: Option<ExperimentId>,
         refs: BTreeMap<String, Blake3Hash>,
-        body: &impl Serialize,
-    ) -> Result<Self, EntryError> {
+        body: impl Into<EntryBody>,
+    ) -> Self {
         let now = time::OffsetDateTime::now_utc();
         let time = now.replace_nanosecond(0).unwrap_or(now);
-        Ok(Self {
+        Self {
             v: ENTRY_VERSION,
-            kind,
             experiment,
             time,
             refs,
-            body: serde_json::to_value(body).map_err(CanonicalError::from)?,
+            body: body.into(),
+        }
+    }
+
+    /// What the entry records.
+    pub fn kind(&self) -> EntryKind {
+        self.body.kind()
+    }
+
+    /// A copy of the body, when the entry is of `T`'s kind; else an error naming both kinds.
+    pub fn body_as<T: KindBody + Clone>(&self) -> Result<T, EntryError> {
+        self.body_of::<T>().cloned()
+    }
+
+    /// The body, when the entry is of `T`'s kind; else an error naming both kinds.
+    pub fn body_of<T: KindBody>(&self) -> Result<&T, EntryError> {
+        T::of(&self.body).ok_or_else(|| {
+            EntryError::Malformed(format!(
+                "the entry is a {} entry, not a {} one",
+                self.kind(),
+                T::KIND
+            ))
         })
     }
 
@@ -204,11 +391,6 @@ impl LedgerEntry {
     /// Parses stored bytes back into an entry.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, EntryError> {
         serde_json::from_slice(bytes).map_err(|e| EntryError::Malformed(e.to_string()))
-    }
-
-    /// The body as a typed value.
-    pub fn body_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, EntryError> {
-        serde_json::from_value(self.body.clone()).map_err(|e| EntryError::Malformed(e.to_string()))
     }
 }
 
@@ -548,25 +730,37 @@ mod tests {
             run: None,
         };
         let e = LedgerEntry::new(
-            EntryKind::Artifact,
             None,
             refs([("artifact", Blake3Hash::of(b"abc"))]),
-            &body,
-        )
-        .unwrap();
+            body.clone(),
+        );
         let bytes = e.to_canonical_bytes().unwrap();
         let text = std::str::from_utf8(&bytes).unwrap();
         // JCS sorts keys: body < experiment < kind < refs < time < v.
         assert!(text.starts_with("{\"body\":{\"bytes\":3,\"name\":\"notes.txt\"},\"experiment\":null,\"kind\":\"artifact\""), "{text}");
         let back = LedgerEntry::from_bytes(&bytes).unwrap();
         assert_eq!(back, e);
-        assert_eq!(back.body_as::<ArtifactBody>().unwrap(), body);
+        assert_eq!(back.kind(), EntryKind::Artifact);
+        assert_eq!(back.body, EntryBody::Artifact(body));
+    }
+
+    #[test]
+    fn a_body_that_does_not_fit_its_kind_is_refused() {
+        let text = r#"{"body":{"bytes":3,"name":"notes.txt"},"experiment":null,"kind":"result","refs":{},"time":"2026-01-01T00:00:00Z","v":1}"#;
+        let err = LedgerEntry::from_bytes(text.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the body of a result entry"), "{err}");
     }
 
     #[test]
     fn oversized_entry_is_refused() {
-        let body = serde_json::json!({ "blob": "x".repeat(MAX_ENTRY_BYTES) });
-        let e = LedgerEntry::new(EntryKind::Artifact, None, BTreeMap::new(), &body).unwrap();
+        let body = ArtifactBody {
+            name: "x".repeat(MAX_ENTRY_BYTES),
+            bytes: 0,
+            run: None,
+        };
+        let e = LedgerEntry::new(None, BTreeMap::new(), body);
         let err = e.to_canonical_bytes().unwrap_err();
         assert!(matches!(err, EntryError::TooLarge { .. }), "{err}");
         assert!(err.to_string().contains("put large content in a blob"));

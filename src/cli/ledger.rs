@@ -355,15 +355,14 @@ fn put(
         Ingest::Move => blobs.put_move(file)?,
     };
     let entry = LedgerEntry::new(
-        EntryKind::Artifact,
         None,
         refs([("artifact", put.hash.0)]),
-        &ArtifactBody {
+        ArtifactBody {
             name,
             bytes: put.bytes,
             run: None,
         },
-    )?;
+    );
     let writer = lab.writer(LockMode::Wait)?;
     let idx = writer.append_entry(&entry)?;
     drop(writer);

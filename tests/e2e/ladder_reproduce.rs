@@ -31,9 +31,12 @@ fn ladder_registers_its_forecast_before_the_target_and_reports_the_outcome() {
 
     let all = entries(&d.join("lab"));
     let forecast_at = report["forecast"]["entry"].as_u64().unwrap() as usize;
-    assert_eq!(all[forecast_at].kind, EntryKind::Forecast);
-    assert_eq!(all[forecast_at].body["method"], "scaling_law");
-    let target_hash = all[forecast_at].body["spec_hash"]
+    assert_eq!(all[forecast_at].kind(), EntryKind::Forecast);
+    assert_eq!(
+        crate::support::body(&all[forecast_at])["method"],
+        "scaling_law"
+    );
+    let target_hash = crate::support::body(&all[forecast_at])["spec_hash"]
         .as_str()
         .unwrap()
         .to_string();
@@ -41,7 +44,8 @@ fn ladder_registers_its_forecast_before_the_target_and_reports_the_outcome() {
     let first_target = all
         .iter()
         .position(|e| {
-            e.kind == EntryKind::Proposal && e.body["spec_hash"].as_str() == Some(&target_hash)
+            e.kind() == EntryKind::Proposal
+                && crate::support::body(&e)["spec_hash"].as_str() == Some(&target_hash)
         })
         .unwrap();
     assert!(
@@ -51,13 +55,13 @@ fn ladder_registers_its_forecast_before_the_target_and_reports_the_outcome() {
     let result = all
         .iter()
         .rev()
-        .find(|e| e.kind == EntryKind::Result)
+        .find(|e| e.kind() == EntryKind::Result)
         .unwrap();
     assert_eq!(
-        result.body["spec_hash"].as_str(),
+        crate::support::body(&result)["spec_hash"].as_str(),
         Some(target_hash.as_str())
     );
-    let fc = &result.body["forecast"];
+    let fc = &crate::support::body(&result)["forecast"];
     assert_eq!(fc["predicted"], report["forecast"]["value"]);
     let actual = fc["actual"].as_f64().unwrap();
     let hit =
@@ -110,13 +114,13 @@ seed = 4
     assert!(r["values_compared"].as_u64().unwrap() > 60 * 5);
     let all = entries(&d.join("lab"));
     let last = all.last().unwrap();
-    assert_eq!(last.kind, EntryKind::Reproduction);
-    assert_eq!(last.body["outcome"], "reproduced");
+    assert_eq!(last.kind(), EntryKind::Reproduction);
+    assert_eq!(crate::support::body(&last)["outcome"], "reproduced");
 
     // Change one byte of a metric chunk: the reproduction refuses, naming the blob.
     let chunk = all
         .iter()
-        .find(|e| e.kind == EntryKind::Artifact && e.refs.contains_key("metrics"))
+        .find(|e| e.kind() == EntryKind::Artifact && e.refs.contains_key("metrics"))
         .unwrap();
     let hex = chunk.refs["metrics"].to_hex();
     let path = d.join("lab/blobs").join(&hex[..2]).join(&hex[2..]);

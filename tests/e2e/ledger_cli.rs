@@ -299,12 +299,14 @@ fn rewritten_history_of_the_same_size_fails_consistency() {
         let w = lab.writer(glassbox_ledger::LockMode::FailFast).unwrap();
         for i in 0..3 {
             let e = glassbox_schemas::LedgerEntry::new(
-                glassbox_schemas::EntryKind::Artifact,
                 None,
                 Default::default(),
-                &serde_json::json!({"name": format!("forged-{i}"), "bytes": 0}),
-            )
-            .unwrap();
+                glassbox_schemas::record::ArtifactBody {
+                    name: format!("forged-{i}"),
+                    bytes: 0,
+                    run: None,
+                },
+            );
             w.append_entry(&e).unwrap();
         }
     }

@@ -338,7 +338,7 @@ max_wait_seconds = 5
     let all = entries(&d.join("lab"));
     let results: Vec<(String, ResultBody)> = all
         .iter()
-        .filter(|e| e.kind == EntryKind::Result)
+        .filter(|e| e.kind() == EntryKind::Result)
         .map(|e| (e.experiment.clone().unwrap().0, e.body_as().unwrap()))
         .collect();
     assert_eq!(results.len() as u64, PROPOSALS, "one result per job");
@@ -352,8 +352,13 @@ max_wait_seconds = 5
     }
     let resumed = all
         .iter()
-        .filter(|e| e.kind == EntryKind::RunStarted)
-        .filter(|e| e.body["resumed_from_step"].as_u64().unwrap_or(0) >= 25)
+        .filter(|e| e.kind() == EntryKind::RunStarted)
+        .filter(|e| {
+            crate::support::body(&e)["resumed_from_step"]
+                .as_u64()
+                .unwrap_or(0)
+                >= 25
+        })
         .count();
     assert_eq!(
         resumed, 1,
@@ -370,7 +375,7 @@ max_wait_seconds = 5
             assert!(
                 keys.contains(&key),
                 "{key} (entry {:?}) not in the bucket",
-                e.kind
+                e.kind()
             );
             named += 1;
         }

@@ -61,7 +61,7 @@ fn the_record_names_the_exact_binary_and_reproduce_says_it_is_the_same() {
     let entries = crate::support::entries(&d.join("lab"));
     let started: RunStartedBody = entries
         .iter()
-        .find(|e| e.kind == EntryKind::RunStarted)
+        .find(|e| e.kind() == EntryKind::RunStarted)
         .unwrap()
         .body_as()
         .unwrap();
@@ -80,7 +80,8 @@ fn the_record_names_the_exact_binary_and_reproduce_says_it_is_the_same() {
     let log = entries
         .iter()
         .find(|e| {
-            e.kind == EntryKind::Artifact && e.body["name"] == "logs/run-000001/attempt-1.log"
+            e.kind() == EntryKind::Artifact
+                && crate::support::body(&e)["name"] == "logs/run-000001/attempt-1.log"
         })
         .expect("the run's log is an artifact");
     let blob = Blake3Hash::to_hex(&log.refs["artifact"]);
@@ -131,7 +132,7 @@ fn a_spec_over_the_memory_limit_is_refused_by_glassbox_run() {
     assert!(stderr.contains("it needs about"), "{stderr}");
     let entries = crate::support::entries(&d.join("lab"));
     assert!(
-        entries.iter().all(|e| e.kind != EntryKind::Approval),
+        entries.iter().all(|e| e.kind() != EntryKind::Approval),
         "nothing was approved"
     );
 }

@@ -124,17 +124,19 @@ fn sigkill_takeover(db: &str) {
     let all = entries(&d.join("lab"));
     let started: Vec<&LedgerEntry> = all
         .iter()
-        .filter(|e| e.kind == EntryKind::RunStarted)
+        .filter(|e| e.kind() == EntryKind::RunStarted)
         .collect();
     assert_eq!(started.len(), 2, "one run_started per attempt");
-    let resumed = started[1].body["resumed_from_step"].as_u64().unwrap();
+    let resumed = crate::support::body(&started[1])["resumed_from_step"]
+        .as_u64()
+        .unwrap();
     assert!(
         resumed >= 50,
         "worker B resumed from the checkpoint, at {resumed}"
     );
     let results: Vec<ResultBody> = all
         .iter()
-        .filter(|e| e.kind == EntryKind::Result)
+        .filter(|e| e.kind() == EntryKind::Result)
         .map(|e| e.body_as().unwrap())
         .collect();
     assert_eq!(results.len(), 1, "exactly one result");

@@ -307,7 +307,7 @@ impl Catalog {
             {
                 let known = self.data.read().unwrap_or_else(|p| p.into_inner());
                 for (_, e) in &entries {
-                    if e.kind == EntryKind::Proposal {
+                    if e.kind() == EntryKind::Proposal {
                         if let Some(h) = e.refs.get("spec") {
                             let key = h.to_string();
                             if !known.specs.contains_key(&key)
@@ -460,7 +460,7 @@ impl CatalogData {
         if let Some(x) = &exp_id {
             self.experiment(x, idx, &time);
         }
-        match e.kind {
+        match e.kind() {
             EntryKind::Proposal => {
                 let (Some(x), Ok(p)) = (&exp_id, e.body_as::<ProposalBody>()) else {
                     return;

@@ -23,7 +23,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use glassbox_runner::observer::{MetricRecord, Observer, RecordKind};
 use glassbox_runner::train::RunOutcome;
 use glassbox_schemas::record::{ArtifactBody, CheckpointBody};
-use glassbox_schemas::{BlobHash, EntryKind, ExperimentId, RunId};
+use glassbox_schemas::{BlobHash, ExperimentId, RunId};
 use tokio::runtime::Handle;
 
 use super::{LiveSink, retry_db};
@@ -202,10 +202,9 @@ fn store_chunk(ctx: &RunContext, records: &[MetricRecord]) -> Result<(), LabErro
         run: Some(ctx.run.clone()),
     };
     ctx.recorder.record(
-        EntryKind::Artifact,
         Some(&ctx.experiment),
         one_ref(glassbox_ledger::index::METRICS_REF, &hash),
-        &body,
+        body,
     )?;
     Ok(())
 }
@@ -222,10 +221,9 @@ fn store_checkpoint(
     // the lab beside `blobs/`: moving it in stores it without a second write.
     let (hash, _) = ctx.recorder.put_moved(path)?;
     ctx.recorder.record(
-        EntryKind::Checkpoint,
         Some(&ctx.experiment),
         one_ref("checkpoint", &hash),
-        &CheckpointBody {
+        CheckpointBody {
             run: ctx.run.clone(),
             step,
         },

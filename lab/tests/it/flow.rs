@@ -221,7 +221,7 @@ fn recorded(end: Option<JobEnd>) -> glassbox_lab::worker::Finished {
 }
 
 fn kinds(entries: &[LedgerEntry]) -> Vec<&'static str> {
-    entries.iter().map(|e| e.kind.as_str()).collect()
+    entries.iter().map(|e| e.kind().as_str()).collect()
 }
 
 async fn whole_flow(engine: &str) {
@@ -367,7 +367,7 @@ async fn two_workers_fifty_jobs(engine: &str) {
     let entries = s.entries();
     let results: Vec<ResultBody> = entries
         .iter()
-        .filter(|e| e.kind == EntryKind::Result)
+        .filter(|e| e.kind() == EntryKind::Result)
         .map(|e| e.body_as().unwrap())
         .collect();
     let mut runs: Vec<String> = results.iter().map(|r| r.run.0.clone()).collect();
@@ -377,7 +377,7 @@ async fn two_workers_fifty_jobs(engine: &str) {
     assert_eq!(
         entries
             .iter()
-            .filter(|e| e.kind == EntryKind::RunStarted)
+            .filter(|e| e.kind() == EntryKind::RunStarted)
             .count(),
         50
     );
@@ -431,7 +431,7 @@ async fn every_ending_is_recorded(engine: &str) {
     let entries = s.entries();
     let statuses: Vec<RunStatus> = entries
         .iter()
-        .filter(|e| e.kind == EntryKind::Result)
+        .filter(|e| e.kind() == EntryKind::Result)
         .map(|e| e.body_as::<ResultBody>().unwrap().status)
         .collect();
     assert_eq!(
@@ -704,7 +704,7 @@ async fn closing_voids_the_approval_as_a_rejection(engine: &str) {
     assert_eq!(s.queue.get(q.job).await.unwrap().state, JobState::Cancelled);
     let entries = s.entries();
     let last = entries.last().unwrap();
-    assert_eq!(last.kind, EntryKind::Rejection);
+    assert_eq!(last.kind(), EntryKind::Rejection);
     let body: RejectionBody = last.body_as().unwrap();
     assert_eq!(
         (body.by.as_str(), body.reason.as_str(), body.spec_hash),
@@ -864,7 +864,7 @@ async fn a_failing_notice_backs_off_and_the_others_go_out_postgres() {
 
 /// Entries of `kind`.
 fn of_kind(entries: &[LedgerEntry], kind: EntryKind) -> Vec<&LedgerEntry> {
-    entries.iter().filter(|e| e.kind == kind).collect()
+    entries.iter().filter(|e| e.kind() == kind).collect()
 }
 
 /// The run log artifact of `run` (`logs/<run>/attempt-<n>.log`), as text.
@@ -872,10 +872,12 @@ fn run_log(s: &Setup, run: &str) -> String {
     let entries = s.entries();
     let e = entries
         .iter()
-        .filter(|e| e.kind == EntryKind::Artifact)
+        .filter(|e| e.kind() == EntryKind::Artifact)
         .find(|e| {
-            e.body["name"]
-                .as_str()
+            e.body_as::<glassbox_schemas::record::ArtifactBody>()
+                .ok()
+                .map(|b| b.name)
+                .as_deref()
                 .is_some_and(|n| n.starts_with(&format!("logs/{run}/")))
         })
         .unwrap_or_else(|| panic!("no log artifact of {run}: {:?}", kinds(&entries)));
@@ -1262,7 +1264,7 @@ async fn reproduce_is_a_queued_job(engine: &str) {
     assert_eq!(r.status, RunStatus::Succeeded, "{:?}", r.reason);
     let entries = s.entries();
     let repro = entries.last().unwrap();
-    assert_eq!(repro.kind, EntryKind::Reproduction);
+    assert_eq!(repro.kind(), EntryKind::Reproduction);
     let body: glassbox_schemas::record::ReproductionBody = repro.body_as().unwrap();
     assert_eq!(body.outcome, "reproduced", "{:?}", body.detail);
     assert_eq!(
@@ -1270,8 +1272,11 @@ async fn reproduce_is_a_queued_job(engine: &str) {
         Some(glassbox_schemas::record::BinaryComparison::SameBinary)
     );
     assert_eq!(s.queue.get(r.job).await.unwrap().state, JobState::Succeeded);
-    let log = entries[entries.len() - 2].body["name"]
-        .as_str()
+    let log = entries[entries.len() - 2]
+        .body_as::<glassbox_schemas::record::ArtifactBody>()
+        .ok()
+        .map(|b| b.name)
+        .as_deref()
         .unwrap()
         .to_string();
     assert_eq!(
@@ -1480,10 +1485,9 @@ async fn a_redelivered_approve_after_a_crash_makes_no_second_job(engine: &str) {
     let orphan = s
         .recorder
         .record(
-            EntryKind::Approval,
             Some(&id2),
             Default::default(),
-            &glassbox_schemas::record::ApprovalBody {
+            glassbox_schemas::record::ApprovalBody {
                 spec_hash: r2.spec_hash,
                 approver: "maint".into(),
             },
@@ -1551,12 +1555,15 @@ async fn every_run_records_its_log(engine: &str) {
     // The log comes right before the result it belongs to.
     let entries = s.entries();
     for (i, e) in entries.iter().enumerate() {
-        if e.kind == EntryKind::Result {
+        if e.kind() == EntryKind::Result {
             let before = &entries[i - 1];
-            assert_eq!(before.kind, EntryKind::Artifact);
+            assert_eq!(before.kind(), EntryKind::Artifact);
             assert!(
-                before.body["name"]
-                    .as_str()
+                before
+                    .body_as::<glassbox_schemas::record::ArtifactBody>()
+                    .ok()
+                    .map(|b| b.name)
+                    .as_deref()
                     .unwrap()
                     .ends_with("/attempt-1.log")
             );

@@ -17,7 +17,8 @@ use std::time::Instant;
 
 use glassbox_ledger::audit::AuditOptions;
 use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, audit};
-use glassbox_schemas::{Blake3Hash, EntryKind, LedgerEntry};
+use glassbox_schemas::record::ArtifactBody;
+use glassbox_schemas::{Blake3Hash, LedgerEntry, RunId};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -57,9 +58,14 @@ fn sized_entry(seq: u64, size: usize, blob: Option<(Blake3Hash, u64)>) -> Vec<u8
         refs.insert("artifact".to_string(), b);
         bytes = n;
     }
+    // Padded in the `run` field, so the name stays `item-<seq>` (the crash test reads it).
     let make = |pad: usize| {
-        let body = serde_json::json!({"name": format!("item-{seq}"), "bytes": bytes, "pad": "x".repeat(pad)});
-        let e = LedgerEntry::new(EntryKind::Artifact, None, refs.clone(), &body).expect("entry");
+        let body = ArtifactBody {
+            name: format!("item-{seq}"),
+            bytes,
+            run: Some(RunId("x".repeat(pad))),
+        };
+        let e = LedgerEntry::new(None, refs.clone(), body);
         e.to_canonical_bytes().expect("canonical")
     };
     let base = make(0).len();

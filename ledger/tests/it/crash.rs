@@ -69,8 +69,11 @@ fn sigkilled_writer_never_loses_acknowledged_appends() {
                 "trial {trial}: acknowledged entry {idx} is past the checkpoint size {size}"
             );
             let entry = LedgerEntry::from_bytes(&reader.entry(LeafIndex(idx)).unwrap()).unwrap();
+            let glassbox_schemas::record::EntryBody::Artifact(body) = &entry.body else {
+                panic!("trial {trial}: entry {idx} is a {}", entry.kind());
+            };
             assert_eq!(
-                entry.body["name"],
+                body.name,
                 format!("item-{seq}"),
                 "trial {trial}: entry {idx}"
             );

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use glassbox_ledger::index::{Index, IndexMismatch, METRICS_REF};
 use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
-use glassbox_schemas::record::{ProposalBody, ResultBody, RunStartedBody};
+use glassbox_schemas::record::{ArtifactBody, EntryBody, ProposalBody, ResultBody, RunStartedBody};
 use glassbox_schemas::{
     Blake3Hash, EntryKind, ExperimentId, LedgerEntry, RunId, RunStatus, SpecHash,
 };
@@ -25,27 +25,23 @@ fn lab_with_a_run() -> (tempfile::TempDir, Lab) {
     let exp = Some(ExperimentId::from("glassbox-lab/glassbox#7"));
     let spec = SpecHash(Blake3Hash::of(b"spec"));
     let w = lab.writer(LockMode::FailFast).unwrap();
-    let e = |kind, exp: Option<ExperimentId>, body: serde_json::Value| {
-        LedgerEntry::new(kind, exp, BTreeMap::new(), &body)
-            .unwrap()
+    let e = |exp: Option<ExperimentId>, body: EntryBody| {
+        LedgerEntry::new(exp, BTreeMap::new(), body)
             .to_canonical_bytes()
             .unwrap()
     };
     let mut batch = vec![e(
-        EntryKind::Proposal,
         exp.clone(),
-        serde_json::to_value(ProposalBody {
+        EntryBody::from(ProposalBody {
             spec_hash: spec,
             author: "ada".into(),
             title: "tiny moe".into(),
             issue: None,
-        })
-        .unwrap(),
+        }),
     )];
     batch.push(e(
-        EntryKind::RunStarted,
         exp.clone(),
-        serde_json::to_value(RunStartedBody {
+        EntryBody::from(RunStartedBody {
             run: RunId::from("run-000001"),
             spec_hash: spec,
             code_revision: "abc".into(),
@@ -55,8 +51,7 @@ fn lab_with_a_run() -> (tempfile::TempDir, Lab) {
             kernel_hashes: BTreeMap::new(),
             resumed_from_step: None,
             build: None,
-        })
-        .unwrap(),
+        }),
     ));
     for i in 0..300 {
         batch.push(crate::fixture::entry_bytes(i, 0));
@@ -74,19 +69,20 @@ fn lab_with_a_run() -> (tempfile::TempDir, Lab) {
     let put = lab.blobs().put(&mut chunk.as_bytes()).unwrap();
     batch.push(
         LedgerEntry::new(
-            EntryKind::Artifact,
             exp.clone(),
             BTreeMap::from([(METRICS_REF.to_string(), put.hash.0)]),
-            &serde_json::json!({"name": "metrics-000001.jsonl", "bytes": put.bytes, "run": "run-000001"}),
+            ArtifactBody {
+                name: "metrics-000001.jsonl".into(),
+                bytes: put.bytes,
+                run: Some(RunId::from("run-000001")),
+            },
         )
-        .unwrap()
         .to_canonical_bytes()
         .unwrap(),
     );
     batch.push(e(
-        EntryKind::Result,
         exp,
-        serde_json::to_value(ResultBody {
+        EntryBody::from(ResultBody {
             run: RunId::from("run-000001"),
             spec_hash: spec,
             status: RunStatus::Diverged,
@@ -98,8 +94,7 @@ fn lab_with_a_run() -> (tempfile::TempDir, Lab) {
             forecast: None,
             reason: Some("loss became NaN at step 41".into()),
             params_blake3: None,
-        })
-        .unwrap(),
+        }),
     ));
     w.append_batch(batch).unwrap();
     (d, lab)

@@ -208,7 +208,9 @@ fn a_blob_is_read_only_up_to_the_size_its_entry_names() {
     let data = vec![7u8; 4096];
     let put = lab.blobs().put(&mut data.as_slice()).unwrap();
     let mut e = crate::fixture::blob_entry(0, &put);
-    e.body["bytes"] = serde_json::json!(4000);
+    if let glassbox_schemas::record::EntryBody::Artifact(b) = &mut e.body {
+        b.bytes = 4000;
+    }
     lab.writer(LockMode::FailFast)
         .unwrap()
         .append_entry(&e)
@@ -230,8 +232,11 @@ fn a_blob_is_read_only_up_to_the_size_its_entry_names() {
     let (_d2, lab) = new_lab();
     let put = lab.blobs().put(&mut data.as_slice()).unwrap();
     let mut e = crate::fixture::blob_entry(0, &put);
-    e.kind = glassbox_schemas::EntryKind::Checkpoint;
-    e.body = serde_json::json!({"run": "run-000001", "step": 3});
+    e.body = glassbox_schemas::record::CheckpointBody {
+        run: "run-000001".into(),
+        step: 3,
+    }
+    .into();
     lab.writer(LockMode::FailFast)
         .unwrap()
         .append_entry(&e)

@@ -82,3 +82,8 @@ pub fn entries(lab: &Path) -> Vec<LedgerEntry> {
         .map(|i| LedgerEntry::from_bytes(&r.entry(LeafIndex(i)).unwrap()).unwrap())
         .collect()
 }
+
+/// An entry's body as JSON, for assertions on its fields.
+pub fn body(e: &LedgerEntry) -> serde_json::Value {
+    serde_json::to_value(&e.body).unwrap()
+}

@@ -576,27 +576,21 @@ async fn a_running_server_passes_the_ledger_http_audit_and_shuts_down_gracefully
         .unwrap();
 }
 
-/// Appends `entries` (kind, experiment, body) to the fixture's log and indexes them; returns
+/// Appends `entries` (experiment, body) to the fixture's log and indexes them; returns
 /// the index of the first.
 async fn append(
     fx: &crate::fixture::Fixture,
-    entries: Vec<(
-        glassbox_schemas::EntryKind,
-        Option<&str>,
-        glassbox_schemas::record::ArtifactBody,
-    )>,
+    entries: Vec<(Option<&str>, glassbox_schemas::record::ArtifactBody)>,
 ) -> u64 {
     let first = fx.index.indexed().await.unwrap();
     let batch = entries
         .into_iter()
-        .map(|(kind, exp, body)| {
+        .map(|(exp, body)| {
             glassbox_schemas::LedgerEntry::new(
-                kind,
                 exp.map(|x| glassbox_schemas::ExperimentId(x.into())),
                 Default::default(),
-                &body,
+                body,
             )
-            .unwrap()
             .to_canonical_bytes()
             .unwrap()
         })
@@ -653,7 +647,6 @@ async fn cached_pages_follow_live_points_and_new_entries() {
     let other = append(
         &fx,
         vec![(
-            glassbox_schemas::EntryKind::Artifact,
             Some("acme/lab#2"),
             glassbox_schemas::record::ArtifactBody {
                 name: "other.txt".into(),
@@ -679,7 +672,6 @@ async fn cached_pages_follow_live_points_and_new_entries() {
     let mine = append(
         &fx,
         vec![(
-            glassbox_schemas::EntryKind::Artifact,
             Some("acme/lab#1"),
             glassbox_schemas::record::ArtifactBody {
                 name: "notes.txt".into(),
