@@ -234,29 +234,84 @@ impl PassStats {
     }
 }
 
-/// What backward needs from one layer's forward.
+/// A batch's inputs on the backend: `tokens, targets [N]` with `N = batch_size * T`.
+#[derive(Debug)]
+pub struct BatchIds<'a, B: Backend> {
+    /// `[N]` input token ids, row-major `[B, T]`.
+    pub tokens: &'a B::Ids,
+    /// `[N]` next-token targets.
+    pub targets: &'a B::Ids,
+    /// Sequences in the batch (`B`).
+    pub batch_size: usize,
+}
+
+/// What a forward pass is for, which decides what it keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Losses and statistics only (evaluation): nothing is cached.
+    Evaluate,
+    /// Followed by backward: every layer's [`LayerCache`], and the logits overwritten by
+    /// `dloss/dlogits` (see [`ForwardCache::dlogits`]).
+    Train,
+}
+
+/// What backward needs from one layer's forward (llm.c's activations): the layer's input,
+/// every normalised or projected activation a backward kernel reads, and the routing.
 struct LayerCache<B: Backend> {
+    /// `[N, C]` the layer's input `x` (the attention block's residual and RMSNorm input).
     x_in: B::Buf,
+    /// `[N, C]` `rmsnorm(x_in)`, the input of the QKV projection.
     ln1: B::Buf,
+    /// `[N]` the first RMSNorm's `1 / rms(x_in)`.
     rstd1: B::Buf,
+    /// `[B, H, T, D]` queries after RoPE.
     q: B::Buf,
+    /// `[B, H, T, D]` keys after RoPE.
     k: B::Buf,
+    /// `[B, H, T, D]` values.
     v: B::Buf,
+    /// `[B, H, T, T]` causal attention probabilities.
     probs: B::Buf,
+    /// `[N, C]` the attention output with heads merged, the input of `Wo`.
     ym: B::Buf,
+    /// `[N, C]` `x_in + attention`, the MoE block's residual and RMSNorm input.
     x_mid: B::Buf,
+    /// `[N, C]` `rmsnorm(x_mid)`, the input of the router and of every expert.
     ln2: B::Buf,
+    /// `[N]` the second RMSNorm's `1 / rms(x_mid)`.
     rstd2: B::Buf,
+    /// `[N, E]` router logits (for the router z-loss).
     router_logits: B::Buf,
+    /// `[N, E]` router scores (softmax or sigmoid of the logits).
     scores: B::Buf,
+    /// The layer's top-k choices, slots and combine weights.
     routing: Routing<B>,
+    /// `[S, C]` `ln2` gathered into expert order (the routed experts' input).
     xs: B::Buf,
+    /// `[S, 2F]` routed experts' `xs W13^T` (gate then up).
     h: B::Buf,
+    /// `[S, F]` `swiglu(h)`, the input of `W2`.
     a: B::Buf,
+    /// `[S, C]` routed experts' outputs, before the weighted combine.
     ye: B::Buf,
+    /// Per shared expert, its `h [N, 2F]` and `a [N, F]`.
     shared: Vec<(B::Buf, B::Buf)>,
     /// `coef E f_i / N`: the switch loss's gradient on every row's scores (empty if unused).
     aux_grad: Vec<f64>,
+}
+
+/// Everything a forward pass kept for [`Model::forward_backward`]'s backward.
+struct ForwardCache<B: Backend> {
+    /// Per layer, in order.
+    layers: Vec<LayerCache<B>>,
+    /// `[N, C]` the last layer's output, the final RMSNorm's input.
+    x_final: B::Buf,
+    /// `[N, C]` `rmsnorm(x_final)`, the input of `lm_head`.
+    lnf: B::Buf,
+    /// `[N]` the final RMSNorm's `1 / rms(x_final)`.
+    rstdf: B::Buf,
+    /// `[N, V]` `dloss/dlogits`: the fused cross-entropy kernel overwrote the logits with it.
+    dlogits: B::Buf,
 }
 
 impl Model {
@@ -404,48 +459,40 @@ impl Model {
         be: &B,
         params: &[B::Buf],
         bias: &[Vec<f64>],
-        tokens: &B::Ids,
-        targets: &B::Ids,
-        b: usize,
+        batch: &BatchIds<'_, B>,
     ) -> PassStats {
-        let (stats, _) = self.forward(be, params, bias, tokens, targets, b, false);
+        let (stats, _) = self.forward(be, params, bias, batch, Pass::Evaluate);
         stats
     }
 
     /// Forward and backward: adds the gradient of [`PassStats::total`] into `grads`
     /// (callers zero them first) and returns the forward's losses and statistics.
-    #[allow(clippy::too_many_arguments)]
     pub fn forward_backward<B: Backend>(
         &self,
         be: &B,
         params: &[B::Buf],
         grads: &mut [B::Buf],
         bias: &[Vec<f64>],
-        tokens: &B::Ids,
-        targets: &B::Ids,
-        b: usize,
+        batch: &BatchIds<'_, B>,
     ) -> PassStats {
-        let (stats, cache) = self.forward(be, params, bias, tokens, targets, b, true);
+        let (stats, cache) = self.forward(be, params, bias, batch, Pass::Train);
         if let Some(cache) = cache {
-            self.backward(be, params, grads, tokens, b, cache);
+            self.backward(be, params, grads, batch, cache);
         }
         stats
     }
 
-    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    /// The forward pass; with [`Pass::Train`] it also returns what backward needs.
     fn forward<B: Backend>(
         &self,
         be: &B,
         params: &[B::Buf],
         bias: &[Vec<f64>],
-        tokens: &B::Ids,
-        targets: &B::Ids,
-        b: usize,
-        keep: bool,
-    ) -> (
-        PassStats,
-        Option<(Vec<LayerCache<B>>, B::Buf, B::Buf, B::Buf, B::Buf)>,
-    ) {
+        batch: &BatchIds<'_, B>,
+        pass: Pass,
+    ) -> (PassStats, Option<ForwardCache<B>>) {
+        let (tokens, targets, b) = (batch.tokens, batch.targets, batch.batch_size);
+        let keep = pass == Pass::Train;
         let d = &self.dims;
         let (c, t, e, k, f, v) = (
             d.d_model,
@@ -623,7 +670,13 @@ impl Model {
             aux_loss: aux_total,
             layers: layer_stats,
         };
-        let cache = keep.then_some((caches, x, lnf, rstdf, logits));
+        let cache = keep.then_some(ForwardCache {
+            layers: caches,
+            x_final: x,
+            lnf,
+            rstdf,
+            dlogits: logits,
+        });
         (stats, cache)
     }
 
@@ -706,21 +759,28 @@ impl Model {
         )
     }
 
-    #[allow(clippy::type_complexity)]
+    /// Backward of [`Model::forward`] from its cache: adds every parameter's gradient into
+    /// `grads`, last layer first.
     fn backward<B: Backend>(
         &self,
         be: &B,
         params: &[B::Buf],
         grads: &mut [B::Buf],
-        tokens: &B::Ids,
-        b: usize,
-        cache: (Vec<LayerCache<B>>, B::Buf, B::Buf, B::Buf, B::Buf),
+        batch: &BatchIds<'_, B>,
+        cache: ForwardCache<B>,
     ) {
+        let (tokens, b) = (batch.tokens, batch.batch_size);
         let d = &self.dims;
         let (c, t, e, f, v) = (d.d_model, d.seq_len, d.n_experts, d.d_expert, d.vocab);
         let n = b * t;
         let ad = self.attn_dims(b);
-        let (mut caches, x_final, lnf, rstdf, dlogits) = cache;
+        let ForwardCache {
+            layers: mut caches,
+            x_final,
+            lnf,
+            rstdf,
+            dlogits,
+        } = cache;
         let cos = be.upload(
             &self
                 .cos

@@ -28,7 +28,7 @@ use crate::backend::{AdamW, Backend};
 use crate::checkpoint::{self, TrainState};
 use crate::data::DataPipeline;
 use crate::error::RunnerError;
-use crate::model::{Model, ModelDims, PassStats};
+use crate::model::{BatchIds, Model, ModelDims, PassStats};
 use crate::observer::{MetricRecord, Observer, RecordKind, RunInfo};
 use crate::scalar::Real;
 
@@ -335,7 +335,12 @@ impl<'a, B: Backend> Trainer<'a, B> {
                 let model = &self.model;
                 let params = &self.params;
                 let bias = &self.bias;
-                let st = be.run(|| model.evaluate(be, params, bias, &tokens, &targets, b));
+                let ids = BatchIds {
+                    tokens: &tokens,
+                    targets: &targets,
+                    batch_size: b,
+                };
+                let st = be.run(|| model.evaluate(be, params, bias, &ids));
                 sum += st.cross_entropy;
             }
             let loss = sum / nb as f64;
@@ -507,7 +512,12 @@ impl<'a, B: Backend> Trainer<'a, B> {
             for g in grads.iter_mut() {
                 be.fill_zero(g);
             }
-            let stats = model.forward_backward(be, params, grads, bias, &tokens, &targets, bsz);
+            let ids = BatchIds {
+                tokens: &tokens,
+                targets: &targets,
+                batch_size: bsz,
+            };
+            let stats = model.forward_backward(be, params, grads, bias, &ids);
             let grad_sq: f64 = grads.iter().map(|g| be.sum_squares(g)).sum();
             let grad_norm = grad_sq.sqrt();
             if !stats.total().is_finite() || !grad_norm.is_finite() {

@@ -11,7 +11,7 @@
 
 use glassbox_runner::backend::cpu::CpuBackend;
 use glassbox_runner::backend::{AttnDims, Backend, Groups, ScoreKind};
-use glassbox_runner::model::{Model, ModelDims};
+use glassbox_runner::model::{BatchIds, Model, ModelDims};
 use glassbox_runner::rng::SplitMix64;
 
 type Be = CpuBackend<f64>;
@@ -368,7 +368,12 @@ fn whole_model_check(dims: ModelDims) {
         .map(|l| randn(model.dims.n_experts, 40 + l as u64, 0.01))
         .collect();
     let mut grads = model.zeros_like_params(&b);
-    let stats = model.forward_backward(&b, &params, &mut grads, &bias, &tokens, &targets, bsz);
+    let ids = BatchIds {
+        tokens: &tokens,
+        targets: &targets,
+        batch_size: bsz,
+    };
+    let stats = model.forward_backward(&b, &params, &mut grads, &bias, &ids);
     assert!(stats.total().is_finite());
     for ti in 0..params.len() {
         let name = model.params[ti].name.clone();
@@ -379,9 +384,7 @@ fn whole_model_check(dims: ModelDims) {
         check(&name, &x, &grads[ti], |xp| {
             let mut p2 = params.clone();
             p2[ti] = xp.to_vec();
-            model
-                .evaluate(&b, &p2, &bias, &tokens, &targets, bsz)
-                .total()
+            model.evaluate(&b, &p2, &bias, &ids).total()
         });
         params[ti] = x;
     }
