@@ -155,6 +155,75 @@ impl Groups {
     }
 }
 
+/// Whether a kernel overwrites its output or adds into it (the `(+)=` of the op docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accumulate {
+    /// `out = ...`.
+    Overwrite,
+    /// `out += ...` (a gradient with several contributions, a residual sum).
+    Add,
+}
+
+/// Attention's three head-major tensors `q, k, v [B, H, T, D]` (or their gradients), as
+/// buffers, references to buffers, or slices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Qkv<T> {
+    /// Queries.
+    pub q: T,
+    /// Keys.
+    pub k: T,
+    /// Values.
+    pub v: T,
+}
+
+impl<T> Qkv<T> {
+    /// The three, borrowed.
+    pub fn each_ref(&self) -> Qkv<&T> {
+        Qkv {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+        }
+    }
+
+    /// The three, borrowed mutably.
+    pub fn each_mut(&mut self) -> Qkv<&mut T> {
+        Qkv {
+            q: &mut self.q,
+            k: &mut self.k,
+            v: &mut self.v,
+        }
+    }
+
+    /// `f` applied to each (e.g. a backend's buffer to its slice).
+    pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> Qkv<U> {
+        Qkv {
+            q: f(self.q),
+            k: f(self.k),
+            v: f(self.v),
+        }
+    }
+}
+
+/// RoPE tables `cos, sin [T, D/2]`: entry `[t, i]` is the cosine / sine of `t theta^(-2i/D)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RopeTables<T> {
+    /// `cos [T, D/2]`.
+    pub cos: T,
+    /// `sin [T, D/2]`.
+    pub sin: T,
+}
+
+impl<T> RopeTables<T> {
+    /// Both tables, borrowed.
+    pub fn each_ref(&self) -> RopeTables<&T> {
+        RopeTables {
+            cos: &self.cos,
+            sin: &self.sin,
+        }
+    }
+}
+
 /// Attention dimensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttnDims {
@@ -322,14 +391,14 @@ pub trait Backend: Send + Sync {
     /// `out[rows_g, :] = inp[rows_g, :] @ W[first+g]^T`; inp `[R, in]`, W `[G, out, in]`,
     /// out `[R, out]`.
     fn linear_fwd(&self, out: &mut Self::Buf, inp: &Self::Buf, w: &Self::Buf, groups: &Groups);
-    /// `dinp[rows_g, :] (+)= dout[rows_g, :] @ W[first+g]`; `accumulate` chooses `+=` or `=`.
+    /// `dinp[rows_g, :] (+)= dout[rows_g, :] @ W[first+g]`.
     fn linear_bwd_data(
         &self,
         dinp: &mut Self::Buf,
         dout: &Self::Buf,
         w: &Self::Buf,
         groups: &Groups,
-        accumulate: bool,
+        accumulate: Accumulate,
     );
     /// `dW[first+g] += dout[rows_g, :]^T @ inp[rows_g, :]`.
     fn linear_bwd_weight(
@@ -341,55 +410,41 @@ pub trait Backend: Send + Sync {
     );
 
     // ---- attention ----
-    /// Split `qkv [B, T, 3C]` into `q, k, v [B, H, T, D]`, rotating q and k by RoPE with the
-    /// tables `cos, sin [T, D/2]` (pairs `(i, i + D/2)`).
-    #[allow(clippy::too_many_arguments)]
+    /// Split `qkv [B, T, 3C]` into `out.q, out.k, out.v [B, H, T, D]`, rotating q and k by
+    /// RoPE (pairs `(i, i + D/2)`).
     fn qkv_rope_fwd(
         &self,
-        q: &mut Self::Buf,
-        k: &mut Self::Buf,
-        v: &mut Self::Buf,
+        out: Qkv<&mut Self::Buf>,
         qkv: &Self::Buf,
-        cos: &Self::Buf,
-        sin: &Self::Buf,
+        rope: RopeTables<&Self::Buf>,
         dims: AttnDims,
     );
-    /// Inverse of [`Backend::qkv_rope_fwd`] for gradients: `dqkv = ...` (overwrites).
-    #[allow(clippy::too_many_arguments)]
+    /// Inverse of [`Backend::qkv_rope_fwd`] for gradients: `dqkv = ...` from `d.q, d.k, d.v`
+    /// (overwrites).
     fn qkv_rope_bwd(
         &self,
         dqkv: &mut Self::Buf,
-        dq: &Self::Buf,
-        dk: &Self::Buf,
-        dv: &Self::Buf,
-        cos: &Self::Buf,
-        sin: &Self::Buf,
+        d: Qkv<&Self::Buf>,
+        rope: RopeTables<&Self::Buf>,
         dims: AttnDims,
     );
     /// Causal softmax attention per (b, h): `P = softmax(q k^T / sqrt(D) + mask)`,
     /// `out = P v`; q, k, v, out `[B, H, T, D]`; probs `[B, H, T, T]` cached for backward.
-    #[allow(clippy::too_many_arguments)]
     fn attention_fwd(
         &self,
         out: &mut Self::Buf,
         probs: &mut Self::Buf,
-        q: &Self::Buf,
-        k: &Self::Buf,
-        v: &Self::Buf,
+        qkv: Qkv<&Self::Buf>,
         dims: AttnDims,
     );
-    /// Gradients of [`Backend::attention_fwd`] (overwrites dq, dk, dv).
-    #[allow(clippy::too_many_arguments)]
+    /// Gradients of [`Backend::attention_fwd`] into `d.q, d.k, d.v` (overwrites), from `dout`
+    /// and the forward's `probs` and `qkv`.
     fn attention_bwd(
         &self,
-        dq: &mut Self::Buf,
-        dk: &mut Self::Buf,
-        dv: &mut Self::Buf,
+        d: Qkv<&mut Self::Buf>,
         dout: &Self::Buf,
         probs: &Self::Buf,
-        q: &Self::Buf,
-        k: &Self::Buf,
-        v: &Self::Buf,
+        qkv: Qkv<&Self::Buf>,
         dims: AttnDims,
     );
     /// `[B, H, T, D] -> [B, T, C]` (head h at columns `h*D..(h+1)*D`).
@@ -457,15 +512,15 @@ pub trait Backend: Send + Sync {
     fn dispatch_fwd(&self, xs: &mut Self::Buf, x: &Self::Buf, routing: &Routing<Self>, c: usize);
     /// `dx[n, :] += sum_j dxs[token_slot[n, j], :]`, the K slots summed in order j = 0..K.
     fn dispatch_bwd(&self, dx: &mut Self::Buf, dxs: &Self::Buf, routing: &Routing<Self>, c: usize);
-    /// `out[n, :] (+)= sum_j weights[n, j] * y[token_slot[n, j], :]` in order j = 0..K;
-    /// `accumulate` chooses `+=` (after shared experts) or `=`.
+    /// `out[n, :] (+)= sum_j weights[n, j] * y[token_slot[n, j], :]` in order j = 0..K
+    /// (the model adds onto the shared experts' sum).
     fn combine_fwd(
         &self,
         out: &mut Self::Buf,
         y: &Self::Buf,
         routing: &Routing<Self>,
         c: usize,
-        accumulate: bool,
+        accumulate: Accumulate,
     );
     /// `dy[slot] = weights[n, j] * dout[n]` and `dweights[n, j] = dout[n] . y[slot]`
     /// (both overwrite; dropped choices get 0).

@@ -10,22 +10,20 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{Mat, gemm_into};
-use crate::backend::AttnDims;
+use super::gemm::{GemmShape, Mat, MatMut, Tiles, gemm_into};
+use crate::backend::{Accumulate, AttnDims, Qkv, RopeTables};
 use crate::scalar::Real;
 
 /// Forward: `q, k, v [B,H,T,D]` from `qkv [B,T,3C]` (q at columns `0..C`, k at `C..2C`, v at
 /// `2C..3C`, head h at `h*D..(h+1)*D` within each); q and k rotated by RoPE.
-#[allow(clippy::too_many_arguments)]
 pub fn qkv_rope_fwd<F: Real>(
-    q: &mut [F],
-    k: &mut [F],
-    v: &mut [F],
+    out: Qkv<&mut [F]>,
     qkv: &[F],
-    cos: &[F],
-    sin: &[F],
+    rope: RopeTables<&[F]>,
     dims: AttnDims,
 ) {
+    let Qkv { q, k, v } = out;
+    let RopeTables { cos, sin } = rope;
     let AttnDims { t, h, d, .. } = dims;
     let c = h * d;
     let half = d / 2;
@@ -61,16 +59,13 @@ pub fn qkv_rope_fwd<F: Real>(
 
 /// Backward of [`qkv_rope_fwd`]: the inverse rotation (`dx1 = dy1 cos + dy2 sin`,
 /// `dx2 = -dy1 sin + dy2 cos`) scattered back into `dqkv [B,T,3C]` (overwrites).
-#[allow(clippy::too_many_arguments)]
-pub fn qkv_rope_bwd<F: Real>(
-    dqkv: &mut [F],
-    dq: &[F],
-    dk: &[F],
-    dv: &[F],
-    cos: &[F],
-    sin: &[F],
-    dims: AttnDims,
-) {
+pub fn qkv_rope_bwd<F: Real>(dqkv: &mut [F], d: Qkv<&[F]>, rope: RopeTables<&[F]>, dims: AttnDims) {
+    let Qkv {
+        q: dq,
+        k: dk,
+        v: dv,
+    } = d;
+    let RopeTables { cos, sin } = rope;
     let AttnDims { t, h, d, .. } = dims;
     let c = h * d;
     let half = d / 2;
@@ -100,14 +95,8 @@ pub fn qkv_rope_bwd<F: Real>(
 /// Forward causal attention per (b, h):
 /// `S = q k^T / sqrt(D)`, `P[i, j] = softmax_j<=i(S[i, :])` (0 for j > i), `out = P v`.
 /// Caches `P` in `probs [B,H,T,T]`.
-pub fn attention_fwd<F: Real>(
-    out: &mut [F],
-    probs: &mut [F],
-    q: &[F],
-    k: &[F],
-    v: &[F],
-    dims: AttnDims,
-) {
+pub fn attention_fwd<F: Real>(out: &mut [F], probs: &mut [F], qkv: Qkv<&[F]>, dims: AttnDims) {
+    let Qkv { q, k, v } = qkv;
     let AttnDims { t, d, .. } = dims;
     let scale = F::from_f64(1.0 / (d as f64).sqrt());
     out.par_chunks_mut(t * d)
@@ -121,15 +110,12 @@ pub fn attention_fwd<F: Real>(
             );
             // S = q k^T  [T, T]
             gemm_into(
-                t,
-                t,
-                d,
-                pb,
-                t,
+                GemmShape { m: t, n: t, k: d },
+                MatMut::rows(pb, t),
                 Mat::rows(qb, d),
                 Mat::transposed(kb, d),
-                false,
-                false,
+                Accumulate::Overwrite,
+                Tiles::Serial,
             );
             for i in 0..t {
                 let row = &mut pb[i * t..(i + 1) * t];
@@ -150,15 +136,12 @@ pub fn attention_fwd<F: Real>(
             }
             // out = P v  [T, D]
             gemm_into(
-                t,
-                d,
-                t,
-                ob,
-                d,
+                GemmShape { m: t, n: d, k: t },
+                MatMut::rows(ob, d),
                 Mat::rows(pb, t),
                 Mat::rows(vb, d),
-                false,
-                false,
+                Accumulate::Overwrite,
+                Tiles::Serial,
             );
         });
 }
@@ -166,18 +149,19 @@ pub fn attention_fwd<F: Real>(
 /// Backward causal attention per (b, h), with `dP = dout v^T`,
 /// `dS = P * (dP - rowsum(dP * P))` (softmax backward), then
 /// `dq = dS k / sqrt(D)`, `dk = dS^T q / sqrt(D)`, `dv = P^T dout`. Overwrites dq, dk, dv.
-#[allow(clippy::too_many_arguments)]
 pub fn attention_bwd<F: Real>(
-    dq: &mut [F],
-    dk: &mut [F],
-    dv: &mut [F],
+    d: Qkv<&mut [F]>,
     dout: &[F],
     probs: &[F],
-    q: &[F],
-    k: &[F],
-    v: &[F],
+    qkv: Qkv<&[F]>,
     dims: AttnDims,
 ) {
+    let Qkv {
+        q: dq,
+        k: dk,
+        v: dv,
+    } = d;
+    let Qkv { q, k, v } = qkv;
     let AttnDims { t, d, .. } = dims;
     let scale = F::from_f64(1.0 / (d as f64).sqrt());
     dq.par_chunks_mut(t * d)
@@ -195,28 +179,22 @@ pub fn attention_bwd<F: Real>(
             let pb = &probs[bh * t * t..(bh + 1) * t * t];
             // dv = P^T dout
             gemm_into(
-                t,
-                d,
-                t,
-                dvb,
-                d,
+                GemmShape { m: t, n: d, k: t },
+                MatMut::rows(dvb, d),
                 Mat::transposed(pb, t),
                 Mat::rows(gb, d),
-                false,
-                false,
+                Accumulate::Overwrite,
+                Tiles::Serial,
             );
             // dP = dout v^T, then dS in place (times the score scale).
             let mut ds = vec![F::ZERO; t * t];
             gemm_into(
-                t,
-                t,
-                d,
-                &mut ds,
-                t,
+                GemmShape { m: t, n: t, k: d },
+                MatMut::rows(&mut ds, t),
                 Mat::rows(gb, d),
                 Mat::transposed(vb, d),
-                false,
-                false,
+                Accumulate::Overwrite,
+                Tiles::Serial,
             );
             for i in 0..t {
                 let (dr, pr) = (&mut ds[i * t..(i + 1) * t], &pb[i * t..(i + 1) * t]);
@@ -231,26 +209,20 @@ pub fn attention_bwd<F: Real>(
             }
             // dq = dS k ; dk = dS^T q
             gemm_into(
-                t,
-                d,
-                t,
-                dqb,
-                d,
+                GemmShape { m: t, n: d, k: t },
+                MatMut::rows(dqb, d),
                 Mat::rows(&ds, t),
                 Mat::rows(kb, d),
-                false,
-                false,
+                Accumulate::Overwrite,
+                Tiles::Serial,
             );
             gemm_into(
-                t,
-                d,
-                t,
-                dkb,
-                d,
+                GemmShape { m: t, n: d, k: t },
+                MatMut::rows(dkb, d),
                 Mat::transposed(&ds, t),
                 Mat::rows(qb, d),
-                false,
-                false,
+                Accumulate::Overwrite,
+                Tiles::Serial,
             );
         });
 }

@@ -12,6 +12,7 @@
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use crate::backend::Accumulate;
 use crate::scalar::Real;
 
 /// Output rows per tile.
@@ -52,6 +53,43 @@ impl<'a, F> Mat<'a, F> {
     }
 }
 
+/// The row-major output `C`: element `(i, j)` is at `data[i * ld + j]`.
+#[derive(Debug)]
+pub struct MatMut<'a, F> {
+    /// Backing storage (from `C[0, 0]` on).
+    pub data: &'a mut [F],
+    /// Row stride in elements (`ldc`).
+    pub ld: usize,
+}
+
+impl<'a, F> MatMut<'a, F> {
+    /// Row-major storage with row stride `ld`.
+    pub fn rows(data: &'a mut [F], ld: usize) -> Self {
+        Self { data, ld }
+    }
+}
+
+/// The product's shape: `C[m, n] (+)= A[m, k] B[k, n]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmShape {
+    /// Rows of A and C.
+    pub m: usize,
+    /// Columns of B and C.
+    pub n: usize,
+    /// Columns of A, rows of B (the summed dimension).
+    pub k: usize,
+}
+
+/// Where a product's tiles run (the result is the same either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tiles {
+    /// In parallel on the current rayon pool (the model's linear layers).
+    Parallel,
+    /// One after another on this thread (inside an already parallel loop, e.g. attention's
+    /// per-head products).
+    Serial,
+}
+
 /// A raw output pointer shared by tiles that write disjoint elements.
 #[derive(Clone, Copy)]
 struct OutPtr<F>(*mut F);
@@ -60,19 +98,18 @@ struct OutPtr<F>(*mut F);
 unsafe impl<F: Send> Send for OutPtr<F> {}
 unsafe impl<F: Send> Sync for OutPtr<F> {}
 
-/// `c[i*ldc + j] (+)= sum_p a(i, p) b(p, j)` for `i < m`, `j < n`, tiled and parallel.
-#[allow(clippy::too_many_arguments)]
+/// `c[i*ldc + j] (+)= sum_p a(i, p) b(p, j)` for `i < m`, `j < n`, tiled.
 pub fn gemm_into<F: Real>(
-    m: usize,
-    n: usize,
-    k: usize,
-    c: &mut [F],
-    ldc: usize,
+    shape: GemmShape,
+    c: MatMut<'_, F>,
     a: Mat<'_, F>,
     b: Mat<'_, F>,
-    accumulate: bool,
-    parallel: bool,
+    accumulate: Accumulate,
+    tiles: Tiles,
 ) {
+    let GemmShape { m, n, k } = shape;
+    let (c, ldc) = (c.data, c.ld);
+    let accumulate = accumulate == Accumulate::Add;
     if m == 0 || n == 0 {
         return;
     }
@@ -122,10 +159,10 @@ pub fn gemm_into<F: Real>(
             );
         }
     };
-    let tiles = tiles_m * tiles_n;
-    if parallel && tiles > 1 {
-        (0..tiles).into_par_iter().for_each(tile);
+    let count = tiles_m * tiles_n;
+    if tiles == Tiles::Parallel && count > 1 {
+        (0..count).into_par_iter().for_each(tile);
     } else {
-        (0..tiles).for_each(tile);
+        (0..count).for_each(tile);
     }
 }

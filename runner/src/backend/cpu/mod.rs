@@ -15,10 +15,10 @@ pub mod norm;
 
 use std::marker::PhantomData;
 
-use self::gemm::{Mat, gemm_into};
+use self::gemm::{GemmShape, Mat, MatMut, Tiles, gemm_into};
 use crate::backend::{
-    AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource, Routing,
-    ScoreKind,
+    Accumulate, AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource, Qkv,
+    RopeTables, Routing, ScoreKind,
 };
 use crate::error::RunnerError;
 use crate::scalar::Real;
@@ -174,15 +174,16 @@ impl<F: Real> Backend for CpuBackend<F> {
         for (gi, &rows) in g.rows.iter().enumerate() {
             let wo = (g.first + gi) * outd * ind;
             gemm_into(
-                rows,
-                outd,
-                ind,
-                &mut out[r0 * outd..],
-                outd,
+                GemmShape {
+                    m: rows,
+                    n: outd,
+                    k: ind,
+                },
+                MatMut::rows(&mut out[r0 * outd..], outd),
                 Mat::rows(&inp[r0 * ind..], ind),
                 Mat::transposed(&w[wo..wo + outd * ind], ind),
-                false,
-                true,
+                Accumulate::Overwrite,
+                Tiles::Parallel,
             );
             r0 += rows;
         }
@@ -193,22 +194,23 @@ impl<F: Real> Backend for CpuBackend<F> {
         dout: &Vec<F>,
         w: &Vec<F>,
         g: &Groups,
-        accumulate: bool,
+        accumulate: Accumulate,
     ) {
         let (ind, outd) = (g.in_dim, g.out_dim);
         let mut r0 = 0;
         for (gi, &rows) in g.rows.iter().enumerate() {
             let wo = (g.first + gi) * outd * ind;
             gemm_into(
-                rows,
-                ind,
-                outd,
-                &mut dinp[r0 * ind..],
-                ind,
+                GemmShape {
+                    m: rows,
+                    n: ind,
+                    k: outd,
+                },
+                MatMut::rows(&mut dinp[r0 * ind..], ind),
                 Mat::rows(&dout[r0 * outd..], outd),
                 Mat::rows(&w[wo..wo + outd * ind], ind),
                 accumulate,
-                true,
+                Tiles::Parallel,
             );
             r0 += rows;
         }
@@ -220,15 +222,16 @@ impl<F: Real> Backend for CpuBackend<F> {
             let wo = (g.first + gi) * outd * ind;
             if rows > 0 {
                 gemm_into(
-                    outd,
-                    ind,
-                    rows,
-                    &mut dw[wo..wo + outd * ind],
-                    ind,
+                    GemmShape {
+                        m: outd,
+                        n: ind,
+                        k: rows,
+                    },
+                    MatMut::rows(&mut dw[wo..wo + outd * ind], ind),
                     Mat::transposed(&dout[r0 * outd..r0 * outd + rows * outd], outd),
                     Mat::rows(&inp[r0 * ind..r0 * ind + rows * ind], ind),
-                    true,
-                    true,
+                    Accumulate::Add,
+                    Tiles::Parallel,
                 );
             }
             r0 += rows;
@@ -237,52 +240,46 @@ impl<F: Real> Backend for CpuBackend<F> {
 
     fn qkv_rope_fwd(
         &self,
-        q: &mut Vec<F>,
-        k: &mut Vec<F>,
-        v: &mut Vec<F>,
+        out: Qkv<&mut Vec<F>>,
         qkv: &Vec<F>,
-        cos: &Vec<F>,
-        sin: &Vec<F>,
+        rope: RopeTables<&Vec<F>>,
         dims: AttnDims,
     ) {
-        attention::qkv_rope_fwd(q, k, v, qkv, cos, sin, dims);
+        attention::qkv_rope_fwd(out.map(Vec::as_mut_slice), qkv, slices(rope), dims);
     }
     fn qkv_rope_bwd(
         &self,
         dqkv: &mut Vec<F>,
-        dq: &Vec<F>,
-        dk: &Vec<F>,
-        dv: &Vec<F>,
-        cos: &Vec<F>,
-        sin: &Vec<F>,
+        d: Qkv<&Vec<F>>,
+        rope: RopeTables<&Vec<F>>,
         dims: AttnDims,
     ) {
-        attention::qkv_rope_bwd(dqkv, dq, dk, dv, cos, sin, dims);
+        attention::qkv_rope_bwd(dqkv, d.map(Vec::as_slice), slices(rope), dims);
     }
     fn attention_fwd(
         &self,
         out: &mut Vec<F>,
         probs: &mut Vec<F>,
-        q: &Vec<F>,
-        k: &Vec<F>,
-        v: &Vec<F>,
+        qkv: Qkv<&Vec<F>>,
         dims: AttnDims,
     ) {
-        attention::attention_fwd(out, probs, q, k, v, dims);
+        attention::attention_fwd(out, probs, qkv.map(Vec::as_slice), dims);
     }
     fn attention_bwd(
         &self,
-        dq: &mut Vec<F>,
-        dk: &mut Vec<F>,
-        dv: &mut Vec<F>,
+        d: Qkv<&mut Vec<F>>,
         dout: &Vec<F>,
         probs: &Vec<F>,
-        q: &Vec<F>,
-        k: &Vec<F>,
-        v: &Vec<F>,
+        qkv: Qkv<&Vec<F>>,
         dims: AttnDims,
     ) {
-        attention::attention_bwd(dq, dk, dv, dout, probs, q, k, v, dims);
+        attention::attention_bwd(
+            d.map(Vec::as_mut_slice),
+            dout,
+            probs,
+            qkv.map(Vec::as_slice),
+            dims,
+        );
     }
     fn merge_heads_fwd(&self, out: &mut Vec<F>, y: &Vec<F>, dims: AttnDims) {
         attention::merge_heads_fwd(out, y, dims);
@@ -372,7 +369,7 @@ impl<F: Real> Backend for CpuBackend<F> {
         y: &Vec<F>,
         routing: &Routing<Self>,
         c: usize,
-        accumulate: bool,
+        accumulate: Accumulate,
     ) {
         moe::combine_fwd(
             out,
@@ -426,5 +423,13 @@ impl<F: Real> Backend for CpuBackend<F> {
 
     fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         self.pool.install(f)
+    }
+}
+
+/// The RoPE tables as slices.
+fn slices<F>(rope: RopeTables<&Vec<F>>) -> RopeTables<&[F]> {
+    RopeTables {
+        cos: rope.cos,
+        sin: rope.sin,
     }
 }

@@ -10,7 +10,7 @@
 use rayon::prelude::*;
 
 use super::norm::ROW_BLOCK;
-use crate::backend::{DROPPED, ScoreKind};
+use crate::backend::{Accumulate, DROPPED, ScoreKind};
 use crate::scalar::Real;
 
 /// Forward scores: softmax over each row of `logits [N, E]`, or sigmoid elementwise.
@@ -288,14 +288,14 @@ pub fn combine_fwd<F: Real>(
     token_slot: &[u32],
     k: usize,
     c: usize,
-    accumulate: bool,
+    accumulate: Accumulate,
 ) {
     out.par_chunks_mut(c * ROW_BLOCK)
         .enumerate()
         .for_each(|(blk, ob)| {
             for (r, row) in ob.chunks_mut(c).enumerate() {
                 let t = blk * ROW_BLOCK + r;
-                if !accumulate {
+                if accumulate == Accumulate::Overwrite {
                     row.fill(F::ZERO);
                 }
                 for j in 0..k {

@@ -30,8 +30,8 @@ use super::blas::{self, HeadProduct};
 use super::nvrtc;
 use super::sources::{self, KERNEL_FILES};
 use crate::backend::{
-    AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource, Routing,
-    ScoreKind,
+    Accumulate, AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource, Qkv,
+    RopeTables, Routing, ScoreKind,
 };
 use crate::error::RunnerError;
 
@@ -78,6 +78,15 @@ pub fn probe() -> Result<String, String> {
         Ok(format!("{n} CUDA device(s)"))
     });
     r.unwrap_or_else(|_| Err("loading the CUDA libraries failed (cudarc panicked)".into()))
+}
+
+/// What a new buffer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Contents {
+    /// Zeros (a memset after taking it from the pool).
+    Zeros,
+    /// Whatever it held before (no memset).
+    Unspecified,
 }
 
 /// Capacity class of a request for `n` elements.
@@ -246,7 +255,7 @@ impl CudaBackend {
         let name = ctx.name().map_err(e("cannot read the device name"))?;
         let mut funcs = HashMap::new();
         for file in KERNEL_FILES {
-            let compiled = nvrtc::compile(file, &arch, true)?;
+            let compiled = nvrtc::compile(file, &arch, nvrtc::PtxCache::Use)?;
             let module = ctx
                 .load_module(cudarc::nvrtc::Ptx::from_src(compiled.ptx))
                 .map_err(|err| format!("cannot load {}: {err:?}", file.path))?;
@@ -331,7 +340,18 @@ impl CudaBackend {
         Ok(2.0 * (n as f64).powi(3) / best.max(1e-9))
     }
 
-    fn alloc<T: Pooled>(&self, n: usize, zero: bool) -> DevBuf<T> {
+    /// A buffer of `n` zeros.
+    fn zeroed<T: Pooled>(&self, n: usize) -> DevBuf<T> {
+        self.alloc(n, Contents::Zeros)
+    }
+
+    /// A buffer of `n` elements with whatever a pooled allocation last held: for outputs a
+    /// kernel writes in full before anything reads them.
+    fn scratch<T: Pooled>(&self, n: usize) -> DevBuf<T> {
+        self.alloc(n, Contents::Unspecified)
+    }
+
+    fn alloc<T: Pooled>(&self, n: usize, contents: Contents) -> DevBuf<T> {
         let mut buf = DevBuf {
             slice: None,
             len: n,
@@ -348,7 +368,7 @@ impl CudaBackend {
         };
         match slice {
             Ok(mut s) => {
-                if zero {
+                if contents == Contents::Zeros {
                     let mut view = s.slice_mut(0..n);
                     if let Err(err) = self.shared.stream.memset_zeros(&mut view) {
                         self.shared.record("memset", format!("{err:?}"));
@@ -365,7 +385,7 @@ impl CudaBackend {
     }
 
     fn upload_any<T: Pooled>(&self, host: &[T]) -> DevBuf<T> {
-        let mut buf = self.alloc::<T>(host.len(), false);
+        let mut buf = self.scratch::<T>(host.len());
         if let Some(s) = buf.slice.as_mut() {
             let mut view = s.slice_mut(0..host.len());
             if let Err(err) = self.shared.stream.memcpy_htod(host, &mut view) {
@@ -450,7 +470,7 @@ impl Backend for CudaBackend {
     }
 
     fn zeros(&self, n: usize) -> CudaBuf {
-        self.alloc(n, true)
+        self.zeroed(n)
     }
     fn upload(&self, host: &[f32]) -> CudaBuf {
         self.upload_any(host)
@@ -465,7 +485,7 @@ impl Backend for CudaBackend {
         self.download_any(ids)
     }
     fn duplicate(&self, buf: &CudaBuf) -> CudaBuf {
-        let mut out = self.alloc::<f32>(buf.len, false);
+        let mut out = self.scratch::<f32>(buf.len);
         let n = buf.len;
         self.op("duplicate", || {
             let src = buf.get()?;
@@ -598,7 +618,7 @@ impl Backend for CudaBackend {
     ) {
         let n = x.len / c.max(1);
         let nblk = n.div_ceil(ROW_BLOCK);
-        let mut part = self.alloc::<f32>(nblk * c, false);
+        let mut part = self.scratch::<f32>(nblk * c);
         let (ni, ci, rb, nb) = (n as i32, c as i32, ROW_BLOCK as i32, nblk as i32);
         self.op("rmsnorm_bwd", || {
             let s = &self.shared.stream;
@@ -646,7 +666,7 @@ impl Backend for CudaBackend {
         dout: &CudaBuf,
         w: &CudaBuf,
         groups: &Groups,
-        accumulate: bool,
+        accumulate: Accumulate,
     ) {
         self.op("linear_bwd_data", || {
             blas::linear_bwd_data(
@@ -667,14 +687,12 @@ impl Backend for CudaBackend {
 
     fn qkv_rope_fwd(
         &self,
-        q: &mut CudaBuf,
-        k: &mut CudaBuf,
-        v: &mut CudaBuf,
+        out: Qkv<&mut CudaBuf>,
         qkv: &CudaBuf,
-        cos: &CudaBuf,
-        sin: &CudaBuf,
+        rope: RopeTables<&CudaBuf>,
         dims: AttnDims,
     ) {
+        let (Qkv { q, k, v }, RopeTables { cos, sin }) = (out, rope);
         let (b, t, h, d) = (dims.b as i32, dims.t as i32, dims.h as i32, dims.d as i32);
         let pairs = dims.b * dims.h * dims.t * (dims.d / 2);
         self.op("qkv_rope_fwd", || {
@@ -700,13 +718,16 @@ impl Backend for CudaBackend {
     fn qkv_rope_bwd(
         &self,
         dqkv: &mut CudaBuf,
-        dq: &CudaBuf,
-        dk: &CudaBuf,
-        dv: &CudaBuf,
-        cos: &CudaBuf,
-        sin: &CudaBuf,
+        d: Qkv<&CudaBuf>,
+        rope: RopeTables<&CudaBuf>,
         dims: AttnDims,
     ) {
+        let Qkv {
+            q: dq,
+            k: dk,
+            v: dv,
+        } = d;
+        let RopeTables { cos, sin } = rope;
         let (b, t, h, d) = (dims.b as i32, dims.t as i32, dims.h as i32, dims.d as i32);
         let pairs = dims.b * dims.h * dims.t * (dims.d / 2);
         self.op("qkv_rope_bwd", || {
@@ -733,27 +754,17 @@ impl Backend for CudaBackend {
         &self,
         out: &mut CudaBuf,
         probs: &mut CudaBuf,
-        q: &CudaBuf,
-        k: &CudaBuf,
-        v: &CudaBuf,
+        qkv: Qkv<&CudaBuf>,
         dims: AttnDims,
     ) {
+        let Qkv { q, k, v } = qkv;
         let AttnDims { b, t, h, d } = dims;
         let bh = b * h;
         let rows = (bh * t) as u64;
         let (ti, scale) = (t as i32, (1.0 / (d as f64).sqrt()) as f32);
         self.op("attention_fwd", || {
             let p = probs.get_mut()?;
-            blas::per_head(
-                &self.blas,
-                HeadProduct::ABt,
-                p,
-                q.get()?,
-                k.get()?,
-                bh,
-                t,
-                d,
-            )?;
+            blas::per_head(&self.blas, HeadProduct::ABt, p, q.get()?, k.get()?, dims)?;
             let mut l = self
                 .shared
                 .stream
@@ -767,34 +778,34 @@ impl Backend for CudaBackend {
                 out.get_mut()?,
                 p,
                 v.get()?,
-                bh,
-                t,
-                d,
+                dims,
             )
         });
     }
     fn attention_bwd(
         &self,
-        dq: &mut CudaBuf,
-        dk: &mut CudaBuf,
-        dv: &mut CudaBuf,
+        d: Qkv<&mut CudaBuf>,
         dout: &CudaBuf,
         probs: &CudaBuf,
-        q: &CudaBuf,
-        k: &CudaBuf,
-        v: &CudaBuf,
+        qkv: Qkv<&CudaBuf>,
         dims: AttnDims,
     ) {
+        let Qkv {
+            q: dq,
+            k: dk,
+            v: dv,
+        } = d;
+        let Qkv { q, k, v } = qkv;
         let AttnDims { b, t, h, d } = dims;
         let bh = b * h;
         let rows = (bh * t) as u64;
         let (ti, scale) = (t as i32, (1.0 / (d as f64).sqrt()) as f32);
-        let mut ds = self.alloc::<f32>(bh * t * t, false);
+        let mut ds = self.scratch::<f32>(bh * t * t);
         self.op("attention_bwd", || {
             let (p, g) = (probs.get()?, dout.get()?);
-            blas::per_head(&self.blas, HeadProduct::AtB, dv.get_mut()?, p, g, bh, t, d)?;
+            blas::per_head(&self.blas, HeadProduct::AtB, dv.get_mut()?, p, g, dims)?;
             let dsb = ds.get_mut()?;
-            blas::per_head(&self.blas, HeadProduct::ABt, dsb, g, v.get()?, bh, t, d)?;
+            blas::per_head(&self.blas, HeadProduct::ABt, dsb, g, v.get()?, dims)?;
             let mut l = self
                 .shared
                 .stream
@@ -808,9 +819,7 @@ impl Backend for CudaBackend {
                 dq.get_mut()?,
                 dsb,
                 k.get()?,
-                bh,
-                t,
-                d,
+                dims,
             )?;
             blas::per_head(
                 &self.blas,
@@ -818,9 +827,7 @@ impl Backend for CudaBackend {
                 dk.get_mut()?,
                 dsb,
                 q.get()?,
-                bh,
-                t,
-                d,
+                dims,
             )
         });
     }
@@ -981,9 +988,9 @@ impl Backend for CudaBackend {
         coef_per_token: f64,
     ) -> f64 {
         let n = logits.len / e_.max(1);
-        let mut lse = self.alloc::<f32>(n, false);
-        let mut sq = self.alloc::<f64>(n, false);
-        let mut out = self.alloc::<f64>(1, false);
+        let mut lse = self.scratch::<f32>(n);
+        let mut sq = self.scratch::<f64>(n);
+        let mut out = self.scratch::<f64>(1);
         let (ni, ei, n64, coef) = (n as i32, e_ as i32, n as u64, coef_per_token as f32);
         self.op("router_z_loss", || {
             let s = &self.shared.stream;
@@ -1025,14 +1032,14 @@ impl Backend for CudaBackend {
         let nchunks = a.div_ceil(SORT_CHUNK).max(1);
         let bias_f: Vec<f32> = bias.iter().map(|&b| b as f32).collect();
         let bias_d = self.upload(&bias_f);
-        let mut token_expert = self.alloc::<u32>(a, false);
-        let mut weights = self.alloc::<f32>(a, false);
-        let mut counts = self.alloc::<u32>(nchunks * e_, false);
-        let mut chunk_start = self.alloc::<u32>(nchunks * e_, false);
+        let mut token_expert = self.scratch::<u32>(a);
+        let mut weights = self.scratch::<f32>(a);
+        let mut counts = self.scratch::<u32>(nchunks * e_);
+        let mut chunk_start = self.scratch::<u32>(nchunks * e_);
         // load | rows | offset, one buffer so the host reads load and rows in one copy.
-        let mut meta = self.alloc::<u32>(3 * e_, false);
-        let mut token_slot = self.alloc::<u32>(a, false);
-        let mut slot_assignment = self.alloc::<u32>(a, false);
+        let mut meta = self.scratch::<u32>(3 * e_);
+        let mut token_slot = self.scratch::<u32>(a);
+        let mut slot_assignment = self.scratch::<u32>(a);
         let cap = capacity.map_or(u32::MAX, |c| c.min(u32::MAX as usize) as u32);
         let (ni, ei, ki, scale) = (n as i32, e_ as i32, top_k as i32, combine_scale as f32);
         let (a32, chunk, nc) = (a as u32, SORT_CHUNK as u32, nchunks as i32);
@@ -1196,10 +1203,11 @@ impl Backend for CudaBackend {
         y: &CudaBuf,
         routing: &Routing<Self>,
         c: usize,
-        accumulate: bool,
+        accumulate: Accumulate,
     ) {
         let n = out.len / c.max(1);
-        let (ni, ki, ci, acc) = (n as i32, routing.top_k as i32, c as i32, accumulate as i32);
+        let acc = (accumulate == Accumulate::Add) as i32;
+        let (ni, ki, ci) = (n as i32, routing.top_k as i32, c as i32);
         let total = out.len;
         self.op("combine_fwd", || {
             let mut l = self
@@ -1270,9 +1278,9 @@ impl Backend for CudaBackend {
         grad_scale: Option<f64>,
     ) -> CrossEntropySums {
         let n = targets.len;
-        let mut row_ce = self.alloc::<f64>(n, false);
-        let mut row_z = self.alloc::<f64>(n, false);
-        let mut out = self.alloc::<f64>(2, false);
+        let mut row_ce = self.scratch::<f64>(n);
+        let mut row_z = self.scratch::<f64>(n);
+        let mut out = self.scratch::<f64>(2);
         let (ni, vi, zc) = (n as i32, v as i32, z_coef as f32);
         let (gs, want) = (
             grad_scale.unwrap_or(0.0) as f32,
@@ -1306,8 +1314,8 @@ impl Backend for CudaBackend {
 
     fn sum_squares(&self, buf: &CudaBuf) -> f64 {
         let nblk = buf.len.div_ceil(NORM_BLOCK).max(1);
-        let mut part = self.alloc::<f64>(nblk, false);
-        let mut out = self.alloc::<f64>(1, false);
+        let mut part = self.scratch::<f64>(nblk);
+        let mut out = self.scratch::<f64>(1);
         let (n64, be) = (buf.len as u64, NORM_BLOCK as i32);
         self.op("sum_squares", || {
             let mut l = self
