@@ -7,12 +7,16 @@
 //! arithmetic (its k-blocking, its microkernel) depends only on the tile's shape, and no two
 //! tiles share an output element, so the result is bitwise the same for 1 or 64 threads.
 //!
+//! The model's (grouped) linear layers are built on it here: group `g` multiplies the next
+//! `rows[g]` rows by weight matrix `first + g` of a `[G, out, in]` tensor, one `gemm_into` per
+//! group, tiles of a group in parallel.
+//!
 //! This is not a general BLAS: no alpha/beta beyond "overwrite or accumulate", row-major C only.
 
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use crate::backend::Accumulate;
+use crate::backend::{Accumulate, Groups};
 use crate::scalar::Real;
 
 /// Output rows per tile.
@@ -164,5 +168,81 @@ pub fn gemm_into<F: Real>(
         (0..count).into_par_iter().for_each(tile);
     } else {
         (0..count).for_each(tile);
+    }
+}
+
+/// Linear forward: `out[rows_g, :] = inp[rows_g, :] @ W[first+g]^T`; inp `[R, in]`,
+/// W `[G, out, in]`, out `[R, out]`.
+pub fn linear_fwd<F: Real>(out: &mut [F], inp: &[F], w: &[F], g: &Groups) {
+    let (ind, outd) = (g.in_dim, g.out_dim);
+    let mut r0 = 0;
+    for (gi, &rows) in g.rows.iter().enumerate() {
+        let wo = (g.first + gi) * outd * ind;
+        gemm_into(
+            GemmShape {
+                m: rows,
+                n: outd,
+                k: ind,
+            },
+            MatMut::rows(&mut out[r0 * outd..], outd),
+            Mat::rows(&inp[r0 * ind..], ind),
+            Mat::transposed(&w[wo..wo + outd * ind], ind),
+            Accumulate::Overwrite,
+            Tiles::Parallel,
+        );
+        r0 += rows;
+    }
+}
+
+/// Linear backward to the input: `dinp[rows_g, :] (+)= dout[rows_g, :] @ W[first+g]`.
+pub fn linear_bwd_data<F: Real>(
+    dinp: &mut [F],
+    dout: &[F],
+    w: &[F],
+    g: &Groups,
+    accumulate: Accumulate,
+) {
+    let (ind, outd) = (g.in_dim, g.out_dim);
+    let mut r0 = 0;
+    for (gi, &rows) in g.rows.iter().enumerate() {
+        let wo = (g.first + gi) * outd * ind;
+        gemm_into(
+            GemmShape {
+                m: rows,
+                n: ind,
+                k: outd,
+            },
+            MatMut::rows(&mut dinp[r0 * ind..], ind),
+            Mat::rows(&dout[r0 * outd..], outd),
+            Mat::rows(&w[wo..wo + outd * ind], ind),
+            accumulate,
+            Tiles::Parallel,
+        );
+        r0 += rows;
+    }
+}
+
+/// Linear backward to the weights: `dW[first+g] += dout[rows_g, :]^T @ inp[rows_g, :]`
+/// (an empty group leaves its matrix as it is).
+pub fn linear_bwd_weight<F: Real>(dw: &mut [F], dout: &[F], inp: &[F], g: &Groups) {
+    let (ind, outd) = (g.in_dim, g.out_dim);
+    let mut r0 = 0;
+    for (gi, &rows) in g.rows.iter().enumerate() {
+        let wo = (g.first + gi) * outd * ind;
+        if rows > 0 {
+            gemm_into(
+                GemmShape {
+                    m: outd,
+                    n: ind,
+                    k: rows,
+                },
+                MatMut::rows(&mut dw[wo..wo + outd * ind], ind),
+                Mat::transposed(&dout[r0 * outd..r0 * outd + rows * outd], outd),
+                Mat::rows(&inp[r0 * ind..r0 * ind + rows * ind], ind),
+                Accumulate::Add,
+                Tiles::Parallel,
+            );
+        }
+        r0 += rows;
     }
 }
