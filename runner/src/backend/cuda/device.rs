@@ -22,8 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
-    ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, ValidAsZeroBits,
 };
 
 use super::blas::{self, HeadProduct};
@@ -45,6 +44,37 @@ const NORM_BLOCK: usize = 4096;
 const SORT_CHUNK: usize = 1024;
 /// cuBLAS workspace, fixed for the run (determinism: the same workspace every call).
 const CUBLAS_WORKSPACE_BYTES: usize = 32 << 20;
+
+/// Launches kernel `$kernel` (an `extern "C"` entry point of `runner/kernels/`) on the
+/// backend's stream with launch configuration `$cfg`, passing the bracketed arguments in the
+/// order of the kernel's parameters: device buffers as `&CudaSlice` / `&mut CudaSlice` (or
+/// views), scalars by reference, each of the parameter's C type (`int` = `i32`,
+/// `unsigned long long` = `u64`, `float` = `f32`):
+///
+/// ```ignore
+/// launch!(be, "add_assign_f32", grid_for(n), [a.get_mut()?, b.get()?, &n])?;
+/// ```
+///
+/// Evaluates to `Result<(), String>` (the error names the kernel); it is used inside
+/// [`CudaBackend::op`], whose closure returns that type.
+macro_rules! launch {
+    ($be:expr, $kernel:literal, $cfg:expr, [$($arg:expr),+ $(,)?]) => {
+        match $be.func($kernel) {
+            Err(err) => Err(err),
+            Ok(func) => {
+                let mut args = $be.stream().launch_builder(func);
+                $(cudarc::driver::PushKernelArg::arg(&mut args, $arg);)+
+                // SAFETY: every call site lists the kernel's parameters in order and with their
+                // C types (checked by reading `runner/kernels/<family>.cu` next to the
+                // launcher), with the launch geometry the kernel's design note states and
+                // buffers at least as long as the shapes the kernel indexes.
+                unsafe { args.launch($cfg) }
+                    .map(|_| ())
+                    .map_err(|err| format!("{}: {err:?}", $kernel))
+            }
+        }
+    };
+}
 
 /// Checks, without any call that could panic, whether CUDA can run here.
 pub fn probe() -> Result<String, String> {
@@ -421,6 +451,11 @@ impl CudaBackend {
         }
     }
 
+    /// The backend's one stream.
+    fn stream(&self) -> &Arc<CudaStream> {
+        &self.shared.stream
+    }
+
     fn func(&self, name: &str) -> Result<&CudaFunction, String> {
         self.funcs
             .get(name)
@@ -437,10 +472,7 @@ impl CudaBackend {
     ) -> Result<(), String> {
         let n64 = n as u64;
         let (o, v) = (out.get_mut()?, values.get()?);
-        let mut b = self.shared.stream.launch_builder(self.func("sum_f64")?);
-        b.arg(o).arg(&slot).arg(v).arg(&n64);
-        // SAFETY: arguments match `sum_f64(double*, int, const double*, u64)` in reduce.cu.
-        unsafe { b.launch(blocks_of(1, 1024)) }.map_err(e("sum_f64"))?;
+        launch!(self, "sum_f64", blocks_of(1, 1024), [o, &slot, v, &n64])?;
         Ok(())
     }
 }
@@ -512,13 +544,12 @@ impl Backend for CudaBackend {
     fn add_assign(&self, a: &mut CudaBuf, b: &CudaBuf) {
         let n = a.len as u64;
         self.op("add_assign", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("add_assign_f32")?);
-            l.arg(a.get_mut()?).arg(b.get()?).arg(&n);
-            // SAFETY: matches add_assign_f32(float*, const float*, u64).
-            unsafe { l.launch(grid_for(n as usize)) }.map_err(e("add_assign"))?;
+            launch!(
+                self,
+                "add_assign_f32",
+                grid_for(n as usize),
+                [a.get_mut()?, b.get()?, &n]
+            )?;
             Ok(())
         });
     }
@@ -526,13 +557,12 @@ impl Backend for CudaBackend {
         let rowb = self.upload(row);
         let (n, w) = (buf.len as u64, row.len() as i32);
         self.op("add_row_broadcast", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("add_row_broadcast_f32")?);
-            l.arg(buf.get_mut()?).arg(rowb.get()?).arg(&n).arg(&w);
-            // SAFETY: matches add_row_broadcast_f32(float*, const float*, u64, int).
-            unsafe { l.launch(grid_for(n as usize)) }.map_err(e("add_row_broadcast"))?;
+            launch!(
+                self,
+                "add_row_broadcast_f32",
+                grid_for(n as usize),
+                [buf.get_mut()?, rowb.get()?, &n, &w]
+            )?;
             Ok(())
         });
     }
@@ -540,17 +570,12 @@ impl Backend for CudaBackend {
     fn embedding_fwd(&self, out: &mut CudaBuf, wte: &CudaBuf, tokens: &CudaIds, c: usize) {
         let (n, ci) = (tokens.len as i32, c as i32);
         self.op("embedding_fwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("embedding_fwd_f32")?);
-            l.arg(out.get_mut()?)
-                .arg(wte.get()?)
-                .arg(tokens.get()?)
-                .arg(&n)
-                .arg(&ci);
-            // SAFETY: matches embedding_fwd_f32(float*, const float*, const u32*, int, int).
-            unsafe { l.launch(grid_for(tokens.len * c)) }.map_err(e("embedding_fwd"))?;
+            launch!(
+                self,
+                "embedding_fwd_f32",
+                grid_for(tokens.len * c),
+                [out.get_mut()?, wte.get()?, tokens.get()?, &n, &ci]
+            )?;
             Ok(())
         });
     }
@@ -558,22 +583,18 @@ impl Backend for CudaBackend {
         let (n, ci) = (tokens.len as i32, c as i32);
         let v = (dwte.len / c.max(1)) as u32;
         self.op("embedding_bwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("embedding_bwd_f32")?);
-            l.arg(dwte.get_mut()?)
-                .arg(dout.get()?)
-                .arg(tokens.get()?)
-                .arg(&n)
-                .arg(&ci);
             let cfg = LaunchConfig {
                 grid_dim: ((c as u32).div_ceil(BLOCK), v, 1),
                 block_dim: (BLOCK, 1, 1),
                 shared_mem_bytes: 0,
             };
-            // SAFETY: matches embedding_bwd_f32; grid (ceil(C/256), V).
-            unsafe { l.launch(cfg) }.map_err(e("embedding_bwd"))?;
+            // Grid (ceil(C/256), V).
+            launch!(
+                self,
+                "embedding_bwd_f32",
+                cfg,
+                [dwte.get_mut()?, dout.get()?, tokens.get()?, &n, &ci]
+            )?;
             Ok(())
         });
     }
@@ -590,19 +611,21 @@ impl Backend for CudaBackend {
         let n = x.len / c.max(1);
         let (ni, ci, epsf) = (n as i32, c as i32, eps as f32);
         self.op("rmsnorm_fwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("rmsnorm_fwd_f32")?);
-            l.arg(out.get_mut()?)
-                .arg(rstd.get_mut()?)
-                .arg(x.get()?)
-                .arg(w.get()?)
-                .arg(&ni)
-                .arg(&ci)
-                .arg(&epsf);
-            // SAFETY: matches rmsnorm_fwd_f32; one 256-thread block per row.
-            unsafe { l.launch(blocks_of(n, 256)) }.map_err(e("rmsnorm_fwd"))?;
+            // One 256-thread block per row.
+            launch!(
+                self,
+                "rmsnorm_fwd_f32",
+                blocks_of(n, 256),
+                [
+                    out.get_mut()?,
+                    rstd.get_mut()?,
+                    x.get()?,
+                    w.get()?,
+                    &ni,
+                    &ci,
+                    &epsf
+                ]
+            )?;
             Ok(())
         });
     }
@@ -621,36 +644,48 @@ impl Backend for CudaBackend {
         let mut part = self.scratch::<f32>(nblk * c);
         let (ni, ci, rb, nb) = (n as i32, c as i32, ROW_BLOCK as i32, nblk as i32);
         self.op("rmsnorm_bwd", || {
-            let s = &self.shared.stream;
-            let mut l = s.launch_builder(self.func("rmsnorm_bwd_dx_f32")?);
-            l.arg(dx.get_mut()?)
-                .arg(dout.get()?)
-                .arg(x.get()?)
-                .arg(w.get()?)
-                .arg(rstd.get()?)
-                .arg(&ni)
-                .arg(&ci);
-            // SAFETY: matches rmsnorm_bwd_dx_f32; one block per row.
-            unsafe { l.launch(blocks_of(n, 256)) }.map_err(e("rmsnorm_bwd_dx"))?;
-            let mut l = s.launch_builder(self.func("rmsnorm_bwd_dw_partial_f32")?);
-            l.arg(part.get_mut()?)
-                .arg(dout.get()?)
-                .arg(x.get()?)
-                .arg(rstd.get()?)
-                .arg(&ni)
-                .arg(&ci)
-                .arg(&rb);
+            // One block per row.
+            launch!(
+                self,
+                "rmsnorm_bwd_dx_f32",
+                blocks_of(n, 256),
+                [
+                    dx.get_mut()?,
+                    dout.get()?,
+                    x.get()?,
+                    w.get()?,
+                    rstd.get()?,
+                    &ni,
+                    &ci
+                ]
+            )?;
             let cfg = LaunchConfig {
                 grid_dim: ((c as u32).div_ceil(BLOCK), nblk as u32, 1),
                 block_dim: (BLOCK, 1, 1),
                 shared_mem_bytes: 0,
             };
-            // SAFETY: matches rmsnorm_bwd_dw_partial_f32; grid (ceil(C/256), nblk).
-            unsafe { l.launch(cfg) }.map_err(e("rmsnorm_bwd_dw_partial"))?;
-            let mut l = s.launch_builder(self.func("col_sum_accumulate_f32")?);
-            l.arg(dw.get_mut()?).arg(part.get()?).arg(&nb).arg(&ci);
-            // SAFETY: matches col_sum_accumulate_f32; one thread per column.
-            unsafe { l.launch(grid_for(c)) }.map_err(e("col_sum_accumulate"))?;
+            // Grid (ceil(C/256), nblk).
+            launch!(
+                self,
+                "rmsnorm_bwd_dw_partial_f32",
+                cfg,
+                [
+                    part.get_mut()?,
+                    dout.get()?,
+                    x.get()?,
+                    rstd.get()?,
+                    &ni,
+                    &ci,
+                    &rb
+                ]
+            )?;
+            // One thread per column.
+            launch!(
+                self,
+                "col_sum_accumulate_f32",
+                grid_for(c),
+                [dw.get_mut()?, part.get()?, &nb, &ci]
+            )?;
             Ok(())
         });
     }
@@ -696,22 +731,24 @@ impl Backend for CudaBackend {
         let (b, t, h, d) = (dims.b as i32, dims.t as i32, dims.h as i32, dims.d as i32);
         let pairs = dims.b * dims.h * dims.t * (dims.d / 2);
         self.op("qkv_rope_fwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("qkv_rope_fwd_f32")?);
-            l.arg(q.get_mut()?)
-                .arg(k.get_mut()?)
-                .arg(v.get_mut()?)
-                .arg(qkv.get()?)
-                .arg(cos.get()?)
-                .arg(sin.get()?)
-                .arg(&b)
-                .arg(&t)
-                .arg(&h)
-                .arg(&d);
-            // SAFETY: matches qkv_rope_fwd_f32; grid-stride over pairs.
-            unsafe { l.launch(grid_for(pairs)) }.map_err(e("qkv_rope_fwd"))?;
+            // Grid-stride over pairs.
+            launch!(
+                self,
+                "qkv_rope_fwd_f32",
+                grid_for(pairs),
+                [
+                    q.get_mut()?,
+                    k.get_mut()?,
+                    v.get_mut()?,
+                    qkv.get()?,
+                    cos.get()?,
+                    sin.get()?,
+                    &b,
+                    &t,
+                    &h,
+                    &d
+                ]
+            )?;
             Ok(())
         });
     }
@@ -731,22 +768,24 @@ impl Backend for CudaBackend {
         let (b, t, h, d) = (dims.b as i32, dims.t as i32, dims.h as i32, dims.d as i32);
         let pairs = dims.b * dims.h * dims.t * (dims.d / 2);
         self.op("qkv_rope_bwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("qkv_rope_bwd_f32")?);
-            l.arg(dqkv.get_mut()?)
-                .arg(dq.get()?)
-                .arg(dk.get()?)
-                .arg(dv.get()?)
-                .arg(cos.get()?)
-                .arg(sin.get()?)
-                .arg(&b)
-                .arg(&t)
-                .arg(&h)
-                .arg(&d);
-            // SAFETY: matches qkv_rope_bwd_f32; grid-stride over pairs.
-            unsafe { l.launch(grid_for(pairs)) }.map_err(e("qkv_rope_bwd"))?;
+            // Grid-stride over pairs.
+            launch!(
+                self,
+                "qkv_rope_bwd_f32",
+                grid_for(pairs),
+                [
+                    dqkv.get_mut()?,
+                    dq.get()?,
+                    dk.get()?,
+                    dv.get()?,
+                    cos.get()?,
+                    sin.get()?,
+                    &b,
+                    &t,
+                    &h,
+                    &d
+                ]
+            )?;
             Ok(())
         });
     }
@@ -765,13 +804,13 @@ impl Backend for CudaBackend {
         self.op("attention_fwd", || {
             let p = probs.get_mut()?;
             blas::per_head(&self.blas, HeadProduct::ABt, p, q.get()?, k.get()?, dims)?;
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("causal_softmax_fwd_f32")?);
-            l.arg(&mut *p).arg(&rows).arg(&ti).arg(&scale);
-            // SAFETY: matches causal_softmax_fwd_f32; one block per row.
-            unsafe { l.launch(blocks_of(bh * t, 256)) }.map_err(e("causal_softmax_fwd"))?;
+            // One block per row.
+            launch!(
+                self,
+                "causal_softmax_fwd_f32",
+                blocks_of(bh * t, 256),
+                [&mut *p, &rows, &ti, &scale]
+            )?;
             blas::per_head(
                 &self.blas,
                 HeadProduct::AB,
@@ -806,13 +845,13 @@ impl Backend for CudaBackend {
             blas::per_head(&self.blas, HeadProduct::AtB, dv.get_mut()?, p, g, dims)?;
             let dsb = ds.get_mut()?;
             blas::per_head(&self.blas, HeadProduct::ABt, dsb, g, v.get()?, dims)?;
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("causal_softmax_bwd_f32")?);
-            l.arg(&mut *dsb).arg(p).arg(&rows).arg(&ti).arg(&scale);
-            // SAFETY: matches causal_softmax_bwd_f32; one block per row.
-            unsafe { l.launch(blocks_of(bh * t, 256)) }.map_err(e("causal_softmax_bwd"))?;
+            // One block per row.
+            launch!(
+                self,
+                "causal_softmax_bwd_f32",
+                blocks_of(bh * t, 256),
+                [&mut *dsb, p, &rows, &ti, &scale]
+            )?;
             blas::per_head(
                 &self.blas,
                 HeadProduct::AB,
@@ -835,18 +874,12 @@ impl Backend for CudaBackend {
         let (b, t, h, d) = (dims.b as i32, dims.t as i32, dims.h as i32, dims.d as i32);
         let total = out.len;
         self.op("merge_heads_fwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("merge_heads_fwd_f32")?);
-            l.arg(out.get_mut()?)
-                .arg(y.get()?)
-                .arg(&b)
-                .arg(&t)
-                .arg(&h)
-                .arg(&d);
-            // SAFETY: matches merge_heads_fwd_f32.
-            unsafe { l.launch(grid_for(total)) }.map_err(e("merge_heads_fwd"))?;
+            launch!(
+                self,
+                "merge_heads_fwd_f32",
+                grid_for(total),
+                [out.get_mut()?, y.get()?, &b, &t, &h, &d]
+            )?;
             Ok(())
         });
     }
@@ -854,18 +887,12 @@ impl Backend for CudaBackend {
         let (b, t, h, d) = (dims.b as i32, dims.t as i32, dims.h as i32, dims.d as i32);
         let total = dy.len;
         self.op("merge_heads_bwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("merge_heads_bwd_f32")?);
-            l.arg(dy.get_mut()?)
-                .arg(dout.get()?)
-                .arg(&b)
-                .arg(&t)
-                .arg(&h)
-                .arg(&d);
-            // SAFETY: matches merge_heads_bwd_f32.
-            unsafe { l.launch(grid_for(total)) }.map_err(e("merge_heads_bwd"))?;
+            launch!(
+                self,
+                "merge_heads_bwd_f32",
+                grid_for(total),
+                [dy.get_mut()?, dout.get()?, &b, &t, &h, &d]
+            )?;
             Ok(())
         });
     }
@@ -874,13 +901,12 @@ impl Backend for CudaBackend {
         let rows = (out.len / f.max(1)) as u64;
         let (fi, total) = (f as i32, out.len);
         self.op("swiglu_fwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("swiglu_fwd_f32")?);
-            l.arg(out.get_mut()?).arg(h.get()?).arg(&rows).arg(&fi);
-            // SAFETY: matches swiglu_fwd_f32.
-            unsafe { l.launch(grid_for(total)) }.map_err(e("swiglu_fwd"))?;
+            launch!(
+                self,
+                "swiglu_fwd_f32",
+                grid_for(total),
+                [out.get_mut()?, h.get()?, &rows, &fi]
+            )?;
             Ok(())
         });
     }
@@ -888,17 +914,12 @@ impl Backend for CudaBackend {
         let rows = (dout.len / f.max(1)) as u64;
         let fi = f as i32;
         self.op("swiglu_bwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("swiglu_bwd_f32")?);
-            l.arg(dh.get_mut()?)
-                .arg(dout.get()?)
-                .arg(h.get()?)
-                .arg(&rows)
-                .arg(&fi);
-            // SAFETY: matches swiglu_bwd_f32.
-            unsafe { l.launch(grid_for(dout.len)) }.map_err(e("swiglu_bwd"))?;
+            launch!(
+                self,
+                "swiglu_bwd_f32",
+                grid_for(dout.len),
+                [dh.get_mut()?, dout.get()?, h.get()?, &rows, &fi]
+            )?;
             Ok(())
         });
     }
@@ -915,25 +936,21 @@ impl Backend for CudaBackend {
         self.op("router_scores_fwd", || {
             match kind {
                 ScoreKind::Softmax => {
-                    let mut l = self
-                        .shared
-                        .stream
-                        .launch_builder(self.func("router_softmax_fwd_f32")?);
-                    l.arg(scores.get_mut()?)
-                        .arg(logits.get()?)
-                        .arg(&ni)
-                        .arg(&ei);
-                    // SAFETY: matches router_softmax_fwd_f32; one thread per row.
-                    unsafe { l.launch(grid_for(n)) }.map_err(e("router_softmax_fwd"))?;
+                    // One thread per row.
+                    launch!(
+                        self,
+                        "router_softmax_fwd_f32",
+                        grid_for(n),
+                        [scores.get_mut()?, logits.get()?, &ni, &ei]
+                    )?;
                 }
                 ScoreKind::Sigmoid => {
-                    let mut l = self
-                        .shared
-                        .stream
-                        .launch_builder(self.func("router_sigmoid_fwd_f32")?);
-                    l.arg(scores.get_mut()?).arg(logits.get()?).arg(&total);
-                    // SAFETY: matches router_sigmoid_fwd_f32.
-                    unsafe { l.launch(grid_for(logits.len)) }.map_err(e("router_sigmoid_fwd"))?;
+                    launch!(
+                        self,
+                        "router_sigmoid_fwd_f32",
+                        grid_for(logits.len),
+                        [scores.get_mut()?, logits.get()?, &total]
+                    )?;
                 }
             }
             Ok(())
@@ -952,29 +969,21 @@ impl Backend for CudaBackend {
         self.op("router_scores_bwd", || {
             match kind {
                 ScoreKind::Softmax => {
-                    let mut l = self
-                        .shared
-                        .stream
-                        .launch_builder(self.func("router_softmax_bwd_f32")?);
-                    l.arg(dlogits.get_mut()?)
-                        .arg(dscores.get()?)
-                        .arg(scores.get()?)
-                        .arg(&ni)
-                        .arg(&ei);
-                    // SAFETY: matches router_softmax_bwd_f32; one thread per row.
-                    unsafe { l.launch(grid_for(n)) }.map_err(e("router_softmax_bwd"))?;
+                    // One thread per row.
+                    launch!(
+                        self,
+                        "router_softmax_bwd_f32",
+                        grid_for(n),
+                        [dlogits.get_mut()?, dscores.get()?, scores.get()?, &ni, &ei]
+                    )?;
                 }
                 ScoreKind::Sigmoid => {
-                    let mut l = self
-                        .shared
-                        .stream
-                        .launch_builder(self.func("router_sigmoid_bwd_f32")?);
-                    l.arg(dlogits.get_mut()?)
-                        .arg(dscores.get()?)
-                        .arg(scores.get()?)
-                        .arg(&total);
-                    // SAFETY: matches router_sigmoid_bwd_f32.
-                    unsafe { l.launch(grid_for(scores.len)) }.map_err(e("router_sigmoid_bwd"))?;
+                    launch!(
+                        self,
+                        "router_sigmoid_bwd_f32",
+                        grid_for(scores.len),
+                        [dlogits.get_mut()?, dscores.get()?, scores.get()?, &total]
+                    )?;
                 }
             }
             Ok(())
@@ -993,26 +1002,28 @@ impl Backend for CudaBackend {
         let mut out = self.scratch::<f64>(1);
         let (ni, ei, n64, coef) = (n as i32, e_ as i32, n as u64, coef_per_token as f32);
         self.op("router_z_loss", || {
-            let s = &self.shared.stream;
-            let mut l = s.launch_builder(self.func("router_lse_f32")?);
-            l.arg(lse.get_mut()?).arg(logits.get()?).arg(&ni).arg(&ei);
-            // SAFETY: matches router_lse_f32; one thread per row.
-            unsafe { l.launch(grid_for(n)) }.map_err(e("router_lse"))?;
-            let mut l = s.launch_builder(self.func("square_to_f64")?);
-            l.arg(sq.get_mut()?).arg(lse.get()?).arg(&n64);
-            // SAFETY: matches square_to_f64.
-            unsafe { l.launch(grid_for(n)) }.map_err(e("square_to_f64"))?;
+            // One thread per row.
+            launch!(
+                self,
+                "router_lse_f32",
+                grid_for(n),
+                [lse.get_mut()?, logits.get()?, &ni, &ei]
+            )?;
+            launch!(
+                self,
+                "square_to_f64",
+                grid_for(n),
+                [sq.get_mut()?, lse.get()?, &n64]
+            )?;
             self.sum_f64_into(&mut out, 0, &sq, n)?;
             if let Some(dl) = dlogits {
-                let mut l = s.launch_builder(self.func("router_z_grad_f32")?);
-                l.arg(dl.get_mut()?)
-                    .arg(logits.get()?)
-                    .arg(lse.get()?)
-                    .arg(&ni)
-                    .arg(&ei)
-                    .arg(&coef);
-                // SAFETY: matches router_z_grad_f32; one thread per row.
-                unsafe { l.launch(grid_for(n)) }.map_err(e("router_z_grad"))?;
+                // One thread per row.
+                launch!(
+                    self,
+                    "router_z_grad_f32",
+                    grid_for(n),
+                    [dl.get_mut()?, logits.get()?, lse.get()?, &ni, &ei, &coef]
+                )?;
             }
             Ok(())
         });
@@ -1044,65 +1055,78 @@ impl Backend for CudaBackend {
         let (ni, ei, ki, scale) = (n as i32, e_ as i32, top_k as i32, combine_scale as f32);
         let (a32, chunk, nc) = (a as u32, SORT_CHUNK as u32, nchunks as i32);
         self.op("route", || {
-            let s = &self.shared.stream;
-            let mut l = s.launch_builder(self.func("topk_bias_f32")?);
-            l.arg(token_expert.get_mut()?)
-                .arg(weights.get_mut()?)
-                .arg(scores.get()?)
-                .arg(bias_d.get()?)
-                .arg(&ni)
-                .arg(&ei)
-                .arg(&ki)
-                .arg(&scale);
-            // SAFETY: matches topk_bias_f32; one thread per token.
-            unsafe { l.launch(grid_for(n)) }.map_err(e("topk_bias"))?;
+            // One thread per token.
+            launch!(
+                self,
+                "topk_bias_f32",
+                grid_for(n),
+                [
+                    token_expert.get_mut()?,
+                    weights.get_mut()?,
+                    scores.get()?,
+                    bias_d.get()?,
+                    &ni,
+                    &ei,
+                    &ki,
+                    &scale
+                ]
+            )?;
             let shared_bytes = (4 * e_) as u32;
-            let mut l = s.launch_builder(self.func("expert_count_chunks")?);
-            l.arg(counts.get_mut()?)
-                .arg(token_expert.get()?)
-                .arg(&a32)
-                .arg(&ei)
-                .arg(&chunk);
             let cfg = LaunchConfig {
                 shared_mem_bytes: shared_bytes,
                 ..blocks_of(nchunks, 256)
             };
-            // SAFETY: matches expert_count_chunks; E u32 counters in shared memory.
-            unsafe { l.launch(cfg) }.map_err(e("expert_count_chunks"))?;
+            // E u32 counters in shared memory.
+            launch!(
+                self,
+                "expert_count_chunks",
+                cfg,
+                [counts.get_mut()?, token_expert.get()?, &a32, &ei, &chunk]
+            )?;
             {
                 let m = meta.get_mut()?;
                 let (mut load, mut rest) = m.split_at_mut(e_);
                 let (mut rows, mut offset) = rest.split_at_mut(e_);
-                let mut l = s.launch_builder(self.func("expert_scan")?);
-                l.arg(chunk_start.get_mut()?)
-                    .arg(&mut load)
-                    .arg(&mut rows)
-                    .arg(&mut offset)
-                    .arg(counts.get()?)
-                    .arg(&nc)
-                    .arg(&ei)
-                    .arg(&cap);
-                // SAFETY: matches expert_scan; one block.
-                unsafe { l.launch(blocks_of(1, 256)) }.map_err(e("expert_scan"))?;
+                // One block.
+                launch!(
+                    self,
+                    "expert_scan",
+                    blocks_of(1, 256),
+                    [
+                        chunk_start.get_mut()?,
+                        &mut load,
+                        &mut rows,
+                        &mut offset,
+                        counts.get()?,
+                        &nc,
+                        &ei,
+                        &cap
+                    ]
+                )?;
             }
             let m = meta.get()?;
             let (rows, offset) = (m.slice(e_..2 * e_), m.slice(2 * e_..3 * e_));
-            let mut l = s.launch_builder(self.func("expert_scatter")?);
-            l.arg(token_slot.get_mut()?)
-                .arg(slot_assignment.get_mut()?)
-                .arg(token_expert.get()?)
-                .arg(chunk_start.get()?)
-                .arg(&rows)
-                .arg(&offset)
-                .arg(&a32)
-                .arg(&ei)
-                .arg(&chunk);
             let cfg = LaunchConfig {
                 shared_mem_bytes: shared_bytes,
                 ..blocks_of(nchunks, 1)
             };
-            // SAFETY: matches expert_scatter; one serial thread per chunk.
-            unsafe { l.launch(cfg) }.map_err(e("expert_scatter"))?;
+            // One serial thread per chunk.
+            launch!(
+                self,
+                "expert_scatter",
+                cfg,
+                [
+                    token_slot.get_mut()?,
+                    slot_assignment.get_mut()?,
+                    token_expert.get()?,
+                    chunk_start.get()?,
+                    &rows,
+                    &offset,
+                    &a32,
+                    &ei,
+                    &chunk
+                ]
+            )?;
             Ok(())
         });
         let host = self.download_any(&meta);
@@ -1138,20 +1162,22 @@ impl Backend for CudaBackend {
             combine_scale as f32,
         );
         self.op("route_weights_bwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("route_weights_bwd_f32")?);
-            l.arg(dscores.get_mut()?)
-                .arg(dweights.get()?)
-                .arg(scores.get()?)
-                .arg(routing.token_expert.get()?)
-                .arg(&ni)
-                .arg(&ei)
-                .arg(&ki)
-                .arg(&scale);
-            // SAFETY: matches route_weights_bwd_f32; one thread per token.
-            unsafe { l.launch(grid_for(n)) }.map_err(e("route_weights_bwd"))?;
+            // One thread per token.
+            launch!(
+                self,
+                "route_weights_bwd_f32",
+                grid_for(n),
+                [
+                    dscores.get_mut()?,
+                    dweights.get()?,
+                    scores.get()?,
+                    routing.token_expert.get()?,
+                    &ni,
+                    &ei,
+                    &ki,
+                    &scale
+                ]
+            )?;
             Ok(())
         });
     }
@@ -1163,18 +1189,19 @@ impl Backend for CudaBackend {
             if slots == 0 {
                 return Ok(());
             }
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("dispatch_fwd_f32")?);
-            l.arg(xs.get_mut()?)
-                .arg(x.get()?)
-                .arg(routing.slot_assignment.get()?)
-                .arg(&slots)
-                .arg(&ki)
-                .arg(&ci);
-            // SAFETY: matches dispatch_fwd_f32.
-            unsafe { l.launch(grid_for(slots as usize * c)) }.map_err(e("dispatch_fwd"))?;
+            launch!(
+                self,
+                "dispatch_fwd_f32",
+                grid_for(slots as usize * c),
+                [
+                    xs.get_mut()?,
+                    x.get()?,
+                    routing.slot_assignment.get()?,
+                    &slots,
+                    &ki,
+                    &ci
+                ]
+            )?;
             Ok(())
         });
     }
@@ -1182,18 +1209,19 @@ impl Backend for CudaBackend {
         let n = dx.len / c.max(1);
         let (ni, ki, ci, total) = (n as i32, routing.top_k as i32, c as i32, dx.len);
         self.op("dispatch_bwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("dispatch_bwd_f32")?);
-            l.arg(dx.get_mut()?)
-                .arg(dxs.get()?)
-                .arg(routing.token_slot.get()?)
-                .arg(&ni)
-                .arg(&ki)
-                .arg(&ci);
-            // SAFETY: matches dispatch_bwd_f32.
-            unsafe { l.launch(grid_for(total)) }.map_err(e("dispatch_bwd"))?;
+            launch!(
+                self,
+                "dispatch_bwd_f32",
+                grid_for(total),
+                [
+                    dx.get_mut()?,
+                    dxs.get()?,
+                    routing.token_slot.get()?,
+                    &ni,
+                    &ki,
+                    &ci
+                ]
+            )?;
             Ok(())
         });
     }
@@ -1210,20 +1238,21 @@ impl Backend for CudaBackend {
         let (ni, ki, ci) = (n as i32, routing.top_k as i32, c as i32);
         let total = out.len;
         self.op("combine_fwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("combine_fwd_f32")?);
-            l.arg(out.get_mut()?)
-                .arg(y.get()?)
-                .arg(routing.weights.get()?)
-                .arg(routing.token_slot.get()?)
-                .arg(&ni)
-                .arg(&ki)
-                .arg(&ci)
-                .arg(&acc);
-            // SAFETY: matches combine_fwd_f32.
-            unsafe { l.launch(grid_for(total)) }.map_err(e("combine_fwd"))?;
+            launch!(
+                self,
+                "combine_fwd_f32",
+                grid_for(total),
+                [
+                    out.get_mut()?,
+                    y.get()?,
+                    routing.weights.get()?,
+                    routing.token_slot.get()?,
+                    &ni,
+                    &ki,
+                    &ci,
+                    &acc
+                ]
+            )?;
             Ok(())
         });
     }
@@ -1240,31 +1269,39 @@ impl Backend for CudaBackend {
         let assignments = routing.token_slot.len as u64;
         let (ki, ci) = (routing.top_k as i32, c as i32);
         self.op("combine_bwd", || {
-            let s = &self.shared.stream;
             if slots > 0 {
-                let mut l = s.launch_builder(self.func("combine_bwd_dy_f32")?);
-                l.arg(dy.get_mut()?)
-                    .arg(dout.get()?)
-                    .arg(routing.weights.get()?)
-                    .arg(routing.slot_assignment.get()?)
-                    .arg(&slots)
-                    .arg(&ki)
-                    .arg(&ci);
-                // SAFETY: matches combine_bwd_dy_f32.
-                unsafe { l.launch(grid_for(slots as usize * c)) }.map_err(e("combine_bwd_dy"))?;
+                launch!(
+                    self,
+                    "combine_bwd_dy_f32",
+                    grid_for(slots as usize * c),
+                    [
+                        dy.get_mut()?,
+                        dout.get()?,
+                        routing.weights.get()?,
+                        routing.slot_assignment.get()?,
+                        &slots,
+                        &ki,
+                        &ci
+                    ]
+                )?;
             }
-            let mut l = s.launch_builder(self.func("combine_bwd_dw_f32")?);
-            l.arg(dweights.get_mut()?)
-                .arg(dout.get()?)
-                .arg(y.get()?)
-                .arg(routing.token_slot.get()?)
-                .arg(&assignments)
-                .arg(&ki)
-                .arg(&ci);
             // One warp per assignment, 8 warps per block.
             let blocks = (assignments as usize).div_ceil(8);
-            // SAFETY: matches combine_bwd_dw_f32; 256 threads = 8 warps per block.
-            unsafe { l.launch(blocks_of(blocks, 256)) }.map_err(e("combine_bwd_dw"))?;
+            // 256 threads = 8 warps per block.
+            launch!(
+                self,
+                "combine_bwd_dw_f32",
+                blocks_of(blocks, 256),
+                [
+                    dweights.get_mut()?,
+                    dout.get()?,
+                    y.get()?,
+                    routing.token_slot.get()?,
+                    &assignments,
+                    &ki,
+                    &ci
+                ]
+            )?;
             Ok(())
         });
     }
@@ -1287,21 +1324,23 @@ impl Backend for CudaBackend {
             grad_scale.is_some() as i32,
         );
         self.op("cross_entropy", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("cross_entropy_f32")?);
-            l.arg(logits.get_mut()?)
-                .arg(targets.get()?)
-                .arg(row_ce.get_mut()?)
-                .arg(row_z.get_mut()?)
-                .arg(&ni)
-                .arg(&vi)
-                .arg(&zc)
-                .arg(&gs)
-                .arg(&want);
-            // SAFETY: matches cross_entropy_f32; one 256-thread block per row.
-            unsafe { l.launch(blocks_of(n, 256)) }.map_err(e("cross_entropy"))?;
+            // One 256-thread block per row.
+            launch!(
+                self,
+                "cross_entropy_f32",
+                blocks_of(n, 256),
+                [
+                    logits.get_mut()?,
+                    targets.get()?,
+                    row_ce.get_mut()?,
+                    row_z.get_mut()?,
+                    &ni,
+                    &vi,
+                    &zc,
+                    &gs,
+                    &want
+                ]
+            )?;
             self.sum_f64_into(&mut out, 0, &row_ce, n)?;
             self.sum_f64_into(&mut out, 1, &row_z, n)
         });
@@ -1318,13 +1357,13 @@ impl Backend for CudaBackend {
         let mut out = self.scratch::<f64>(1);
         let (n64, be) = (buf.len as u64, NORM_BLOCK as i32);
         self.op("sum_squares", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("sum_squares_partial_f32")?);
-            l.arg(part.get_mut()?).arg(buf.get()?).arg(&n64).arg(&be);
-            // SAFETY: matches sum_squares_partial_f32; one block per NORM_BLOCK elements.
-            unsafe { l.launch(blocks_of(nblk, 256)) }.map_err(e("sum_squares_partial"))?;
+            // One block per NORM_BLOCK elements.
+            launch!(
+                self,
+                "sum_squares_partial_f32",
+                blocks_of(nblk, 256),
+                [part.get_mut()?, buf.get()?, &n64, &be]
+            )?;
             self.sum_f64_into(&mut out, 0, &part, nblk)
         });
         self.download_any(&out).first().copied().unwrap_or(f64::NAN)
@@ -1350,22 +1389,26 @@ impl Backend for CudaBackend {
         );
         let n = param.len as u64;
         self.op("adamw", || {
-            let mut l = self.shared.stream.launch_builder(self.func("adamw_f32")?);
-            l.arg(param.get_mut()?)
-                .arg(grad.get()?)
-                .arg(m.get_mut()?)
-                .arg(v.get_mut()?)
-                .arg(&n)
-                .arg(&lr)
-                .arg(&b1)
-                .arg(&b2)
-                .arg(&eps)
-                .arg(&wd)
-                .arg(&gs)
-                .arg(&bc1)
-                .arg(&bc2);
-            // SAFETY: matches adamw_f32.
-            unsafe { l.launch(grid_for(n as usize)) }.map_err(e("adamw"))?;
+            launch!(
+                self,
+                "adamw_f32",
+                grid_for(n as usize),
+                [
+                    param.get_mut()?,
+                    grad.get()?,
+                    m.get_mut()?,
+                    v.get_mut()?,
+                    &n,
+                    &lr,
+                    &b1,
+                    &b2,
+                    &eps,
+                    &wd,
+                    &gs,
+                    &bc1,
+                    &bc2
+                ]
+            )?;
             Ok(())
         });
     }
