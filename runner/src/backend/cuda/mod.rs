@@ -10,8 +10,11 @@
 //!   BLAKE3(source, options, NVRTC version); the log is returned so tests fail on warnings;
 //! - `blas` — row-major (grouped and strided-batched) SGEMM on cuBLAS (the transpose trick);
 //! - `device` — [`CudaBackend`]: one context, one stream, one cuBLAS handle with a fixed
-//!   workspace, a caching buffer pool (allocate once per run, reuse every step), and the
-//!   [`Backend`](crate::backend::Backend) impl.
+//!   workspace, module loading, a caching buffer pool (allocate once per run, reuse every
+//!   step), and the `launch!` macro;
+//! - `ops` — the [`Backend`](crate::backend::Backend) impl, one file per op family, named as
+//!   the family's kernel file (`runner/kernels/<family>.cu`) and its CPU twin
+//!   (`backend/cpu/<family>.rs`).
 //!
 //! Determinism: one stream; every reduction is a fixed tree or a fixed serial order; no float
 //! atomics (checked by a test over the sources); cuBLAS is bitwise reproducible on the same
@@ -28,6 +31,8 @@ mod blas;
 mod device;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
+#[cfg(feature = "cuda")]
+mod ops;
 
 #[cfg(feature = "cuda")]
 pub use device::{CudaBackend, CudaBuf, CudaIds, DevBuf, Pooled};

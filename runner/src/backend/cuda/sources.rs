@@ -2,14 +2,14 @@
 //! so a run compiles exactly the text it hashes. Always built, with or without the `cuda`
 //! feature: run records, the kernel compile test and tools list them from here.
 //!
-//! Not here: compiling them (`nvrtc.rs`) or launching them (`mod.rs`).
+//! Not here: compiling them (`nvrtc.rs`) or launching them (`ops/`).
 
 use crate::backend::KernelSource;
 
 /// One kernel source file: one op family, forward and backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelFile {
-    /// Path relative to the repository root, e.g. `runner/kernels/rmsnorm.cu`.
+    /// Path relative to the repository root, e.g. `runner/kernels/norm.cu`.
     pub path: &'static str,
     /// The CUDA C text.
     pub text: &'static str,
@@ -28,7 +28,7 @@ macro_rules! kernel_files {
 pub const KERNEL_FILES: &[KernelFile] = kernel_files!(
     "elementwise.cu",
     "embedding.cu",
-    "rmsnorm.cu",
+    "norm.cu",
     "rope.cu",
     "attention.cu",
     "swiglu.cu",
