@@ -34,7 +34,7 @@ use std::time::Instant;
 use glassbox_runner::backend::cpu::CpuBackend;
 use glassbox_runner::backend::cuda::CudaBackend;
 use glassbox_runner::backend::{
-    Accumulate, AdamW, AttnDims, Backend, Groups, Qkv, RopeTables, ScoreKind,
+    Accumulate, AdamW, AttnDims, Backend, Groups, Qkv, RmsNormSaved, RopeTables, ScoreKind,
 };
 use glassbox_runner::data::{DataPipeline, DirCorpusStore};
 use glassbox_runner::observer::{MetricRecord, Observer, RecordKind};
@@ -367,7 +367,12 @@ fn run_ops<B: Backend<F = f32>>(be: &B) -> BTreeMap<String, (Vec<f32>, f64)> {
         be.upload(&randn(6, n * c, 0.1)),
         be.upload(&randn(7, c, 0.1)),
     );
-    be.rmsnorm_bwd(&mut dx, &mut dw, &dout, &x, &w, &rstd, c);
+    let saved = RmsNormSaved {
+        x: &x,
+        w: &w,
+        rstd: &rstd,
+    };
+    be.rmsnorm_bwd(&mut dx, &mut dw, &dout, saved, c);
     put("rmsnorm_bwd_dx", be.download(&dx), TOL_REORDERED);
     put("rmsnorm_bwd_dw", be.download(&dw), TOL_REORDERED);
 

@@ -20,7 +20,9 @@
 
 use glassbox_schemas::spec::{Balancing, ExperimentSpec, ScoreFn, Tokenizer};
 
-use crate::backend::{Accumulate, AttnDims, Backend, Groups, Qkv, RopeTables, Routing, ScoreKind};
+use crate::backend::{
+    Accumulate, AttnDims, Backend, Groups, Qkv, RmsNormSaved, RopeTables, Routing, ScoreKind,
+};
 use crate::error::RunnerError;
 use crate::rng::{SplitMix64, derive};
 use crate::scalar::Real;
@@ -801,15 +803,12 @@ impl Model {
         be.linear_bwd_weight(&mut grads[self.lm_head], &dlogits, &lnf, &dense_v);
         drop(dlogits);
         let mut dx = be.zeros(n * c);
-        be.rmsnorm_bwd(
-            &mut dx,
-            &mut grads[self.lnf],
-            &dlnf,
-            &x_final,
-            &params[self.lnf],
-            &rstdf,
-            c,
-        );
+        let saved = RmsNormSaved {
+            x: &x_final,
+            w: &params[self.lnf],
+            rstd: &rstdf,
+        };
+        be.rmsnorm_bwd(&mut dx, &mut grads[self.lnf], &dlnf, saved, c);
 
         for (li, ix) in self.layers.iter().enumerate().rev() {
             let Some(lc) = caches.pop() else { break };
@@ -900,15 +899,12 @@ impl Model {
             );
             be.linear_bwd_weight(&mut grads[ix.router], &drl, &lc.ln2, &dense_e);
             // dx (= d x_out) flows to x_mid unchanged, plus the norm's branch.
-            be.rmsnorm_bwd(
-                &mut dx,
-                &mut grads[ix.ln2],
-                &dln2,
-                &lc.x_mid,
-                &params[ix.ln2],
-                &lc.rstd2,
-                c,
-            );
+            let saved = RmsNormSaved {
+                x: &lc.x_mid,
+                w: &params[ix.ln2],
+                rstd: &lc.rstd2,
+            };
+            be.rmsnorm_bwd(&mut dx, &mut grads[ix.ln2], &dln2, saved, c);
             // --- attention block: x_mid = x_in + merge(attn) Wo^T ---
             let dense_c = Groups::dense(n, c, c);
             let mut dym = be.zeros(n * c);
@@ -942,15 +938,12 @@ impl Model {
                 Accumulate::Overwrite,
             );
             be.linear_bwd_weight(&mut grads[ix.wqkv], &dqkv, &lc.ln1, &dense_qkv);
-            be.rmsnorm_bwd(
-                &mut dx,
-                &mut grads[ix.ln1],
-                &dln1,
-                &lc.x_in,
-                &params[ix.ln1],
-                &lc.rstd1,
-                c,
-            );
+            let saved = RmsNormSaved {
+                x: &lc.x_in,
+                w: &params[ix.ln1],
+                rstd: &lc.rstd1,
+            };
+            be.rmsnorm_bwd(&mut dx, &mut grads[ix.ln1], &dln1, saved, c);
         }
         be.embedding_bwd(&mut grads[self.wte], &dx, tokens, c);
     }

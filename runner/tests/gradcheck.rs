@@ -10,7 +10,9 @@
 //! of margin while any wrong term (a missing factor, a transposed index) is off by O(1).
 
 use glassbox_runner::backend::cpu::CpuBackend;
-use glassbox_runner::backend::{Accumulate, AttnDims, Backend, Groups, Qkv, RopeTables, ScoreKind};
+use glassbox_runner::backend::{
+    Accumulate, AttnDims, Backend, Groups, Qkv, RmsNormSaved, RopeTables, ScoreKind,
+};
 use glassbox_runner::model::{BatchIds, Model, ModelDims};
 use glassbox_runner::rng::SplitMix64;
 
@@ -75,7 +77,12 @@ fn rmsnorm_backward_matches_finite_differences() {
     };
     let (_, rstd) = fwd(&x, &w);
     let (mut dx, mut dw) = (vec![0.0; n * c], vec![0.0; c]);
-    b.rmsnorm_bwd(&mut dx, &mut dw, &r, &x, &w, &rstd, c);
+    let saved = RmsNormSaved {
+        x: &x,
+        w: &w,
+        rstd: &rstd,
+    };
+    b.rmsnorm_bwd(&mut dx, &mut dw, &r, saved, c);
     check("rmsnorm dx", &x, &dx, |x| dot(&fwd(x, &w).0, &r));
     check("rmsnorm dw", &w, &dw, |w| dot(&fwd(&x, w).0, &r));
 }

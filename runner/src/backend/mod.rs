@@ -222,6 +222,37 @@ impl<T> RopeTables<T> {
             sin: &self.sin,
         }
     }
+
+    /// `f` applied to both.
+    pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> RopeTables<U> {
+        RopeTables {
+            cos: f(self.cos),
+            sin: f(self.sin),
+        }
+    }
+}
+
+/// What RMSNorm's backward reads from its forward: the input `x [N, C]`, the gain `w [C]` and
+/// the cached `rstd [N]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RmsNormSaved<T> {
+    /// The forward's input `[N, C]`.
+    pub x: T,
+    /// The gain `[C]`.
+    pub w: T,
+    /// `1 / rms(x)` per row `[N]`.
+    pub rstd: T,
+}
+
+impl<T> RmsNormSaved<T> {
+    /// `f` applied to each.
+    pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> RmsNormSaved<U> {
+        RmsNormSaved {
+            x: f(self.x),
+            w: f(self.w),
+            rstd: f(self.rstd),
+        }
+    }
 }
 
 /// Attention dimensions.
@@ -374,16 +405,14 @@ pub trait Backend: Send + Sync {
         c: usize,
         eps: f64,
     );
-    /// `dx += ...`, `dw += ...` for [`Backend::rmsnorm_fwd`].
-    #[allow(clippy::too_many_arguments)]
+    /// `dx += ...`, `dw += ...` for [`Backend::rmsnorm_fwd`], from `dout` and what the
+    /// forward saw and cached.
     fn rmsnorm_bwd(
         &self,
         dx: &mut Self::Buf,
         dw: &mut Self::Buf,
         dout: &Self::Buf,
-        x: &Self::Buf,
-        w: &Self::Buf,
-        rstd: &Self::Buf,
+        saved: RmsNormSaved<&Self::Buf>,
         c: usize,
     );
 

@@ -31,7 +31,7 @@ use std::marker::PhantomData;
 
 use crate::backend::{
     Accumulate, AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource, Qkv,
-    RopeTables, Routing, ScoreKind,
+    RmsNormSaved, RopeTables, Routing, ScoreKind,
 };
 use crate::error::RunnerError;
 use crate::scalar::Real;
@@ -191,12 +191,10 @@ impl<F: Real> Backend for CpuBackend<F> {
         dx: &mut Vec<F>,
         dw: &mut Vec<F>,
         dout: &Vec<F>,
-        x: &Vec<F>,
-        w: &Vec<F>,
-        rstd: &Vec<F>,
+        saved: RmsNormSaved<&Vec<F>>,
         c: usize,
     ) {
-        norm::rmsnorm_bwd(dx, dw, dout, x, w, rstd, c);
+        norm::rmsnorm_bwd(dx, dw, dout, saved.map(Vec::as_slice), c);
     }
 
     fn linear_fwd(&self, out: &mut Vec<F>, inp: &Vec<F>, w: &Vec<F>, g: &Groups) {
@@ -223,7 +221,12 @@ impl<F: Real> Backend for CpuBackend<F> {
         rope: RopeTables<&Vec<F>>,
         dims: AttnDims,
     ) {
-        rope::qkv_rope_fwd(out.map(Vec::as_mut_slice), qkv, slices(rope), dims);
+        rope::qkv_rope_fwd(
+            out.map(Vec::as_mut_slice),
+            qkv,
+            rope.map(Vec::as_slice),
+            dims,
+        );
     }
     fn qkv_rope_bwd(
         &self,
@@ -232,7 +235,7 @@ impl<F: Real> Backend for CpuBackend<F> {
         rope: RopeTables<&Vec<F>>,
         dims: AttnDims,
     ) {
-        rope::qkv_rope_bwd(dqkv, d.map(Vec::as_slice), slices(rope), dims);
+        rope::qkv_rope_bwd(dqkv, d.map(Vec::as_slice), rope.map(Vec::as_slice), dims);
     }
     fn attention_fwd(
         &self,
@@ -375,13 +378,5 @@ impl<F: Real> Backend for CpuBackend<F> {
 
     fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         self.pool.install(f)
-    }
-}
-
-/// The RoPE tables as slices.
-fn slices<F>(rope: RopeTables<&Vec<F>>) -> RopeTables<&[F]> {
-    RopeTables {
-        cos: rope.cos,
-        sin: rope.sin,
     }
 }

@@ -9,6 +9,7 @@
 use rayon::prelude::*;
 
 use super::ROW_BLOCK;
+use crate::backend::RmsNormSaved;
 use crate::scalar::Real;
 
 /// Forward: `rstd[n] = 1/sqrt(mean_i x[n,i]^2 + eps)`, `out[n,i] = x[n,i] * rstd[n] * w[i]`.
@@ -39,16 +40,14 @@ pub fn rmsnorm_fwd<F: Real>(out: &mut [F], rstd: &mut [F], x: &[F], w: &[F], c: 
 /// Backward of RMSNorm. With `xh = x * rstd` and `g = dout * w`:
 /// `dx += rstd * (g - xh * mean_i(g_i xh_i))`, `dw[i] += sum_n dout[n,i] xh[n,i]`.
 /// `dw` is reduced as per-block partial sums added in block order.
-#[allow(clippy::too_many_arguments)]
 pub fn rmsnorm_bwd<F: Real>(
     dx: &mut [F],
     dw: &mut [F],
     dout: &[F],
-    x: &[F],
-    w: &[F],
-    rstd: &[F],
+    saved: RmsNormSaved<&[F]>,
     c: usize,
 ) {
+    let RmsNormSaved { x, w, rstd } = saved;
     let inv_c = F::from_f64(1.0 / c as f64);
     let partials: Vec<Vec<F>> = dx
         .par_chunks_mut(c * ROW_BLOCK)

@@ -117,4 +117,35 @@ mod tests {
         assert_eq!(names.len(), dedup.len(), "kernel names must be unique");
         assert_eq!(kernel_sources().len(), KERNEL_FILES.len());
     }
+
+    /// One op family, three files of one name: `backend/cpu/<family>.rs` (the reference),
+    /// `backend/cuda/ops/<family>.rs` (the launchers) and `kernels/<family>.cu` (the kernels;
+    /// none for `gemm`, which is cuBLAS).
+    #[test]
+    fn every_op_family_has_the_same_name_on_both_backends() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let stems = |dir: &str, ext: &str| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(root.join(dir))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter_map(|n| n.strip_suffix(ext).map(str::to_string))
+                .filter(|n| n != "mod")
+                .collect();
+            v.sort();
+            v
+        };
+        let cpu = stems("src/backend/cpu", ".rs");
+        let cuda = stems("src/backend/cuda/ops", ".rs");
+        let mut kernels = stems("kernels", ".cu");
+        assert_eq!(
+            cpu, cuda,
+            "cpu/ and cuda/ops/ must name the same op families"
+        );
+        kernels.push("gemm".into());
+        kernels.sort();
+        assert_eq!(
+            cpu, kernels,
+            "every family but gemm (cuBLAS) has kernels/<family>.cu"
+        );
+    }
 }

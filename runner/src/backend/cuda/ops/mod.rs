@@ -28,7 +28,7 @@ use super::device::{CudaBackend, CudaBuf, CudaIds};
 use super::sources;
 use crate::backend::{
     Accumulate, AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource, Qkv,
-    RopeTables, Routing, ScoreKind,
+    RmsNormSaved, RopeTables, Routing, ScoreKind,
 };
 
 impl Backend for CudaBackend {
@@ -111,12 +111,10 @@ impl Backend for CudaBackend {
         dx: &mut CudaBuf,
         dw: &mut CudaBuf,
         dout: &CudaBuf,
-        x: &CudaBuf,
-        w: &CudaBuf,
-        rstd: &CudaBuf,
+        saved: RmsNormSaved<&CudaBuf>,
         c: usize,
     ) {
-        norm::rmsnorm_bwd(self, dx, dw, dout, x, w, rstd, c)
+        norm::rmsnorm_bwd(self, dx, dw, dout, saved, c)
     }
 
     // ---- (grouped) linear: cuBLAS ----

@@ -7,6 +7,8 @@
 
 use cudarc::driver::LaunchConfig;
 
+use crate::backend::RmsNormSaved;
+
 use super::super::device::{BLOCK, CudaBackend, CudaBuf, blocks_of, grid_for, launch};
 
 /// Rows per partial sum of the RMSNorm weight gradient (the CPU's `ROW_BLOCK`).
@@ -45,17 +47,15 @@ pub(super) fn rmsnorm_fwd(
 }
 
 /// The launcher of [`Backend::rmsnorm_bwd`](crate::backend::Backend::rmsnorm_bwd).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn rmsnorm_bwd(
     be: &CudaBackend,
     dx: &mut CudaBuf,
     dw: &mut CudaBuf,
     dout: &CudaBuf,
-    x: &CudaBuf,
-    w: &CudaBuf,
-    rstd: &CudaBuf,
+    saved: RmsNormSaved<&CudaBuf>,
     c: usize,
 ) {
+    let RmsNormSaved { x, w, rstd } = saved;
     let n = x.len / c.max(1);
     let nblk = n.div_ceil(ROW_BLOCK);
     let mut part = be.scratch::<f32>(nblk * c);
