@@ -17,14 +17,18 @@
 //! `F` d_expert, `S` kept expert assignments (slots) after routing.
 //!
 //! Not here: what the model is (that is [`crate::model`]), optimisation policy, data, I/O.
-//! Backend choice for the CLI is [`select`] (`auto|cpu|cuda`), which probes for CUDA without
-//! touching a missing library and says which backend it chose and why.
+//! Backend choice, for the CLI and the lab's worker alike, is [`select`] (`auto|cpu|cuda`),
+//! which probes for CUDA without touching a missing library and says which backend it chose
+//! and why, then [`Selection::start`], which starts it as a [`Selected`] backend that callers
+//! match on (no `cfg`: without the `cuda` feature the CUDA arm exists but is never taken).
 
 pub mod cpu;
 pub mod cuda;
 
 use std::fmt;
 
+use self::cpu::CpuBackend;
+use self::cuda::CudaBackend;
 use crate::error::RunnerError;
 use crate::scalar::Real;
 
@@ -73,9 +77,42 @@ pub struct Selection {
     pub why: String,
 }
 
+/// A started backend, ready to train on.
+#[derive(Debug)]
+pub enum Selected {
+    /// The CPU reference backend in f32.
+    Cpu(CpuBackend<f32>),
+    /// CUDA device 0 (without the `cuda` feature this arm can never be built).
+    Cuda(CudaBackend),
+}
+
+impl Selected {
+    /// Which backend this is.
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            Selected::Cpu(_) => BackendKind::Cpu,
+            Selected::Cuda(_) => BackendKind::Cuda,
+        }
+    }
+}
+
+impl Selection {
+    /// Start the chosen backend: a CPU pool of `threads` workers (at least 1), or CUDA device
+    /// 0 (which compiles or loads its kernels). Fails when the backend cannot start — e.g.
+    /// [`RunnerError::BackendUnavailable`] from a CUDA build or device that is not usable.
+    pub fn start(&self, threads: usize) -> Result<Selected, RunnerError> {
+        match self.kind {
+            BackendKind::Cpu => Ok(Selected::Cpu(CpuBackend::new(threads)?)),
+            BackendKind::Cuda => Ok(Selected::Cuda(CudaBackend::new(0)?)),
+        }
+    }
+}
+
 /// Resolve a request to a backend that can run here. `auto` picks CUDA when this binary has it
 /// and [`cuda::probe`] finds a usable device, else the CPU; an explicit `cuda` request that
-/// cannot be met fails with [`RunnerError::BackendUnavailable`] naming the reason.
+/// cannot be met fails with [`RunnerError::BackendUnavailable`] naming the reason. Nothing is
+/// started: [`Selection::start`] does that (a caller may report the choice first, or hand the
+/// run to a worker that starts its own).
 pub fn select(request: BackendRequest) -> Result<Selection, RunnerError> {
     match request {
         BackendRequest::Cpu => Ok(Selection {
@@ -614,6 +651,20 @@ mod tests {
             }
             // The CPU-only machines: auto falls back, an explicit request is a clear error.
             Err(reason) => {
+                let started = auto.start(2).expect("the CPU backend starts");
+                assert_eq!(started.kind(), BackendKind::Cpu);
+                // Starting CUDA anyway (a selection made elsewhere) fails with the reason.
+                let cuda = Selection {
+                    kind: BackendKind::Cuda,
+                    why: "test".into(),
+                };
+                match cuda.start(1) {
+                    Err(RunnerError::BackendUnavailable { backend, reason: r }) => {
+                        assert_eq!(backend, "cuda");
+                        assert_eq!(r, reason);
+                    }
+                    other => panic!("expected BackendUnavailable, got {other:?}"),
+                }
                 assert_eq!(auto.kind, BackendKind::Cpu);
                 assert!(auto.why.contains(&reason), "{}", auto.why);
                 match select(BackendRequest::Cuda) {

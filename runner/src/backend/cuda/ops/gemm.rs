@@ -1,6 +1,6 @@
 //! The linear layers on CUDA: the [`Backend`] linear ops over the cuBLAS calls of
 //! `cuda/blas.rs` (no `.cu` file: every matmul is cuBLAS SGEMM), and the measured SGEMM peak
-//! that MFU is stated against.
+//! that MFU is stated against ([`CudaBackend::measured_peak`]).
 //!
 //! Not here: the row-major-on-column-major transpose trick and the per-head products (they
 //! are `cuda/blas.rs`, which attention uses too).
@@ -9,6 +9,7 @@ use super::super::blas;
 use super::super::device::{CudaBackend, CudaBuf};
 use crate::backend::{Accumulate, Backend, Groups};
 use crate::error::RunnerError;
+use crate::train::Peak;
 
 /// The launcher of [`Backend::linear_fwd`](crate::backend::Backend::linear_fwd).
 pub(super) fn linear_fwd(
@@ -76,5 +77,17 @@ impl CudaBackend {
             return Err(RunnerError::Backend(err));
         }
         Ok(2.0 * (n as f64).powi(3) / best.max(1e-9))
+    }
+
+    /// The MFU reference of a CUDA run: the measured SGEMM peak of a `4096^3` product, best
+    /// of 5, labelled with the device.
+    pub fn measured_peak(&self) -> Result<Peak, RunnerError> {
+        Ok(Peak {
+            flops_per_second: self.measure_sgemm_peak(4096, 5)?,
+            label: format!(
+                "measured f32 SGEMM peak (cuBLAS 4096^3) of {}",
+                self.describe()
+            ),
+        })
     }
 }
