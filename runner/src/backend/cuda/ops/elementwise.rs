@@ -7,7 +7,7 @@
 use super::super::device::{CudaBackend, CudaBuf, grid_for, launch};
 use crate::backend::Backend;
 
-/// The launcher of [`Backend::add_assign`](crate::backend::Backend::add_assign).
+/// The launcher of [`Backend::add_assign`].
 pub(super) fn add_assign(be: &CudaBackend, a: &mut CudaBuf, b: &CudaBuf) {
     let n = a.len as u64;
     be.op("add_assign", || {
@@ -21,7 +21,7 @@ pub(super) fn add_assign(be: &CudaBackend, a: &mut CudaBuf, b: &CudaBuf) {
     });
 }
 
-/// The launcher of [`Backend::add_row_broadcast`](crate::backend::Backend::add_row_broadcast).
+/// The launcher of [`Backend::add_row_broadcast`].
 pub(super) fn add_row_broadcast(be: &CudaBackend, buf: &mut CudaBuf, row: &[f32]) {
     let rowb = be.upload(row);
     let (n, w) = (buf.len as u64, row.len() as i32);

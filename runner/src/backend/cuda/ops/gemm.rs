@@ -11,7 +11,7 @@ use crate::backend::{Accumulate, Backend, Groups};
 use crate::error::RunnerError;
 use crate::train::Peak;
 
-/// The launcher of [`Backend::linear_fwd`](crate::backend::Backend::linear_fwd).
+/// The launcher of [`Backend::linear_fwd`].
 pub(super) fn linear_fwd(
     be: &CudaBackend,
     out: &mut CudaBuf,
@@ -24,7 +24,7 @@ pub(super) fn linear_fwd(
     });
 }
 
-/// The launcher of [`Backend::linear_bwd_data`](crate::backend::Backend::linear_bwd_data).
+/// The launcher of [`Backend::linear_bwd_data`].
 pub(super) fn linear_bwd_data(
     be: &CudaBackend,
     dinp: &mut CudaBuf,
@@ -45,7 +45,7 @@ pub(super) fn linear_bwd_data(
     });
 }
 
-/// The launcher of [`Backend::linear_bwd_weight`](crate::backend::Backend::linear_bwd_weight).
+/// The launcher of [`Backend::linear_bwd_weight`].
 pub(super) fn linear_bwd_weight(
     be: &CudaBackend,
     dw: &mut CudaBuf,
