@@ -36,8 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use glassbox_runner::backend::cpu::CpuBackend;
-use glassbox_runner::backend::{self, Backend, BackendKind, BackendRequest};
+use glassbox_runner::backend::{self, Backend, BackendRequest, Selected};
 use glassbox_runner::data::DataPipeline;
 use glassbox_runner::observer::{MetricRecord, RunInfo};
 use glassbox_runner::train::{Peak, RunOptions, RunOutcome, Trainer};
@@ -624,83 +623,36 @@ impl Worker {
             Err(e) => return self.conclude_early(job, run, e.to_string(), log).await,
         };
         log.info(format!("backend: {} ({})", selection.kind, selection.why));
-        match selection.kind {
-            BackendKind::Cpu => {
+        let threads = self.opts.threads.max(1);
+        let selected = match selection.start(threads) {
+            Ok(be) => be,
+            Err(e) => return self.conclude_early(job, run, e.to_string(), log).await,
+        };
+        match selected {
+            Selected::Cpu(be) => {
                 if let Some(end) = self.over_memory(job, run, &spec, None, log).await {
                     return end;
                 }
-                let threads = self.opts.threads.max(1);
-                let be = match CpuBackend::<f32>::new(threads) {
-                    Ok(be) => be,
-                    Err(e) => return self.conclude_early(job, run, e.to_string(), log).await,
-                };
                 let peak = be.run(|| self.peak(threads));
                 self.train_on(&be, peak, job, run, spec, resume, scratch, cancel, log)
                     .await
             }
-            BackendKind::Cuda => {
-                self.train_cuda(job, run, spec, resume, scratch, cancel, log)
+            Selected::Cuda(be) => {
+                let device_memory = be.memory().map(|(_, total)| total as u64);
+                if let Some(end) = self.over_memory(job, run, &spec, device_memory, log).await {
+                    return end;
+                }
+                let peak = match self.opts.peak.clone() {
+                    Some(p) => p,
+                    None => match be.measured_peak() {
+                        Ok(p) => p,
+                        Err(e) => return self.conclude_early(job, run, e.to_string(), log).await,
+                    },
+                };
+                self.train_on(&be, peak, job, run, spec, resume, scratch, cancel, log)
                     .await
             }
         }
-    }
-
-    #[cfg(feature = "cuda")]
-    #[allow(clippy::too_many_arguments)]
-    async fn train_cuda(
-        &self,
-        job: &Job,
-        run: &RunId,
-        spec: ExperimentSpec,
-        resume: Option<PathBuf>,
-        scratch: &Path,
-        cancel: Arc<AtomicBool>,
-        log: &Arc<RunLog>,
-    ) -> Result<JobEnd, LabError> {
-        let be = match glassbox_runner::backend::cuda::CudaBackend::new(0) {
-            Ok(be) => be,
-            Err(e) => return self.conclude_early(job, run, e.to_string(), log).await,
-        };
-        let device_memory = be.memory().map(|(_, total)| total as u64);
-        if let Some(end) = self.over_memory(job, run, &spec, device_memory, log).await {
-            return end;
-        }
-        let peak = match self.opts.peak.clone() {
-            Some(p) => p,
-            None => match be.measure_sgemm_peak(4096, 5) {
-                Ok(f) => Peak {
-                    flops_per_second: f,
-                    label: format!(
-                        "measured f32 SGEMM peak (cuBLAS 4096^3) of {}",
-                        be.describe()
-                    ),
-                },
-                Err(e) => return self.conclude_early(job, run, e.to_string(), log).await,
-            },
-        };
-        self.train_on(&be, peak, job, run, spec, resume, scratch, cancel, log)
-            .await
-    }
-
-    #[cfg(not(feature = "cuda"))]
-    #[allow(clippy::too_many_arguments)]
-    async fn train_cuda(
-        &self,
-        job: &Job,
-        run: &RunId,
-        _spec: ExperimentSpec,
-        _resume: Option<PathBuf>,
-        _scratch: &Path,
-        _cancel: Arc<AtomicBool>,
-        log: &Arc<RunLog>,
-    ) -> Result<JobEnd, LabError> {
-        self.conclude_early(
-            job,
-            run,
-            "this worker was built without the CUDA backend (cargo feature `cuda`)".into(),
-            log,
-        )
-        .await
     }
 
     #[allow(clippy::too_many_arguments)]

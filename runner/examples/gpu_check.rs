@@ -33,7 +33,9 @@ use std::time::Instant;
 
 use glassbox_runner::backend::cpu::CpuBackend;
 use glassbox_runner::backend::cuda::CudaBackend;
-use glassbox_runner::backend::{AdamW, AttnDims, Backend, Groups, ScoreKind};
+use glassbox_runner::backend::{
+    Accumulate, AdamW, AttnDims, Backend, Groups, Qkv, RmsNormSaved, RopeTables, ScoreKind,
+};
 use glassbox_runner::data::{DataPipeline, DirCorpusStore};
 use glassbox_runner::observer::{MetricRecord, Observer, RecordKind};
 use glassbox_runner::rng::SplitMix64;
@@ -365,7 +367,12 @@ fn run_ops<B: Backend<F = f32>>(be: &B) -> BTreeMap<String, (Vec<f32>, f64)> {
         be.upload(&randn(6, n * c, 0.1)),
         be.upload(&randn(7, c, 0.1)),
     );
-    be.rmsnorm_bwd(&mut dx, &mut dw, &dout, &x, &w, &rstd, c);
+    let saved = RmsNormSaved {
+        x: &x,
+        w: &w,
+        rstd: &rstd,
+    };
+    be.rmsnorm_bwd(&mut dx, &mut dw, &dout, saved, c);
     put("rmsnorm_bwd_dx", be.download(&dx), TOL_REORDERED);
     put("rmsnorm_bwd_dw", be.download(&dw), TOL_REORDERED);
 
@@ -384,7 +391,7 @@ fn run_ops<B: Backend<F = f32>>(be: &B) -> BTreeMap<String, (Vec<f32>, f64)> {
         put(&format!("linear_fwd_{tag}"), be.download(&o), TOL_REORDERED);
         let go = be.upload(&randn(9, g.total_rows() * g.out_dim, 1.0));
         let mut di = be.upload(&randn(10, n * c, 0.1));
-        be.linear_bwd_data(&mut di, &go, &wl, g, true);
+        be.linear_bwd_data(&mut di, &go, &wl, g, Accumulate::Add);
         put(
             &format!("linear_bwd_data_{tag}"),
             be.download(&di),
@@ -411,22 +418,33 @@ fn run_ops<B: Backend<F = f32>>(be: &B) -> BTreeMap<String, (Vec<f32>, f64)> {
             sn.push(a.sin() as f32);
         }
     }
-    let (cos, sin) = (be.upload(&cs), be.upload(&sn));
-    let (mut q, mut kk, mut vv) = (be.zeros(n * c), be.zeros(n * c), be.zeros(n * c));
-    be.qkv_rope_fwd(&mut q, &mut kk, &mut vv, &qkv, &cos, &sin, dims);
-    put("qkv_rope_fwd_q", be.download(&q), TOL_SAME_ORDER);
-    put("qkv_rope_fwd_k", be.download(&kk), TOL_SAME_ORDER);
+    let rope = RopeTables {
+        cos: be.upload(&cs),
+        sin: be.upload(&sn),
+    };
+    let mut heads = Qkv {
+        q: be.zeros(n * c),
+        k: be.zeros(n * c),
+        v: be.zeros(n * c),
+    };
+    be.qkv_rope_fwd(heads.each_mut(), &qkv, rope.each_ref(), dims);
+    put("qkv_rope_fwd_q", be.download(&heads.q), TOL_SAME_ORDER);
+    put("qkv_rope_fwd_k", be.download(&heads.k), TOL_SAME_ORDER);
     let (mut att, mut probs) = (be.zeros(n * c), be.zeros(b * h * t * t));
-    be.attention_fwd(&mut att, &mut probs, &q, &kk, &vv, dims);
+    be.attention_fwd(&mut att, &mut probs, heads.each_ref(), dims);
     put("attention_fwd_out", be.download(&att), TOL_REORDERED);
     put("attention_fwd_probs", be.download(&probs), TOL_REORDERED);
-    let (mut dq, mut dk, mut dv) = (be.zeros(n * c), be.zeros(n * c), be.zeros(n * c));
-    be.attention_bwd(&mut dq, &mut dk, &mut dv, &dout, &probs, &q, &kk, &vv, dims);
-    put("attention_bwd_dq", be.download(&dq), TOL_REORDERED);
-    put("attention_bwd_dk", be.download(&dk), TOL_REORDERED);
-    put("attention_bwd_dv", be.download(&dv), TOL_REORDERED);
+    let mut dheads = Qkv {
+        q: be.zeros(n * c),
+        k: be.zeros(n * c),
+        v: be.zeros(n * c),
+    };
+    be.attention_bwd(dheads.each_mut(), &dout, &probs, heads.each_ref(), dims);
+    put("attention_bwd_dq", be.download(&dheads.q), TOL_REORDERED);
+    put("attention_bwd_dk", be.download(&dheads.k), TOL_REORDERED);
+    put("attention_bwd_dv", be.download(&dheads.v), TOL_REORDERED);
     let mut dqkv = be.zeros(n * 3 * c);
-    be.qkv_rope_bwd(&mut dqkv, &dq, &dk, &dv, &cos, &sin, dims);
+    be.qkv_rope_bwd(&mut dqkv, dheads.each_ref(), rope.each_ref(), dims);
     put("qkv_rope_bwd", be.download(&dqkv), TOL_REORDERED);
     let mut merged = be.zeros(n * c);
     be.merge_heads_fwd(&mut merged, &att, dims);
@@ -515,7 +533,7 @@ fn run_ops<B: Backend<F = f32>>(be: &B) -> BTreeMap<String, (Vec<f32>, f64)> {
         );
         let ys = be.upload(&randn(18, rows * c, 1.0));
         let mut comb = be.upload(&randn(19, n * c, 1.0));
-        be.combine_fwd(&mut comb, &ys, &r, c, true);
+        be.combine_fwd(&mut comb, &ys, &r, c, Accumulate::Add);
         put(
             &format!("combine_{tag}_fwd"),
             be.download(&comb),

@@ -1,6 +1,6 @@
 // adamw.cu — glassbox CUDA kernel: one AdamW update, elementwise.
 //
-// Math (as cpu/loss.rs adamw): g' = grad_scale g; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+// Math (as cpu/adamw.rs): g' = grad_scale g; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
 // p -= lr (m bc1 / (sqrt(v bc2) + eps) + wd p), with the bias corrections
 // bc1 = 1/(1-b1^t), bc2 = 1/(1-b2^t) computed on the host in f64 and passed as f32 (as the CPU
 // reference converts them). Design note: one thread per element, f32 master weights and

@@ -2,8 +2,8 @@
 // Switch auxiliary-loss gradient.
 //
 // Design note: one thread per element, grid-stride loops, no reductions, so every result is a
-// single IEEE operation and bitwise equal to the CPU reference (`cpu/norm.rs`: add_assign,
-// add_row_broadcast). Not here: anything that sums across elements (see reduce.cu).
+// single IEEE operation and bitwise equal to the CPU reference (`cpu/elementwise.rs`:
+// add_assign, add_row_broadcast). Not here: anything that sums across elements (see reduce.cu).
 // Launch: 1-D grid of 256-thread blocks over the elements.
 
 extern "C" __global__ void add_assign_f32(float* __restrict__ a, const float* __restrict__ b,

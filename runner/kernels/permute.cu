@@ -13,8 +13,8 @@
 //   3. expert_scatter: one block per chunk, one thread walking its assignments in ascending
 //      order, gives each its rank within its expert: kept if rank < rows[e] (slot
 //      offset[e] + rank), else DROPPED (0xffffffff).
-// The result is exactly the CPU reference's stable sort (cpu/moe.rs route). The host reads
-// back only `load` and `rows` (the grouped matmuls' shapes).
+// The result is exactly the CPU reference's stable sort (cpu/permute.rs sort_by_expert). The
+// host reads back only `load` and `rows` (the grouped matmuls' shapes).
 // Dispatch backward sums each token's K slots in order j = 0..K (no scatter, no atomics).
 
 #define DROPPED_SLOT 0xffffffffu

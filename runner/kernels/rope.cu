@@ -7,7 +7,7 @@
 // cos, sin [T, D/2]. RoPE rotates pairs (i, i + D/2) (GPT-NeoX layout):
 // y1 = x1 cos - x2 sin, y2 = x1 sin + x2 cos; the backward is the inverse rotation.
 // Design note: pure permutations and 2x2 rotations, one thread per (b, h, t, i < D/2) pair;
-// no reductions, so results equal the CPU reference (cpu/attention.rs) up to FMA contraction.
+// no reductions, so results equal the CPU reference (cpu/rope.rs) up to FMA contraction.
 
 // Grid-stride over B*H*T*(D/2) pairs.
 extern "C" __global__ void qkv_rope_fwd_f32(float* __restrict__ q, float* __restrict__ k,

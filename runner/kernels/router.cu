@@ -4,7 +4,7 @@
 // Shapes: N tokens, E experts (small: tens to hundreds), K choices; logits, scores,
 // dscores, dlogits [N, E]; token_expert [N*K]; dweights [N*K]; lse [N].
 // Design note: E is small, so each thread owns one token row and loops over its E experts
-// serially in the CPU reference's order (cpu/moe.rs) — no cross-thread reductions, bitwise
+// serially in the CPU reference's order (cpu/router.rs) — no cross-thread reductions, bitwise
 // equal to the CPU up to the device's expf/logf. The z-loss's scalar sum over tokens is done
 // by reduce.cu (fixed tree), not here.
 

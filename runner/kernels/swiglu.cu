@@ -2,7 +2,7 @@
 //
 // Shapes: R rows (expert slots or tokens for shared experts), F expert width; h, dh [R, 2F]
 // (gate then up), a, da [R, F].
-// Math (as cpu/norm.rs): a = silu(g) u with silu(g) = g sigmoid(g);
+// Math (as cpu/swiglu.rs): a = silu(g) u with silu(g) = g sigmoid(g);
 // dg = da u sg (1 + g (1 - sg)), du = da g sg with sg = sigmoid(g).
 // Design note: one thread per (r, i); no reductions.
 

@@ -20,7 +20,9 @@
 
 use glassbox_schemas::spec::{Balancing, ExperimentSpec, ScoreFn, Tokenizer};
 
-use crate::backend::{AttnDims, Backend, Groups, Routing, ScoreKind};
+use crate::backend::{
+    Accumulate, AttnDims, Backend, Groups, Qkv, RmsNormSaved, RopeTables, Routing, ScoreKind,
+};
 use crate::error::RunnerError;
 use crate::rng::{SplitMix64, derive};
 use crate::scalar::Real;
@@ -165,6 +167,15 @@ impl ParamInfo {
     }
 }
 
+/// What a parameter tensor is, which fixes its init and whether weight decay applies.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TensorKind {
+    /// A weight matrix: normal(0, std) init, decayed.
+    Matrix(f64),
+    /// A norm gain: ones, not decayed.
+    Gain,
+}
+
 /// Indices of one layer's tensors in [`Model::params`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct LayerIx {
@@ -234,29 +245,80 @@ impl PassStats {
     }
 }
 
-/// What backward needs from one layer's forward.
+/// A batch's inputs on the backend: `tokens, targets [N]` with `N = batch_size * T`.
+#[derive(Debug)]
+pub struct BatchIds<'a, B: Backend> {
+    /// `[N]` input token ids, row-major `[B, T]`.
+    pub tokens: &'a B::Ids,
+    /// `[N]` next-token targets.
+    pub targets: &'a B::Ids,
+    /// Sequences in the batch (`B`).
+    pub batch_size: usize,
+}
+
+/// What a forward pass is for, which decides what it keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Losses and statistics only (evaluation): nothing is cached.
+    Evaluate,
+    /// Followed by backward: every layer's [`LayerCache`], and the logits overwritten by
+    /// `dloss/dlogits` (see [`ForwardCache::dlogits`]).
+    Train,
+}
+
+/// What backward needs from one layer's forward (llm.c's activations): the layer's input,
+/// every normalised or projected activation a backward kernel reads, and the routing.
 struct LayerCache<B: Backend> {
+    /// `[N, C]` the layer's input `x` (the attention block's residual and RMSNorm input).
     x_in: B::Buf,
+    /// `[N, C]` `rmsnorm(x_in)`, the input of the QKV projection.
     ln1: B::Buf,
+    /// `[N]` the first RMSNorm's `1 / rms(x_in)`.
     rstd1: B::Buf,
-    q: B::Buf,
-    k: B::Buf,
-    v: B::Buf,
+    /// `[B, H, T, D]` queries and keys after RoPE, and values.
+    heads: Qkv<B::Buf>,
+    /// `[B, H, T, T]` causal attention probabilities.
     probs: B::Buf,
+    /// `[N, C]` the attention output with heads merged, the input of `Wo`.
     ym: B::Buf,
+    /// `[N, C]` `x_in + attention`, the MoE block's residual and RMSNorm input.
     x_mid: B::Buf,
+    /// `[N, C]` `rmsnorm(x_mid)`, the input of the router and of every expert.
     ln2: B::Buf,
+    /// `[N]` the second RMSNorm's `1 / rms(x_mid)`.
     rstd2: B::Buf,
+    /// `[N, E]` router logits (for the router z-loss).
     router_logits: B::Buf,
+    /// `[N, E]` router scores (softmax or sigmoid of the logits).
     scores: B::Buf,
+    /// The layer's top-k choices, slots and combine weights.
     routing: Routing<B>,
+    /// `[S, C]` `ln2` gathered into expert order (the routed experts' input).
     xs: B::Buf,
+    /// `[S, 2F]` routed experts' `xs W13^T` (gate then up).
     h: B::Buf,
+    /// `[S, F]` `swiglu(h)`, the input of `W2`.
     a: B::Buf,
+    /// `[S, C]` routed experts' outputs, before the weighted combine.
     ye: B::Buf,
+    /// Per shared expert, its `h [N, 2F]` and `a [N, F]`.
     shared: Vec<(B::Buf, B::Buf)>,
     /// `coef E f_i / N`: the switch loss's gradient on every row's scores (empty if unused).
     aux_grad: Vec<f64>,
+}
+
+/// Everything a forward pass kept for [`Model::forward_backward`]'s backward.
+struct ForwardCache<B: Backend> {
+    /// Per layer, in order.
+    layers: Vec<LayerCache<B>>,
+    /// `[N, C]` the last layer's output, the final RMSNorm's input.
+    x_final: B::Buf,
+    /// `[N, C]` `rmsnorm(x_final)`, the input of `lm_head`.
+    lnf: B::Buf,
+    /// `[N]` the final RMSNorm's `1 / rms(x_final)`.
+    rstdf: B::Buf,
+    /// `[N, V]` `dloss/dlogits`: the fused cross-entropy kernel overwrote the logits with it.
+    dlogits: B::Buf,
 }
 
 impl Model {
@@ -269,9 +331,14 @@ impl Model {
             dims.d_expert,
             dims.n_shared,
         );
+        use TensorKind::{Gain, Matrix};
         let out_std = INIT_STD / (2.0 * dims.n_layers as f64).sqrt();
         let mut params = Vec::new();
-        let mut push = |name: String, shape: Vec<usize>, decay: bool, init_std: Option<f64>| {
+        let mut push = |name: String, shape: Vec<usize>, kind: TensorKind| {
+            let (decay, init_std) = match kind {
+                Matrix(std) => (true, Some(std)),
+                Gain => (false, None),
+            };
             params.push(ParamInfo {
                 name,
                 shape,
@@ -280,29 +347,24 @@ impl Model {
             });
             params.len() - 1
         };
-        let wte = push("wte".into(), vec![v, c], true, Some(INIT_STD));
+        let wte = push("wte".into(), vec![v, c], Matrix(INIT_STD));
         let mut layers = Vec::new();
         for l in 0..dims.n_layers {
             let p = |s: &str| format!("layers.{l}.{s}");
             layers.push(LayerIx {
-                ln1: push(p("ln1"), vec![c], false, None),
-                wqkv: push(p("attn.wqkv"), vec![3 * c, c], true, Some(INIT_STD)),
-                wo: push(p("attn.wo"), vec![c, c], true, Some(out_std)),
-                ln2: push(p("ln2"), vec![c], false, None),
-                router: push(p("moe.router"), vec![e, c], true, Some(INIT_STD)),
-                w13: push(p("moe.w13"), vec![e, 2 * f, c], true, Some(INIT_STD)),
-                w2: push(p("moe.w2"), vec![e, c, f], true, Some(out_std)),
-                ws13: push(
-                    p("moe.shared_w13"),
-                    vec![sh, 2 * f, c],
-                    true,
-                    Some(INIT_STD),
-                ),
-                ws2: push(p("moe.shared_w2"), vec![sh, c, f], true, Some(out_std)),
+                ln1: push(p("ln1"), vec![c], Gain),
+                wqkv: push(p("attn.wqkv"), vec![3 * c, c], Matrix(INIT_STD)),
+                wo: push(p("attn.wo"), vec![c, c], Matrix(out_std)),
+                ln2: push(p("ln2"), vec![c], Gain),
+                router: push(p("moe.router"), vec![e, c], Matrix(INIT_STD)),
+                w13: push(p("moe.w13"), vec![e, 2 * f, c], Matrix(INIT_STD)),
+                w2: push(p("moe.w2"), vec![e, c, f], Matrix(out_std)),
+                ws13: push(p("moe.shared_w13"), vec![sh, 2 * f, c], Matrix(INIT_STD)),
+                ws2: push(p("moe.shared_w2"), vec![sh, c, f], Matrix(out_std)),
             });
         }
-        let lnf = push("lnf".into(), vec![c], false, None);
-        let lm_head = push("lm_head".into(), vec![v, c], true, Some(INIT_STD));
+        let lnf = push("lnf".into(), vec![c], Gain);
+        let lm_head = push("lm_head".into(), vec![v, c], Matrix(INIT_STD));
         // RoPE tables [T, D/2]: angle t * theta^(-2i/D).
         let (t, d) = (dims.seq_len, dims.d_model / dims.n_heads);
         let mut cos = Vec::with_capacity(t * d / 2);
@@ -388,6 +450,17 @@ impl Model {
         Ok(out)
     }
 
+    /// The RoPE tables `cos, sin [T, D/2]` on the backend, in its float type.
+    fn rope_tables<B: Backend>(&self, be: &B) -> RopeTables<B::Buf> {
+        let up = |table: &[f64]| {
+            be.upload(&table.iter().map(|&x| B::F::from_f64(x)).collect::<Vec<_>>())
+        };
+        RopeTables {
+            cos: up(&self.cos),
+            sin: up(&self.sin),
+        }
+    }
+
     fn attn_dims(&self, b: usize) -> AttnDims {
         let d = &self.dims;
         AttnDims {
@@ -404,48 +477,40 @@ impl Model {
         be: &B,
         params: &[B::Buf],
         bias: &[Vec<f64>],
-        tokens: &B::Ids,
-        targets: &B::Ids,
-        b: usize,
+        batch: &BatchIds<'_, B>,
     ) -> PassStats {
-        let (stats, _) = self.forward(be, params, bias, tokens, targets, b, false);
+        let (stats, _) = self.forward(be, params, bias, batch, Pass::Evaluate);
         stats
     }
 
     /// Forward and backward: adds the gradient of [`PassStats::total`] into `grads`
     /// (callers zero them first) and returns the forward's losses and statistics.
-    #[allow(clippy::too_many_arguments)]
     pub fn forward_backward<B: Backend>(
         &self,
         be: &B,
         params: &[B::Buf],
         grads: &mut [B::Buf],
         bias: &[Vec<f64>],
-        tokens: &B::Ids,
-        targets: &B::Ids,
-        b: usize,
+        batch: &BatchIds<'_, B>,
     ) -> PassStats {
-        let (stats, cache) = self.forward(be, params, bias, tokens, targets, b, true);
+        let (stats, cache) = self.forward(be, params, bias, batch, Pass::Train);
         if let Some(cache) = cache {
-            self.backward(be, params, grads, tokens, b, cache);
+            self.backward(be, params, grads, batch, cache);
         }
         stats
     }
 
-    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    /// The forward pass; with [`Pass::Train`] it also returns what backward needs.
     fn forward<B: Backend>(
         &self,
         be: &B,
         params: &[B::Buf],
         bias: &[Vec<f64>],
-        tokens: &B::Ids,
-        targets: &B::Ids,
-        b: usize,
-        keep: bool,
-    ) -> (
-        PassStats,
-        Option<(Vec<LayerCache<B>>, B::Buf, B::Buf, B::Buf, B::Buf)>,
-    ) {
+        batch: &BatchIds<'_, B>,
+        pass: Pass,
+    ) -> (PassStats, Option<ForwardCache<B>>) {
+        let (tokens, targets, b) = (batch.tokens, batch.targets, batch.batch_size);
+        let keep = pass == Pass::Train;
         let d = &self.dims;
         let (c, t, e, k, f, v) = (
             d.d_model,
@@ -457,20 +522,7 @@ impl Model {
         );
         let n = b * t;
         let ad = self.attn_dims(b);
-        let cos = be.upload(
-            &self
-                .cos
-                .iter()
-                .map(|&x| B::F::from_f64(x))
-                .collect::<Vec<_>>(),
-        );
-        let sin = be.upload(
-            &self
-                .sin
-                .iter()
-                .map(|&x| B::F::from_f64(x))
-                .collect::<Vec<_>>(),
-        );
+        let rope = self.rope_tables(be);
 
         let mut x = be.zeros(n * c);
         be.embedding_fwd(&mut x, &params[self.wte], tokens, c);
@@ -489,12 +541,16 @@ impl Model {
                 &params[ix.wqkv],
                 &Groups::dense(n, c, 3 * c),
             );
-            let (mut q, mut kk, mut vv) = (be.zeros(n * c), be.zeros(n * c), be.zeros(n * c));
-            be.qkv_rope_fwd(&mut q, &mut kk, &mut vv, &qkv, &cos, &sin, ad);
+            let mut heads = Qkv {
+                q: be.zeros(n * c),
+                k: be.zeros(n * c),
+                v: be.zeros(n * c),
+            };
+            be.qkv_rope_fwd(heads.each_mut(), &qkv, rope.each_ref(), ad);
             drop(qkv);
             let mut y = be.zeros(n * c);
             let mut probs = be.zeros(b * ad.h * t * t);
-            be.attention_fwd(&mut y, &mut probs, &q, &kk, &vv, ad);
+            be.attention_fwd(&mut y, &mut probs, heads.each_ref(), ad);
             let mut ym = be.zeros(n * c);
             be.merge_heads_fwd(&mut ym, &y, ad);
             drop(y);
@@ -564,7 +620,7 @@ impl Model {
                 be.add_assign(&mut moe_out, &ys);
                 shared.push((hs, as_));
             }
-            be.combine_fwd(&mut moe_out, &ye, &routing, c, true);
+            be.combine_fwd(&mut moe_out, &ye, &routing, c, Accumulate::Add);
             let mut x_out = be.duplicate(&x_mid);
             be.add_assign(&mut x_out, &moe_out);
             drop(moe_out);
@@ -584,9 +640,7 @@ impl Model {
                     x_in,
                     ln1,
                     rstd1,
-                    q,
-                    k: kk,
-                    v: vv,
+                    heads,
                     probs,
                     ym,
                     x_mid,
@@ -623,7 +677,13 @@ impl Model {
             aux_loss: aux_total,
             layers: layer_stats,
         };
-        let cache = keep.then_some((caches, x, lnf, rstdf, logits));
+        let cache = keep.then_some(ForwardCache {
+            layers: caches,
+            x_final: x,
+            lnf,
+            rstdf,
+            dlogits: logits,
+        });
         (stats, cache)
     }
 
@@ -706,52 +766,49 @@ impl Model {
         )
     }
 
-    #[allow(clippy::type_complexity)]
+    /// Backward of [`Model::forward`] from its cache: adds every parameter's gradient into
+    /// `grads`, last layer first.
     fn backward<B: Backend>(
         &self,
         be: &B,
         params: &[B::Buf],
         grads: &mut [B::Buf],
-        tokens: &B::Ids,
-        b: usize,
-        cache: (Vec<LayerCache<B>>, B::Buf, B::Buf, B::Buf, B::Buf),
+        batch: &BatchIds<'_, B>,
+        cache: ForwardCache<B>,
     ) {
+        let (tokens, b) = (batch.tokens, batch.batch_size);
         let d = &self.dims;
         let (c, t, e, f, v) = (d.d_model, d.seq_len, d.n_experts, d.d_expert, d.vocab);
         let n = b * t;
         let ad = self.attn_dims(b);
-        let (mut caches, x_final, lnf, rstdf, dlogits) = cache;
-        let cos = be.upload(
-            &self
-                .cos
-                .iter()
-                .map(|&x| B::F::from_f64(x))
-                .collect::<Vec<_>>(),
-        );
-        let sin = be.upload(
-            &self
-                .sin
-                .iter()
-                .map(|&x| B::F::from_f64(x))
-                .collect::<Vec<_>>(),
-        );
+        let ForwardCache {
+            layers: mut caches,
+            x_final,
+            lnf,
+            rstdf,
+            dlogits,
+        } = cache;
+        let rope = self.rope_tables(be);
 
         // Final norm and lm_head: logits = lnf Wlm^T.
         let dense_v = Groups::dense(n, c, v);
         let mut dlnf = be.zeros(n * c);
-        be.linear_bwd_data(&mut dlnf, &dlogits, &params[self.lm_head], &dense_v, false);
+        be.linear_bwd_data(
+            &mut dlnf,
+            &dlogits,
+            &params[self.lm_head],
+            &dense_v,
+            Accumulate::Overwrite,
+        );
         be.linear_bwd_weight(&mut grads[self.lm_head], &dlogits, &lnf, &dense_v);
         drop(dlogits);
         let mut dx = be.zeros(n * c);
-        be.rmsnorm_bwd(
-            &mut dx,
-            &mut grads[self.lnf],
-            &dlnf,
-            &x_final,
-            &params[self.lnf],
-            &rstdf,
-            c,
-        );
+        let saved = RmsNormSaved {
+            x: &x_final,
+            w: &params[self.lnf],
+            rstd: &rstdf,
+        };
+        be.rmsnorm_bwd(&mut dx, &mut grads[self.lnf], &dlnf, saved, c);
 
         for (li, ix) in self.layers.iter().enumerate().rev() {
             let Some(lc) = caches.pop() else { break };
@@ -775,14 +832,14 @@ impl Model {
                 out_dim: c,
             };
             let mut da = be.zeros(s_rows * f);
-            be.linear_bwd_data(&mut da, &dye, &params[ix.w2], &eg2, false);
+            be.linear_bwd_data(&mut da, &dye, &params[ix.w2], &eg2, Accumulate::Overwrite);
             be.linear_bwd_weight(&mut grads[ix.w2], &dye, &lc.a, &eg2);
             drop(dye);
             let mut dh = be.zeros(s_rows * 2 * f);
             be.swiglu_bwd(&mut dh, &da, &lc.h, f);
             drop(da);
             let mut dxs = be.zeros(s_rows * c);
-            be.linear_bwd_data(&mut dxs, &dh, &params[ix.w13], &eg13, false);
+            be.linear_bwd_data(&mut dxs, &dh, &params[ix.w13], &eg13, Accumulate::Overwrite);
             be.linear_bwd_weight(&mut grads[ix.w13], &dh, &lc.xs, &eg13);
             drop(dh);
             let mut dln2 = be.zeros(n * c);
@@ -802,11 +859,11 @@ impl Model {
                     out_dim: c,
                 };
                 let mut das = be.zeros(n * f);
-                be.linear_bwd_data(&mut das, &dx, &params[ix.ws2], &g2, false);
+                be.linear_bwd_data(&mut das, &dx, &params[ix.ws2], &g2, Accumulate::Overwrite);
                 be.linear_bwd_weight(&mut grads[ix.ws2], &dx, as_, &g2);
                 let mut dhs = be.zeros(n * 2 * f);
                 be.swiglu_bwd(&mut dhs, &das, hs, f);
-                be.linear_bwd_data(&mut dln2, &dhs, &params[ix.ws13], &g13, true);
+                be.linear_bwd_data(&mut dln2, &dhs, &params[ix.ws13], &g13, Accumulate::Add);
                 be.linear_bwd_weight(&mut grads[ix.ws13], &dhs, &lc.ln2, &g13);
             }
             // Router: scores -> combine weights (and the switch loss), logits -> z-loss.
@@ -833,46 +890,60 @@ impl Model {
                 );
             }
             let dense_e = Groups::dense(n, c, e);
-            be.linear_bwd_data(&mut dln2, &drl, &params[ix.router], &dense_e, true);
+            be.linear_bwd_data(
+                &mut dln2,
+                &drl,
+                &params[ix.router],
+                &dense_e,
+                Accumulate::Add,
+            );
             be.linear_bwd_weight(&mut grads[ix.router], &drl, &lc.ln2, &dense_e);
             // dx (= d x_out) flows to x_mid unchanged, plus the norm's branch.
-            be.rmsnorm_bwd(
-                &mut dx,
-                &mut grads[ix.ln2],
-                &dln2,
-                &lc.x_mid,
-                &params[ix.ln2],
-                &lc.rstd2,
-                c,
-            );
+            let saved = RmsNormSaved {
+                x: &lc.x_mid,
+                w: &params[ix.ln2],
+                rstd: &lc.rstd2,
+            };
+            be.rmsnorm_bwd(&mut dx, &mut grads[ix.ln2], &dln2, saved, c);
             // --- attention block: x_mid = x_in + merge(attn) Wo^T ---
             let dense_c = Groups::dense(n, c, c);
             let mut dym = be.zeros(n * c);
-            be.linear_bwd_data(&mut dym, &dx, &params[ix.wo], &dense_c, false);
+            be.linear_bwd_data(
+                &mut dym,
+                &dx,
+                &params[ix.wo],
+                &dense_c,
+                Accumulate::Overwrite,
+            );
             be.linear_bwd_weight(&mut grads[ix.wo], &dx, &lc.ym, &dense_c);
             let mut dy = be.zeros(n * c);
             be.merge_heads_bwd(&mut dy, &dym, ad);
             drop(dym);
-            let (mut dq, mut dk, mut dv) = (be.zeros(n * c), be.zeros(n * c), be.zeros(n * c));
-            be.attention_bwd(
-                &mut dq, &mut dk, &mut dv, &dy, &lc.probs, &lc.q, &lc.k, &lc.v, ad,
-            );
+            let mut dheads = Qkv {
+                q: be.zeros(n * c),
+                k: be.zeros(n * c),
+                v: be.zeros(n * c),
+            };
+            be.attention_bwd(dheads.each_mut(), &dy, &lc.probs, lc.heads.each_ref(), ad);
             drop(dy);
             let mut dqkv = be.zeros(n * 3 * c);
-            be.qkv_rope_bwd(&mut dqkv, &dq, &dk, &dv, &cos, &sin, ad);
+            be.qkv_rope_bwd(&mut dqkv, dheads.each_ref(), rope.each_ref(), ad);
             let dense_qkv = Groups::dense(n, c, 3 * c);
             let mut dln1 = be.zeros(n * c);
-            be.linear_bwd_data(&mut dln1, &dqkv, &params[ix.wqkv], &dense_qkv, false);
-            be.linear_bwd_weight(&mut grads[ix.wqkv], &dqkv, &lc.ln1, &dense_qkv);
-            be.rmsnorm_bwd(
-                &mut dx,
-                &mut grads[ix.ln1],
-                &dln1,
-                &lc.x_in,
-                &params[ix.ln1],
-                &lc.rstd1,
-                c,
+            be.linear_bwd_data(
+                &mut dln1,
+                &dqkv,
+                &params[ix.wqkv],
+                &dense_qkv,
+                Accumulate::Overwrite,
             );
+            be.linear_bwd_weight(&mut grads[ix.wqkv], &dqkv, &lc.ln1, &dense_qkv);
+            let saved = RmsNormSaved {
+                x: &lc.x_in,
+                w: &params[ix.ln1],
+                rstd: &lc.rstd1,
+            };
+            be.rmsnorm_bwd(&mut dx, &mut grads[ix.ln1], &dln1, saved, c);
         }
         be.embedding_bwd(&mut grads[self.wte], &dx, tokens, c);
     }

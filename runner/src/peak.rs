@@ -7,7 +7,8 @@
 
 use std::time::Instant;
 
-use crate::backend::cpu::gemm::{Mat, gemm_into};
+use crate::backend::Accumulate;
+use crate::backend::cpu::gemm::{GemmShape, Mat, MatMut, Tiles, gemm_into};
 use crate::train::Peak;
 
 /// Measure the f32 GEMM peak inside the current rayon pool with `threads` threads (the label
@@ -24,15 +25,12 @@ pub fn measure_gemm_peak(threads: usize, budget_seconds: f64) -> Peak {
     while reps < 3 || (start.elapsed().as_secs_f64() < budget_seconds && reps < 200) {
         let t = Instant::now();
         gemm_into(
-            n,
-            n,
-            n,
-            &mut c,
-            n,
+            GemmShape { m: n, n, k: n },
+            MatMut::rows(&mut c, n),
             Mat::rows(&a, n),
             Mat::rows(&b, n),
-            false,
-            true,
+            Accumulate::Overwrite,
+            Tiles::Parallel,
         );
         best = best.min(t.elapsed().as_secs_f64());
         reps += 1;

@@ -28,7 +28,7 @@ use crate::backend::{AdamW, Backend};
 use crate::checkpoint::{self, TrainState};
 use crate::data::DataPipeline;
 use crate::error::RunnerError;
-use crate::model::{Model, ModelDims, PassStats};
+use crate::model::{BatchIds, Model, ModelDims, PassStats};
 use crate::observer::{MetricRecord, Observer, RecordKind, RunInfo};
 use crate::scalar::Real;
 
@@ -335,7 +335,12 @@ impl<'a, B: Backend> Trainer<'a, B> {
                 let model = &self.model;
                 let params = &self.params;
                 let bias = &self.bias;
-                let st = be.run(|| model.evaluate(be, params, bias, &tokens, &targets, b));
+                let ids = BatchIds {
+                    tokens: &tokens,
+                    targets: &targets,
+                    batch_size: b,
+                };
+                let st = be.run(|| model.evaluate(be, params, bias, &ids));
                 sum += st.cross_entropy;
             }
             let loss = sum / nb as f64;
@@ -366,73 +371,45 @@ impl<'a, B: Backend> Trainer<'a, B> {
         let mut last_ckpt = None;
         let tokens_per_step = self.spec.train.batch_size as u64 * self.spec.model.seq_len as u64;
         let step_flops = cost::flops_per_token(&self.spec) * tokens_per_step as f64;
-        let mut last_eval_step = None;
         let ckpt_every = self.spec.train.checkpoint_interval;
         let vector_interval = self.spec.vector_interval();
 
-        let end = |s: &Self, status, reason: Option<String>, last: &BTreeMap<String, f64>, ck| {
-            RunOutcome {
-                status,
-                steps: s.step,
-                final_metrics: last.clone(),
-                reason,
-                params_blake3: s.params_hash(),
-                total_tokens: s.total_tokens,
-                elapsed_seconds: s.elapsed_before + start.elapsed().as_secs_f64(),
-                checkpoint: ck,
-                info: s.info.clone(),
+        // Every way the loop ends yields `(status, reason)`; one outcome is built after it.
+        let (status, reason): (RunStatus, Option<String>) = loop {
+            if self.step >= total_steps {
+                break (RunStatus::Succeeded, None);
             }
-        };
-        let finish = |s: &Self, obs: &mut dyn Observer, o: RunOutcome| {
-            let _ = s;
-            obs.on_end(&o);
-            o
-        };
-
-        while self.step < total_steps {
             if opts.cancel.load(Ordering::SeqCst) {
-                let o = end(
-                    self,
+                break (
                     RunStatus::Cancelled,
                     Some(format!(
                         "cancel requested; stopped before step {}",
                         self.step + 1
                     )),
-                    &last,
-                    last_ckpt,
                 );
-                return finish(self, obs, o);
             }
             let elapsed = self.elapsed_before + start.elapsed().as_secs_f64();
             if let Some((max, whose)) = wall_limit(&self.spec, opts.wall_limit.as_ref()) {
                 if elapsed > max {
-                    let o = end(
-                        self,
+                    break (
                         RunStatus::BudgetExceeded,
                         Some(format!(
                             "{whose} of {max} s used up after {elapsed:.1} s at step {}",
                             self.step
                         )),
-                        &last,
-                        last_ckpt,
                     );
-                    return finish(self, obs, o);
                 }
             }
             if let Some(max) = self.spec.budget.max_flops {
                 if self.flops_used + step_flops > max {
-                    let o = end(
-                        self,
+                    break (
                         RunStatus::BudgetExceeded,
                         Some(format!(
                             "FLOP budget of {max:e} would be exceeded by step {} ({:e} used, {step_flops:e} per step)",
                             self.step + 1,
                             self.flops_used
                         )),
-                        &last,
-                        last_ckpt,
                     );
-                    return finish(self, obs, o);
                 }
             }
             let t0 = Instant::now();
@@ -441,25 +418,17 @@ impl<'a, B: Backend> Trainer<'a, B> {
             // A device failure (out of memory, a failed launch) ends the run `failed`, whatever
             // the step's numbers say: they were computed by ops that did not run.
             if let Some(err) = self.be.take_error() {
-                let o = end(
-                    self,
+                break (
                     RunStatus::Failed,
                     Some(format!("backend failure at step {attempted}: {err}")),
-                    &last,
-                    last_ckpt,
                 );
-                return finish(self, obs, o);
             }
-            let record = match stepped {
+            let mut record = match stepped {
                 Ok(r) => r,
-                Err(reason) => {
-                    let o = end(self, RunStatus::Diverged, Some(reason), &last, last_ckpt);
-                    return finish(self, obs, o);
-                }
+                Err(reason) => break (RunStatus::Diverged, Some(reason)),
             };
             let dt = t0.elapsed().as_secs_f64().max(1e-9);
             self.flops_used += step_flops;
-            let mut record = record;
             // Vector metrics at a bounded rate (`metrics.vector_interval`), and at the end.
             if !(self.step % vector_interval == 0 || self.step == total_steps) {
                 record.vectors.clear();
@@ -482,7 +451,6 @@ impl<'a, B: Backend> Trainer<'a, B> {
                 for (k, v) in &ev {
                     last.insert(k.clone(), *v);
                 }
-                last_eval_step = Some(self.step);
                 obs.on_metrics(&MetricRecord {
                     step: self.step,
                     kind: RecordKind::Eval,
@@ -500,22 +468,23 @@ impl<'a, B: Backend> Trainer<'a, B> {
                         obs.on_checkpoint(self.step, &path);
                         last_ckpt = Some(path);
                     }
-                    Err(e) => {
-                        let o = end(
-                            self,
-                            RunStatus::Failed,
-                            Some(e.to_string()),
-                            &last,
-                            last_ckpt,
-                        );
-                        return finish(self, obs, o);
-                    }
+                    Err(e) => break (RunStatus::Failed, Some(e.to_string())),
                 }
             }
-        }
-        let _ = last_eval_step;
-        let o = end(self, RunStatus::Succeeded, None, &last, last_ckpt);
-        finish(self, obs, o)
+        };
+        let outcome = RunOutcome {
+            status,
+            steps: self.step,
+            final_metrics: last,
+            reason,
+            params_blake3: self.params_hash(),
+            total_tokens: self.total_tokens,
+            elapsed_seconds: self.elapsed_before + start.elapsed().as_secs_f64(),
+            checkpoint: last_ckpt,
+            info: self.info.clone(),
+        };
+        obs.on_end(&outcome);
+        outcome
     }
 
     /// One optimiser step; `Err(reason)` when the loss or gradients are not finite (the
@@ -543,7 +512,12 @@ impl<'a, B: Backend> Trainer<'a, B> {
             for g in grads.iter_mut() {
                 be.fill_zero(g);
             }
-            let stats = model.forward_backward(be, params, grads, bias, &tokens, &targets, bsz);
+            let ids = BatchIds {
+                tokens: &tokens,
+                targets: &targets,
+                batch_size: bsz,
+            };
+            let stats = model.forward_backward(be, params, grads, bias, &ids);
             let grad_sq: f64 = grads.iter().map(|g| be.sum_squares(g)).sum();
             let grad_norm = grad_sq.sqrt();
             if !stats.total().is_finite() || !grad_norm.is_finite() {

@@ -10,8 +10,10 @@
 //! of margin while any wrong term (a missing factor, a transposed index) is off by O(1).
 
 use glassbox_runner::backend::cpu::CpuBackend;
-use glassbox_runner::backend::{AttnDims, Backend, Groups, ScoreKind};
-use glassbox_runner::model::{Model, ModelDims};
+use glassbox_runner::backend::{
+    Accumulate, AttnDims, Backend, Groups, Qkv, RmsNormSaved, RopeTables, ScoreKind,
+};
+use glassbox_runner::model::{BatchIds, Model, ModelDims};
 use glassbox_runner::rng::SplitMix64;
 
 type Be = CpuBackend<f64>;
@@ -75,7 +77,12 @@ fn rmsnorm_backward_matches_finite_differences() {
     };
     let (_, rstd) = fwd(&x, &w);
     let (mut dx, mut dw) = (vec![0.0; n * c], vec![0.0; c]);
-    b.rmsnorm_bwd(&mut dx, &mut dw, &r, &x, &w, &rstd, c);
+    let saved = RmsNormSaved {
+        x: &x,
+        w: &w,
+        rstd: &rstd,
+    };
+    b.rmsnorm_bwd(&mut dx, &mut dw, &r, saved, c);
     check("rmsnorm dx", &x, &dx, |x| dot(&fwd(x, &w).0, &r));
     check("rmsnorm dw", &w, &dw, |w| dot(&fwd(&x, w).0, &r));
 }
@@ -99,7 +106,7 @@ fn grouped_linear_backward_matches_finite_differences() {
         dot(&o, &r)
     };
     let mut dx = vec![0.0; 5 * 4];
-    b.linear_bwd_data(&mut dx, &r, &w, &g, false);
+    b.linear_bwd_data(&mut dx, &r, &w, &g, Accumulate::Overwrite);
     let mut dw = vec![0.0; w.len()];
     b.linear_bwd_weight(&mut dw, &r, &x, &g);
     check("linear dx", &x, &dx, |x| fwd(x, &w));
@@ -129,23 +136,36 @@ fn attention_with_rope_backward_matches_finite_differences() {
     }
     let qkv = randn(n * 3 * c, 7, 1.0);
     let r = randn(n * c, 8, 1.0);
+    let rope = RopeTables {
+        cos: &cos,
+        sin: &sin,
+    };
+    let zeros = || vec![0.0; n * c];
     let fwd = |qkv: &[f64]| {
-        let (mut q, mut k, mut v) = (vec![0.0; n * c], vec![0.0; n * c], vec![0.0; n * c]);
-        b.qkv_rope_fwd(&mut q, &mut k, &mut v, &qkv.to_vec(), &cos, &sin, dims);
+        let mut heads = Qkv {
+            q: zeros(),
+            k: zeros(),
+            v: zeros(),
+        };
+        b.qkv_rope_fwd(heads.each_mut(), &qkv.to_vec(), rope, dims);
         let mut y = vec![0.0; n * c];
         let mut p = vec![0.0; dims.b * dims.h * dims.t * dims.t];
-        b.attention_fwd(&mut y, &mut p, &q, &k, &v, dims);
+        b.attention_fwd(&mut y, &mut p, heads.each_ref(), dims);
         let mut m = vec![0.0; n * c];
         b.merge_heads_fwd(&mut m, &y, dims);
-        (m, p, q, k, v)
+        (m, p, heads)
     };
-    let (_, p, q, k, v) = fwd(&qkv);
+    let (_, p, heads) = fwd(&qkv);
     let mut dy = vec![0.0; n * c];
     b.merge_heads_bwd(&mut dy, &r, dims);
-    let (mut dq, mut dk, mut dv) = (vec![0.0; n * c], vec![0.0; n * c], vec![0.0; n * c]);
-    b.attention_bwd(&mut dq, &mut dk, &mut dv, &dy, &p, &q, &k, &v, dims);
+    let mut dheads = Qkv {
+        q: zeros(),
+        k: zeros(),
+        v: zeros(),
+    };
+    b.attention_bwd(dheads.each_mut(), &dy, &p, heads.each_ref(), dims);
     let mut dqkv = vec![0.0; n * 3 * c];
-    b.qkv_rope_bwd(&mut dqkv, &dq, &dk, &dv, &cos, &sin, dims);
+    b.qkv_rope_bwd(&mut dqkv, dheads.each_ref(), rope, dims);
     check("attention dqkv", &qkv, &dqkv, |x| dot(&fwd(x).0, &r));
     // Causality: the output at position 0 must not depend on later positions.
     let (m0, ..) = fwd(&qkv);
@@ -242,7 +262,7 @@ fn routing_combine_dispatch_backward_match_finite_differences() {
         b.dispatch_fwd(&mut xs, &x.to_vec(), &rt, c);
         let y = expert_fn(&xs, &rt.slot_assignment, &rt.token_expert);
         let mut out = vec![0.0; n * c];
-        b.combine_fwd(&mut out, &y, &rt, c, false);
+        b.combine_fwd(&mut out, &y, &rt, c, Accumulate::Overwrite);
         dot(&out, &r)
     };
     let mut xs = vec![0.0; s_rows * c];
@@ -368,7 +388,12 @@ fn whole_model_check(dims: ModelDims) {
         .map(|l| randn(model.dims.n_experts, 40 + l as u64, 0.01))
         .collect();
     let mut grads = model.zeros_like_params(&b);
-    let stats = model.forward_backward(&b, &params, &mut grads, &bias, &tokens, &targets, bsz);
+    let ids = BatchIds {
+        tokens: &tokens,
+        targets: &targets,
+        batch_size: bsz,
+    };
+    let stats = model.forward_backward(&b, &params, &mut grads, &bias, &ids);
     assert!(stats.total().is_finite());
     for ti in 0..params.len() {
         let name = model.params[ti].name.clone();
@@ -379,9 +404,7 @@ fn whole_model_check(dims: ModelDims) {
         check(&name, &x, &grads[ti], |xp| {
             let mut p2 = params.clone();
             p2[ti] = xp.to_vec();
-            model
-                .evaluate(&b, &p2, &bias, &tokens, &targets, bsz)
-                .total()
+            model.evaluate(&b, &p2, &bias, &ids).total()
         });
         params[ti] = x;
     }

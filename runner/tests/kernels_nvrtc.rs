@@ -5,7 +5,7 @@
 //! Not here: running the kernels (that needs a GPU: `scripts/gpu-check.sh`).
 #![cfg(feature = "cuda")]
 
-use glassbox_runner::backend::cuda::nvrtc;
+use glassbox_runner::backend::cuda::nvrtc::{self, PtxCache};
 use glassbox_runner::backend::cuda::sources::KERNEL_FILES;
 
 #[test]
@@ -27,7 +27,7 @@ fn every_kernel_compiles_cleanly_for_sm80_and_sm90() {
     for arch in ["sm_80", "sm_90"] {
         for file in KERNEL_FILES {
             // Bypass the cache: this test is about the compiler's verdict now.
-            match nvrtc::compile(file, arch, false) {
+            match nvrtc::compile(file, arch, PtxCache::Bypass) {
                 Ok(c) if c.log.is_empty() => {
                     for entry in file.entry_points() {
                         if !c.ptx.contains(&format!(".entry {entry}(")) {
@@ -73,13 +73,13 @@ fn a_broken_kernel_fails_and_a_warning_shows_in_the_log() {
         path: "broken.cu",
         text: "extern \"C\" __global__ void f(float* x) { x[0] = ; }",
     };
-    let err = nvrtc::compile(&broken, "sm_90", false).expect_err("must not compile");
+    let err = nvrtc::compile(&broken, "sm_90", PtxCache::Bypass).expect_err("must not compile");
     assert!(err.contains("broken.cu"), "{err}");
     let warns = KernelFile {
         path: "warns.cu",
         text: "extern \"C\" __global__ void f(float* x) { int unused = 3; x[0] = 1.0f; }",
     };
-    let c = nvrtc::compile(&warns, "sm_90", false).expect("compiles");
+    let c = nvrtc::compile(&warns, "sm_90", PtxCache::Bypass).expect("compiles");
     assert!(
         !c.log.is_empty(),
         "an unused variable must produce a warning in the log"

@@ -14,8 +14,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use anyhow::Context;
-use glassbox_runner::backend::cpu::CpuBackend;
-use glassbox_runner::backend::{self, Backend, BackendKind, BackendRequest};
+use glassbox_runner::backend::{self, Backend, BackendRequest, Selected};
 use glassbox_runner::data::{DataPipeline, DirCorpusStore};
 use glassbox_runner::observer::{
     Fanout, JsonlObserver, MetricRecord, Observer, RecordKind, RunInfo,
@@ -107,19 +106,24 @@ pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     if !(args.no_ledger || args.resume.is_some()) {
         return run_through_lab(args, global, spec, text);
     }
-    match selection.kind {
-        BackendKind::Cpu => {
-            let threads = args
-                .threads
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            let be = CpuBackend::<f32>::new(threads)?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    match selection.start(threads)? {
+        Selected::Cpu(be) => {
             let peak = match args.peak_gflops {
                 Some(g) => given_peak(g),
                 None => be.run(|| glassbox_runner::peak::measure_gemm_peak(threads, 0.3)),
             };
             train_on(&be, peak, spec, &args, global)
         }
-        BackendKind::Cuda => run_cuda(spec, &args, global),
+        Selected::Cuda(be) => {
+            let peak = match args.peak_gflops {
+                Some(g) => given_peak(g),
+                None => be.measured_peak()?,
+            };
+            train_on(&be, peak, spec, &args, global)
+        }
     }
 }
 
@@ -128,35 +132,6 @@ fn given_peak(g: f64) -> Peak {
         flops_per_second: g * 1e9,
         label: format!("given peak {g} GFLOP/s"),
     }
-}
-
-#[cfg(feature = "cuda")]
-fn run_cuda(
-    spec: glassbox_schemas::spec::ExperimentSpec,
-    args: &RunArgs,
-    global: &GlobalOpts,
-) -> anyhow::Result<ExitCode> {
-    let be = glassbox_runner::backend::cuda::CudaBackend::new(0)?;
-    let peak = match args.peak_gflops {
-        Some(g) => given_peak(g),
-        None => Peak {
-            flops_per_second: be.measure_sgemm_peak(4096, 5)?,
-            label: format!(
-                "measured f32 SGEMM peak (cuBLAS 4096^3) of {}",
-                be.describe()
-            ),
-        },
-    };
-    train_on(&be, peak, spec, args, global)
-}
-
-#[cfg(not(feature = "cuda"))]
-fn run_cuda(
-    _spec: glassbox_schemas::spec::ExperimentSpec,
-    _args: &RunArgs,
-    _global: &GlobalOpts,
-) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("this binary was built without the CUDA backend (cargo feature `cuda`)")
 }
 
 /// Trains `spec` on `be`, writing the run directory, and maps the outcome to an exit code.

@@ -17,14 +17,18 @@
 //! `F` d_expert, `S` kept expert assignments (slots) after routing.
 //!
 //! Not here: what the model is (that is [`crate::model`]), optimisation policy, data, I/O.
-//! Backend choice for the CLI is [`select`] (`auto|cpu|cuda`), which probes for CUDA without
-//! touching a missing library and says which backend it chose and why.
+//! Backend choice, for the CLI and the lab's worker alike, is [`select`] (`auto|cpu|cuda`),
+//! which probes for CUDA without touching a missing library and says which backend it chose
+//! and why, then [`Selection::start`], which starts it as a [`Selected`] backend that callers
+//! match on (no `cfg`: without the `cuda` feature the CUDA arm exists but is never taken).
 
 pub mod cpu;
 pub mod cuda;
 
 use std::fmt;
 
+use self::cpu::CpuBackend;
+use self::cuda::CudaBackend;
 use crate::error::RunnerError;
 use crate::scalar::Real;
 
@@ -73,9 +77,42 @@ pub struct Selection {
     pub why: String,
 }
 
+/// A started backend, ready to train on.
+#[derive(Debug)]
+pub enum Selected {
+    /// The CPU reference backend in f32.
+    Cpu(CpuBackend<f32>),
+    /// CUDA device 0 (without the `cuda` feature this arm can never be built).
+    Cuda(CudaBackend),
+}
+
+impl Selected {
+    /// Which backend this is.
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            Selected::Cpu(_) => BackendKind::Cpu,
+            Selected::Cuda(_) => BackendKind::Cuda,
+        }
+    }
+}
+
+impl Selection {
+    /// Start the chosen backend: a CPU pool of `threads` workers (at least 1), or CUDA device
+    /// 0 (which compiles or loads its kernels). Fails when the backend cannot start — e.g.
+    /// [`RunnerError::BackendUnavailable`] from a CUDA build or device that is not usable.
+    pub fn start(&self, threads: usize) -> Result<Selected, RunnerError> {
+        match self.kind {
+            BackendKind::Cpu => Ok(Selected::Cpu(CpuBackend::new(threads)?)),
+            BackendKind::Cuda => Ok(Selected::Cuda(CudaBackend::new(0)?)),
+        }
+    }
+}
+
 /// Resolve a request to a backend that can run here. `auto` picks CUDA when this binary has it
 /// and [`cuda::probe`] finds a usable device, else the CPU; an explicit `cuda` request that
-/// cannot be met fails with [`RunnerError::BackendUnavailable`] naming the reason.
+/// cannot be met fails with [`RunnerError::BackendUnavailable`] naming the reason. Nothing is
+/// started: [`Selection::start`] does that (a caller may report the choice first, or hand the
+/// run to a worker that starts its own).
 pub fn select(request: BackendRequest) -> Result<Selection, RunnerError> {
     match request {
         BackendRequest::Cpu => Ok(Selection {
@@ -152,6 +189,106 @@ impl Groups {
     /// Total rows.
     pub fn total_rows(&self) -> usize {
         self.rows.iter().sum()
+    }
+}
+
+/// Whether a kernel overwrites its output or adds into it (the `(+)=` of the op docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accumulate {
+    /// `out = ...`.
+    Overwrite,
+    /// `out += ...` (a gradient with several contributions, a residual sum).
+    Add,
+}
+
+/// Attention's three head-major tensors `q, k, v [B, H, T, D]` (or their gradients), as
+/// buffers, references to buffers, or slices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Qkv<T> {
+    /// Queries.
+    pub q: T,
+    /// Keys.
+    pub k: T,
+    /// Values.
+    pub v: T,
+}
+
+impl<T> Qkv<T> {
+    /// The three, borrowed.
+    pub fn each_ref(&self) -> Qkv<&T> {
+        Qkv {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+        }
+    }
+
+    /// The three, borrowed mutably.
+    pub fn each_mut(&mut self) -> Qkv<&mut T> {
+        Qkv {
+            q: &mut self.q,
+            k: &mut self.k,
+            v: &mut self.v,
+        }
+    }
+
+    /// `f` applied to each (e.g. a backend's buffer to its slice).
+    pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> Qkv<U> {
+        Qkv {
+            q: f(self.q),
+            k: f(self.k),
+            v: f(self.v),
+        }
+    }
+}
+
+/// RoPE tables `cos, sin [T, D/2]`: entry `[t, i]` is the cosine / sine of `t theta^(-2i/D)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RopeTables<T> {
+    /// `cos [T, D/2]`.
+    pub cos: T,
+    /// `sin [T, D/2]`.
+    pub sin: T,
+}
+
+impl<T> RopeTables<T> {
+    /// Both tables, borrowed.
+    pub fn each_ref(&self) -> RopeTables<&T> {
+        RopeTables {
+            cos: &self.cos,
+            sin: &self.sin,
+        }
+    }
+
+    /// `f` applied to both.
+    pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> RopeTables<U> {
+        RopeTables {
+            cos: f(self.cos),
+            sin: f(self.sin),
+        }
+    }
+}
+
+/// What RMSNorm's backward reads from its forward: the input `x [N, C]`, the gain `w [C]` and
+/// the cached `rstd [N]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RmsNormSaved<T> {
+    /// The forward's input `[N, C]`.
+    pub x: T,
+    /// The gain `[C]`.
+    pub w: T,
+    /// `1 / rms(x)` per row `[N]`.
+    pub rstd: T,
+}
+
+impl<T> RmsNormSaved<T> {
+    /// `f` applied to each.
+    pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> RmsNormSaved<U> {
+        RmsNormSaved {
+            x: f(self.x),
+            w: f(self.w),
+            rstd: f(self.rstd),
+        }
     }
 }
 
@@ -305,16 +442,14 @@ pub trait Backend: Send + Sync {
         c: usize,
         eps: f64,
     );
-    /// `dx += ...`, `dw += ...` for [`Backend::rmsnorm_fwd`].
-    #[allow(clippy::too_many_arguments)]
+    /// `dx += ...`, `dw += ...` for [`Backend::rmsnorm_fwd`], from `dout` and what the
+    /// forward saw and cached.
     fn rmsnorm_bwd(
         &self,
         dx: &mut Self::Buf,
         dw: &mut Self::Buf,
         dout: &Self::Buf,
-        x: &Self::Buf,
-        w: &Self::Buf,
-        rstd: &Self::Buf,
+        saved: RmsNormSaved<&Self::Buf>,
         c: usize,
     );
 
@@ -322,14 +457,14 @@ pub trait Backend: Send + Sync {
     /// `out[rows_g, :] = inp[rows_g, :] @ W[first+g]^T`; inp `[R, in]`, W `[G, out, in]`,
     /// out `[R, out]`.
     fn linear_fwd(&self, out: &mut Self::Buf, inp: &Self::Buf, w: &Self::Buf, groups: &Groups);
-    /// `dinp[rows_g, :] (+)= dout[rows_g, :] @ W[first+g]`; `accumulate` chooses `+=` or `=`.
+    /// `dinp[rows_g, :] (+)= dout[rows_g, :] @ W[first+g]`.
     fn linear_bwd_data(
         &self,
         dinp: &mut Self::Buf,
         dout: &Self::Buf,
         w: &Self::Buf,
         groups: &Groups,
-        accumulate: bool,
+        accumulate: Accumulate,
     );
     /// `dW[first+g] += dout[rows_g, :]^T @ inp[rows_g, :]`.
     fn linear_bwd_weight(
@@ -341,55 +476,41 @@ pub trait Backend: Send + Sync {
     );
 
     // ---- attention ----
-    /// Split `qkv [B, T, 3C]` into `q, k, v [B, H, T, D]`, rotating q and k by RoPE with the
-    /// tables `cos, sin [T, D/2]` (pairs `(i, i + D/2)`).
-    #[allow(clippy::too_many_arguments)]
+    /// Split `qkv [B, T, 3C]` into `out.q, out.k, out.v [B, H, T, D]`, rotating q and k by
+    /// RoPE (pairs `(i, i + D/2)`).
     fn qkv_rope_fwd(
         &self,
-        q: &mut Self::Buf,
-        k: &mut Self::Buf,
-        v: &mut Self::Buf,
+        out: Qkv<&mut Self::Buf>,
         qkv: &Self::Buf,
-        cos: &Self::Buf,
-        sin: &Self::Buf,
+        rope: RopeTables<&Self::Buf>,
         dims: AttnDims,
     );
-    /// Inverse of [`Backend::qkv_rope_fwd`] for gradients: `dqkv = ...` (overwrites).
-    #[allow(clippy::too_many_arguments)]
+    /// Inverse of [`Backend::qkv_rope_fwd`] for gradients: `dqkv = ...` from `d.q, d.k, d.v`
+    /// (overwrites).
     fn qkv_rope_bwd(
         &self,
         dqkv: &mut Self::Buf,
-        dq: &Self::Buf,
-        dk: &Self::Buf,
-        dv: &Self::Buf,
-        cos: &Self::Buf,
-        sin: &Self::Buf,
+        d: Qkv<&Self::Buf>,
+        rope: RopeTables<&Self::Buf>,
         dims: AttnDims,
     );
     /// Causal softmax attention per (b, h): `P = softmax(q k^T / sqrt(D) + mask)`,
     /// `out = P v`; q, k, v, out `[B, H, T, D]`; probs `[B, H, T, T]` cached for backward.
-    #[allow(clippy::too_many_arguments)]
     fn attention_fwd(
         &self,
         out: &mut Self::Buf,
         probs: &mut Self::Buf,
-        q: &Self::Buf,
-        k: &Self::Buf,
-        v: &Self::Buf,
+        qkv: Qkv<&Self::Buf>,
         dims: AttnDims,
     );
-    /// Gradients of [`Backend::attention_fwd`] (overwrites dq, dk, dv).
-    #[allow(clippy::too_many_arguments)]
+    /// Gradients of [`Backend::attention_fwd`] into `d.q, d.k, d.v` (overwrites), from `dout`
+    /// and the forward's `probs` and `qkv`.
     fn attention_bwd(
         &self,
-        dq: &mut Self::Buf,
-        dk: &mut Self::Buf,
-        dv: &mut Self::Buf,
+        d: Qkv<&mut Self::Buf>,
         dout: &Self::Buf,
         probs: &Self::Buf,
-        q: &Self::Buf,
-        k: &Self::Buf,
-        v: &Self::Buf,
+        qkv: Qkv<&Self::Buf>,
         dims: AttnDims,
     );
     /// `[B, H, T, D] -> [B, T, C]` (head h at columns `h*D..(h+1)*D`).
@@ -457,15 +578,15 @@ pub trait Backend: Send + Sync {
     fn dispatch_fwd(&self, xs: &mut Self::Buf, x: &Self::Buf, routing: &Routing<Self>, c: usize);
     /// `dx[n, :] += sum_j dxs[token_slot[n, j], :]`, the K slots summed in order j = 0..K.
     fn dispatch_bwd(&self, dx: &mut Self::Buf, dxs: &Self::Buf, routing: &Routing<Self>, c: usize);
-    /// `out[n, :] (+)= sum_j weights[n, j] * y[token_slot[n, j], :]` in order j = 0..K;
-    /// `accumulate` chooses `+=` (after shared experts) or `=`.
+    /// `out[n, :] (+)= sum_j weights[n, j] * y[token_slot[n, j], :]` in order j = 0..K
+    /// (the model adds onto the shared experts' sum).
     fn combine_fwd(
         &self,
         out: &mut Self::Buf,
         y: &Self::Buf,
         routing: &Routing<Self>,
         c: usize,
-        accumulate: bool,
+        accumulate: Accumulate,
     );
     /// `dy[slot] = weights[n, j] * dout[n]` and `dweights[n, j] = dout[n] . y[slot]`
     /// (both overwrite; dropped choices get 0).
@@ -530,6 +651,20 @@ mod tests {
             }
             // The CPU-only machines: auto falls back, an explicit request is a clear error.
             Err(reason) => {
+                let started = auto.start(2).expect("the CPU backend starts");
+                assert_eq!(started.kind(), BackendKind::Cpu);
+                // Starting CUDA anyway (a selection made elsewhere) fails with the reason.
+                let cuda = Selection {
+                    kind: BackendKind::Cuda,
+                    why: "test".into(),
+                };
+                match cuda.start(1) {
+                    Err(RunnerError::BackendUnavailable { backend, reason: r }) => {
+                        assert_eq!(backend, "cuda");
+                        assert_eq!(r, reason);
+                    }
+                    other => panic!("expected BackendUnavailable, got {other:?}"),
+                }
                 assert_eq!(auto.kind, BackendKind::Cpu);
                 assert!(auto.why.contains(&reason), "{}", auto.why);
                 match select(BackendRequest::Cuda) {

@@ -1,17 +1,15 @@
-//! CPU reference kernels: fused softmax cross-entropy with z-loss, the squared norm, AdamW.
+//! CPU reference kernel: fused softmax cross-entropy with z-loss, forward and backward in one
+//! pass over the logits (llm.c's in-place trick).
 //!
-//! Shapes: `N` rows, `V` vocab. Losses are per-row values summed serially in row order, and
-//! the squared norm is summed over fixed blocks of [`NORM_BLOCK`] elements in block order, so
-//! neither depends on the thread count. Not here: the schedule or clipping policy (trainer).
+//! Shapes: `N` rows, `V` vocab; `logits [N, V]`, `targets [N]`. Losses are per-row values
+//! summed serially in row order, so they do not depend on the thread count.
+//! Not here: the router z-loss ([`super::router`]), norms ([`super::reduce`]).
 
 use rayon::prelude::*;
 
-use super::norm::ROW_BLOCK;
-use crate::backend::{AdamW, CrossEntropySums};
+use super::ROW_BLOCK;
+use crate::backend::CrossEntropySums;
 use crate::scalar::Real;
-
-/// Elements per partial sum of [`sum_squares`].
-pub const NORM_BLOCK: usize = 4096;
 
 /// Per row: `lse = logsumexp(x)`, `ce = lse - x[target]`, `z = lse^2`. With `grad_scale = g`,
 /// overwrites the row with `g * (p - onehot(target) + z_coef * 2 lse p)`, `p = softmax(x)`.
@@ -60,42 +58,4 @@ pub fn cross_entropy<F: Real>(
         sums.z += z;
     }
     sums
-}
-
-/// `sum(x^2)` in f64 over fixed blocks, partial sums added in block order.
-pub fn sum_squares<F: Real>(x: &[F]) -> f64 {
-    let partials: Vec<f64> = x
-        .par_chunks(NORM_BLOCK)
-        .map(|b| b.iter().map(|v| v.to_f64() * v.to_f64()).sum::<f64>())
-        .collect();
-    partials.iter().sum()
-}
-
-/// AdamW, elementwise: `g' = grad_scale g`, `m = b1 m + (1-b1) g'`, `v = b2 v + (1-b2) g'^2`,
-/// `p -= lr (m / (1-b1^t) / (sqrt(v / (1-b2^t)) + eps) + wd p)`.
-pub fn adamw<F: Real>(p: &mut [F], g: &[F], m: &mut [F], v: &mut [F], hp: &AdamW) {
-    let t = hp.step.min(i32::MAX as u64) as i32;
-    let bc1 = F::from_f64(1.0 / (1.0 - hp.beta1.powi(t)));
-    let bc2 = F::from_f64(1.0 / (1.0 - hp.beta2.powi(t)));
-    let (b1, b2) = (F::from_f64(hp.beta1), F::from_f64(hp.beta2));
-    let (lr, eps, wd, gs) = (
-        F::from_f64(hp.lr),
-        F::from_f64(hp.eps),
-        F::from_f64(hp.weight_decay),
-        F::from_f64(hp.grad_scale),
-    );
-    p.par_chunks_mut(NORM_BLOCK)
-        .zip(g.par_chunks(NORM_BLOCK))
-        .zip(m.par_chunks_mut(NORM_BLOCK))
-        .zip(v.par_chunks_mut(NORM_BLOCK))
-        .for_each(|(((pb, gb), mb), vb)| {
-            for i in 0..pb.len() {
-                let gi = gb[i] * gs;
-                mb[i] = b1 * mb[i] + (F::ONE - b1) * gi;
-                vb[i] = b2 * vb[i] + (F::ONE - b2) * gi * gi;
-                let mh = mb[i] * bc1;
-                let vh = vb[i] * bc2;
-                pb[i] -= lr * (mh / (vh.sqrt() + eps) + wd * pb[i]);
-            }
-        });
 }

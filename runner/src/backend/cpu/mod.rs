@@ -1,40 +1,71 @@
 //! The CPU reference backend: [`CpuBackend`], buffers as `Vec<F>`, kernels as plain Rust
-//! functions over slices (one file per op family, each with its forward and backward).
+//! functions over slices, one file per op family, each with its forward and backward. The
+//! families and their names are the CUDA backend's too (`cuda/ops/<family>.rs`,
+//! `runner/kernels/<family>.cu`): elementwise, embedding, norm, gemm (the linear layers; cuBLAS
+//! on CUDA), rope, attention, swiglu, router, topk, permute, combine, loss, reduce, adamw.
 //!
 //! It is the spec every other backend is checked against, and it is bitwise deterministic for
 //! any thread count: work is split into fixed blocks (rows, tiles, elements) whose sizes depend
 //! only on the shapes, and every cross-block reduction adds the blocks' partial results in block
 //! order. Threads come from a private rayon pool of the requested size ([`Backend::run`]).
 //! Generic over the element type so the finite-difference checks run the same kernels in f64.
+//! Not here: the model ([`crate::model`]); this file only maps the [`Backend`] trait onto the
+//! family files.
 
+pub mod adamw;
 pub mod attention;
+pub mod combine;
+pub mod elementwise;
+pub mod embedding;
 pub mod gemm;
 pub mod loss;
-pub mod moe;
 pub mod norm;
+pub mod permute;
+pub mod reduce;
+pub mod rope;
+pub mod router;
+pub mod swiglu;
+pub mod topk;
 
 use std::marker::PhantomData;
 
-use self::gemm::{Mat, gemm_into};
 use crate::backend::{
-    AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource, Routing,
-    ScoreKind,
+    Accumulate, AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource, Qkv,
+    RmsNormSaved, RopeTables, Routing, ScoreKind,
 };
 use crate::error::RunnerError;
 use crate::scalar::Real;
 
+/// Rows per parallel work item and per partial sum of cross-row reductions.
+pub const ROW_BLOCK: usize = 64;
+/// Elements per parallel work item of elementwise updates, and per partial sum of
+/// [`reduce::sum_squares`].
+pub const NORM_BLOCK: usize = 4096;
+
+macro_rules! sources {
+    ($($file:literal),* $(,)?) => {
+        &[$((concat!("runner/src/backend/cpu/", $file), include_str!($file))),*]
+    };
+}
+
 /// Kernel sources of this backend, hashed into every run record.
-const SOURCES: &[(&str, &str)] = &[
-    ("runner/src/backend/cpu/mod.rs", include_str!("mod.rs")),
-    ("runner/src/backend/cpu/gemm.rs", include_str!("gemm.rs")),
-    ("runner/src/backend/cpu/norm.rs", include_str!("norm.rs")),
-    (
-        "runner/src/backend/cpu/attention.rs",
-        include_str!("attention.rs"),
-    ),
-    ("runner/src/backend/cpu/moe.rs", include_str!("moe.rs")),
-    ("runner/src/backend/cpu/loss.rs", include_str!("loss.rs")),
-];
+const SOURCES: &[(&str, &str)] = sources!(
+    "mod.rs",
+    "elementwise.rs",
+    "embedding.rs",
+    "norm.rs",
+    "gemm.rs",
+    "rope.rs",
+    "attention.rs",
+    "swiglu.rs",
+    "router.rs",
+    "topk.rs",
+    "permute.rs",
+    "combine.rs",
+    "loss.rs",
+    "reduce.rs",
+    "adamw.rs",
+);
 
 /// The CPU backend computing in `F` (`f32` for training, `f64` for gradient checks).
 #[derive(Debug)]
@@ -131,17 +162,17 @@ impl<F: Real> Backend for CpuBackend<F> {
     }
 
     fn add_assign(&self, a: &mut Vec<F>, b: &Vec<F>) {
-        norm::add_assign(a, b);
+        elementwise::add_assign(a, b);
     }
     fn add_row_broadcast(&self, buf: &mut Vec<F>, row: &[F]) {
-        norm::add_row_broadcast(buf, row);
+        elementwise::add_row_broadcast(buf, row);
     }
 
     fn embedding_fwd(&self, out: &mut Vec<F>, wte: &Vec<F>, tokens: &Vec<u32>, c: usize) {
-        norm::embedding_fwd(out, wte, tokens, c);
+        embedding::embedding_fwd(out, wte, tokens, c);
     }
     fn embedding_bwd(&self, dwte: &mut Vec<F>, dout: &Vec<F>, tokens: &Vec<u32>, c: usize) {
-        norm::embedding_bwd(dwte, dout, tokens, c);
+        embedding::embedding_bwd(dwte, dout, tokens, c);
     }
 
     fn rmsnorm_fwd(
@@ -160,32 +191,14 @@ impl<F: Real> Backend for CpuBackend<F> {
         dx: &mut Vec<F>,
         dw: &mut Vec<F>,
         dout: &Vec<F>,
-        x: &Vec<F>,
-        w: &Vec<F>,
-        rstd: &Vec<F>,
+        saved: RmsNormSaved<&Vec<F>>,
         c: usize,
     ) {
-        norm::rmsnorm_bwd(dx, dw, dout, x, w, rstd, c);
+        norm::rmsnorm_bwd(dx, dw, dout, saved.map(Vec::as_slice), c);
     }
 
     fn linear_fwd(&self, out: &mut Vec<F>, inp: &Vec<F>, w: &Vec<F>, g: &Groups) {
-        let (ind, outd) = (g.in_dim, g.out_dim);
-        let mut r0 = 0;
-        for (gi, &rows) in g.rows.iter().enumerate() {
-            let wo = (g.first + gi) * outd * ind;
-            gemm_into(
-                rows,
-                outd,
-                ind,
-                &mut out[r0 * outd..],
-                outd,
-                Mat::rows(&inp[r0 * ind..], ind),
-                Mat::transposed(&w[wo..wo + outd * ind], ind),
-                false,
-                true,
-            );
-            r0 += rows;
-        }
+        gemm::linear_fwd(out, inp, w, g);
     }
     fn linear_bwd_data(
         &self,
@@ -193,113 +206,78 @@ impl<F: Real> Backend for CpuBackend<F> {
         dout: &Vec<F>,
         w: &Vec<F>,
         g: &Groups,
-        accumulate: bool,
+        accumulate: Accumulate,
     ) {
-        let (ind, outd) = (g.in_dim, g.out_dim);
-        let mut r0 = 0;
-        for (gi, &rows) in g.rows.iter().enumerate() {
-            let wo = (g.first + gi) * outd * ind;
-            gemm_into(
-                rows,
-                ind,
-                outd,
-                &mut dinp[r0 * ind..],
-                ind,
-                Mat::rows(&dout[r0 * outd..], outd),
-                Mat::rows(&w[wo..wo + outd * ind], ind),
-                accumulate,
-                true,
-            );
-            r0 += rows;
-        }
+        gemm::linear_bwd_data(dinp, dout, w, g, accumulate);
     }
     fn linear_bwd_weight(&self, dw: &mut Vec<F>, dout: &Vec<F>, inp: &Vec<F>, g: &Groups) {
-        let (ind, outd) = (g.in_dim, g.out_dim);
-        let mut r0 = 0;
-        for (gi, &rows) in g.rows.iter().enumerate() {
-            let wo = (g.first + gi) * outd * ind;
-            if rows > 0 {
-                gemm_into(
-                    outd,
-                    ind,
-                    rows,
-                    &mut dw[wo..wo + outd * ind],
-                    ind,
-                    Mat::transposed(&dout[r0 * outd..r0 * outd + rows * outd], outd),
-                    Mat::rows(&inp[r0 * ind..r0 * ind + rows * ind], ind),
-                    true,
-                    true,
-                );
-            }
-            r0 += rows;
-        }
+        gemm::linear_bwd_weight(dw, dout, inp, g);
     }
 
     fn qkv_rope_fwd(
         &self,
-        q: &mut Vec<F>,
-        k: &mut Vec<F>,
-        v: &mut Vec<F>,
+        out: Qkv<&mut Vec<F>>,
         qkv: &Vec<F>,
-        cos: &Vec<F>,
-        sin: &Vec<F>,
+        rope: RopeTables<&Vec<F>>,
         dims: AttnDims,
     ) {
-        attention::qkv_rope_fwd(q, k, v, qkv, cos, sin, dims);
+        rope::qkv_rope_fwd(
+            out.map(Vec::as_mut_slice),
+            qkv,
+            rope.map(Vec::as_slice),
+            dims,
+        );
     }
     fn qkv_rope_bwd(
         &self,
         dqkv: &mut Vec<F>,
-        dq: &Vec<F>,
-        dk: &Vec<F>,
-        dv: &Vec<F>,
-        cos: &Vec<F>,
-        sin: &Vec<F>,
+        d: Qkv<&Vec<F>>,
+        rope: RopeTables<&Vec<F>>,
         dims: AttnDims,
     ) {
-        attention::qkv_rope_bwd(dqkv, dq, dk, dv, cos, sin, dims);
+        rope::qkv_rope_bwd(dqkv, d.map(Vec::as_slice), rope.map(Vec::as_slice), dims);
     }
     fn attention_fwd(
         &self,
         out: &mut Vec<F>,
         probs: &mut Vec<F>,
-        q: &Vec<F>,
-        k: &Vec<F>,
-        v: &Vec<F>,
+        qkv: Qkv<&Vec<F>>,
         dims: AttnDims,
     ) {
-        attention::attention_fwd(out, probs, q, k, v, dims);
+        attention::attention_fwd(out, probs, qkv.map(Vec::as_slice), dims);
     }
     fn attention_bwd(
         &self,
-        dq: &mut Vec<F>,
-        dk: &mut Vec<F>,
-        dv: &mut Vec<F>,
+        d: Qkv<&mut Vec<F>>,
         dout: &Vec<F>,
         probs: &Vec<F>,
-        q: &Vec<F>,
-        k: &Vec<F>,
-        v: &Vec<F>,
+        qkv: Qkv<&Vec<F>>,
         dims: AttnDims,
     ) {
-        attention::attention_bwd(dq, dk, dv, dout, probs, q, k, v, dims);
+        attention::attention_bwd(
+            d.map(Vec::as_mut_slice),
+            dout,
+            probs,
+            qkv.map(Vec::as_slice),
+            dims,
+        );
     }
     fn merge_heads_fwd(&self, out: &mut Vec<F>, y: &Vec<F>, dims: AttnDims) {
-        attention::merge_heads_fwd(out, y, dims);
+        rope::merge_heads_fwd(out, y, dims);
     }
     fn merge_heads_bwd(&self, dy: &mut Vec<F>, dout: &Vec<F>, dims: AttnDims) {
-        attention::merge_heads_bwd(dy, dout, dims);
+        rope::merge_heads_bwd(dy, dout, dims);
     }
 
     fn swiglu_fwd(&self, out: &mut Vec<F>, h: &Vec<F>, f: usize) {
-        norm::swiglu_fwd(out, h, f);
+        swiglu::swiglu_fwd(out, h, f);
     }
     fn swiglu_bwd(&self, dh: &mut Vec<F>, dout: &Vec<F>, h: &Vec<F>, f: usize) {
-        norm::swiglu_bwd(dh, dout, h, f);
+        swiglu::swiglu_bwd(dh, dout, h, f);
     }
 
     fn router_scores_fwd(&self, scores: &mut Vec<F>, logits: &Vec<F>, e: usize, kind: ScoreKind) {
-        moe::router_scores_fwd(scores, logits, e, kind);
+        router::router_scores_fwd(scores, logits, e, kind);
     }
     fn router_scores_bwd(
         &self,
@@ -309,7 +287,7 @@ impl<F: Real> Backend for CpuBackend<F> {
         e: usize,
         kind: ScoreKind,
     ) {
-        moe::router_scores_bwd(dlogits, dscores, scores, e, kind);
+        router::router_scores_bwd(dlogits, dscores, scores, e, kind);
     }
     fn router_z_loss(
         &self,
@@ -318,7 +296,7 @@ impl<F: Real> Backend for CpuBackend<F> {
         e: usize,
         coef: f64,
     ) -> f64 {
-        moe::router_z_loss(dlogits.map(|d| d.as_mut_slice()), logits, e, coef)
+        router::router_z_loss(dlogits.map(|d| d.as_mut_slice()), logits, e, coef)
     }
     fn route(
         &self,
@@ -328,16 +306,17 @@ impl<F: Real> Backend for CpuBackend<F> {
         combine_scale: f64,
         capacity: Option<usize>,
     ) -> Routing<Self> {
-        let r = moe::route(scores, bias, bias.len(), top_k, combine_scale, capacity);
+        let choices = topk::topk_bias(scores, bias, bias.len(), top_k, combine_scale);
+        let sorted = permute::sort_by_expert(&choices.token_expert, bias.len(), capacity);
         Routing {
             top_k,
-            token_expert: r.token_expert,
-            token_slot: r.token_slot,
-            slot_assignment: r.slot_assignment,
-            weights: r.weights,
-            expert_rows: r.expert_rows,
-            expert_load: r.expert_load,
-            dropped: r.dropped,
+            token_expert: choices.token_expert,
+            token_slot: sorted.token_slot,
+            slot_assignment: sorted.slot_assignment,
+            weights: choices.weights,
+            expert_rows: sorted.expert_rows,
+            expert_load: sorted.expert_load,
+            dropped: sorted.dropped,
         }
     }
     fn route_weights_bwd(
@@ -348,23 +327,14 @@ impl<F: Real> Backend for CpuBackend<F> {
         routing: &Routing<Self>,
         combine_scale: f64,
     ) {
-        let e = routing.expert_rows.len();
-        moe::route_weights_bwd(
-            dscores,
-            dweights,
-            scores,
-            &routing.token_expert,
-            e,
-            routing.top_k,
-            combine_scale,
-        );
+        router::route_weights_bwd(dscores, dweights, scores, routing, combine_scale);
     }
 
     fn dispatch_fwd(&self, xs: &mut Vec<F>, x: &Vec<F>, routing: &Routing<Self>, c: usize) {
-        moe::dispatch_fwd(xs, x, &routing.slot_assignment, routing.top_k, c);
+        permute::dispatch_fwd(xs, x, routing, c);
     }
     fn dispatch_bwd(&self, dx: &mut Vec<F>, dxs: &Vec<F>, routing: &Routing<Self>, c: usize) {
-        moe::dispatch_bwd(dx, dxs, &routing.token_slot, routing.top_k, c);
+        permute::dispatch_bwd(dx, dxs, routing, c);
     }
     fn combine_fwd(
         &self,
@@ -372,17 +342,9 @@ impl<F: Real> Backend for CpuBackend<F> {
         y: &Vec<F>,
         routing: &Routing<Self>,
         c: usize,
-        accumulate: bool,
+        accumulate: Accumulate,
     ) {
-        moe::combine_fwd(
-            out,
-            y,
-            &routing.weights,
-            &routing.token_slot,
-            routing.top_k,
-            c,
-            accumulate,
-        );
+        combine::combine_fwd(out, y, routing, c, accumulate);
     }
     fn combine_bwd(
         &self,
@@ -393,17 +355,7 @@ impl<F: Real> Backend for CpuBackend<F> {
         routing: &Routing<Self>,
         c: usize,
     ) {
-        moe::combine_bwd(
-            dy,
-            dweights,
-            dout,
-            y,
-            &routing.weights,
-            &routing.slot_assignment,
-            &routing.token_slot,
-            routing.top_k,
-            c,
-        );
+        combine::combine_bwd(dy, dweights, dout, y, routing, c);
     }
 
     fn cross_entropy(
@@ -418,10 +370,10 @@ impl<F: Real> Backend for CpuBackend<F> {
     }
 
     fn sum_squares(&self, buf: &Vec<F>) -> f64 {
-        loss::sum_squares(buf)
+        reduce::sum_squares(buf)
     }
     fn adamw(&self, param: &mut Vec<F>, grad: &Vec<F>, m: &mut Vec<F>, v: &mut Vec<F>, hp: &AdamW) {
-        loss::adamw(param, grad, m, v, hp);
+        adamw::adamw(param, grad, m, v, hp);
     }
 
     fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {

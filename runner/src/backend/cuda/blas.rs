@@ -16,7 +16,7 @@ use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::CudaSlice;
 
-use crate::backend::Groups;
+use crate::backend::{Accumulate, AttnDims, Groups};
 
 const N: cudarc::cublas::sys::cublasOperation_t = CUBLAS_OP_N;
 const T: cudarc::cublas::sys::cublasOperation_t = CUBLAS_OP_T;
@@ -72,7 +72,7 @@ pub fn linear_bwd_data(
     dout: &CudaSlice<f32>,
     w: &CudaSlice<f32>,
     g: &Groups,
-    accumulate: bool,
+    accumulate: Accumulate,
 ) -> Result<(), String> {
     let (id, od) = (g.in_dim, g.out_dim);
     let mut r0 = 0;
@@ -88,7 +88,10 @@ pub fn linear_bwd_data(
                 alpha: 1.0f32,
                 lda: i(id)?,
                 ldb: i(od)?,
-                beta: if accumulate { 1.0 } else { 0.0 },
+                beta: match accumulate {
+                    Accumulate::Overwrite => 0.0,
+                    Accumulate::Add => 1.0,
+                },
                 ldc: i(id)?,
             };
             let a = w.slice(wo..wo + od * id);
@@ -151,22 +154,21 @@ pub enum HeadProduct {
     AtB,
 }
 
-/// One row-major product per head over `bh` heads stored back to back, with `t` positions and
-/// head size `d`; overwrites `c`.
+/// One row-major product per head over the `bh = B H` heads of `dims` stored back to back,
+/// with `t` positions and head size `d`; overwrites `c`.
 /// - `ABt`: `gemm(T, N, m=t, n=t, k=d, A=y lda=d, B=x ldb=d, C ldc=t)`;
 /// - `AB`:  `gemm(N, N, m=d, n=t, k=t, A=y lda=d, B=x ldb=t, C ldc=d)`;
 /// - `AtB`: `gemm(N, T, m=d, n=t, k=t, A=y lda=d, B=x ldb=t, C ldc=d)`.
-#[allow(clippy::too_many_arguments)]
 pub fn per_head(
     blas: &CudaBlas,
     kind: HeadProduct,
     c: &mut CudaSlice<f32>,
     x: &CudaSlice<f32>,
     y: &CudaSlice<f32>,
-    bh: usize,
-    t: usize,
-    d: usize,
+    dims: AttnDims,
 ) -> Result<(), String> {
+    let AttnDims { b, t, h, d } = dims;
+    let bh = b * h;
     let (tt, dd) = (i(t)?, i(d)?);
     let (transa, transb, m, n, k, lda, ldb, ldc, sx, sy, sc) = match kind {
         HeadProduct::ABt => (T, N, tt, tt, dd, dd, dd, tt, t * d, t * d, t * t),

@@ -1,20 +1,23 @@
-//! [`CudaBackend`]: the CUDA implementation of [`Backend`] — one context, one stream, one
-//! cuBLAS handle with a fixed workspace, the NVRTC-compiled kernels of `runner/kernels/`, and a
-//! caching buffer pool.
+//! [`CudaBackend`]'s device side: one context, one stream, one cuBLAS handle with a fixed
+//! workspace, the NVRTC-compiled kernels of `runner/kernels/` (module loading), a caching
+//! buffer pool, the sticky error, and [`launch!`], the one way a kernel is launched.
 //!
 //! Memory: the model asks for fresh buffers every step (`zeros`, `upload`, `duplicate`); the
 //! pool keeps every freed device buffer by capacity class (powers of two up to 1 Mi elements,
 //! then multiples of 1 Mi) and hands it out again, so after the first step a run does no
 //! `cuMemAlloc` at all — the allocate-once habit without changing the model's code.
 //!
-//! Errors: the [`Backend`] trait's ops return values, not `Result`s (the CPU cannot fail). A
+//! Errors: the [`Backend`](crate::backend::Backend) trait's ops return values, not `Result`s (the CPU cannot fail). A
 //! device failure (out of memory, a launch error) is recorded as the backend's *sticky error*:
-//! later ops do nothing, and the trainer reads it with [`Backend::take_error`] after each step
+//! later ops do nothing, and the trainer reads it with [`Backend::take_error`](crate::backend::Backend::take_error) after each step
 //! and ends the run `failed` with the message. Nothing here panics on a device error.
 //!
 //! Host round trips per step: the scalar losses and norms, the per-expert row counts of each
 //! layer's routing (the grouped matmuls' shapes, as the trait specifies), and the router scores
 //! the model downloads for its statistics. Everything else stays on the device.
+//!
+//! Not here: the ops — the [`Backend`](crate::backend::Backend) impl and its launchers are `cuda/ops/` (one file per op
+//! family).
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -22,29 +25,49 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
-    ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, ValidAsZeroBits,
 };
 
-use super::blas::{self, HeadProduct};
 use super::nvrtc;
-use super::sources::{self, KERNEL_FILES};
-use crate::backend::{
-    AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource, Routing,
-    ScoreKind,
-};
+use super::sources::KERNEL_FILES;
 use crate::error::RunnerError;
 
 /// Threads per block for elementwise kernels.
-const BLOCK: u32 = 256;
-/// Rows per partial sum of the RMSNorm weight gradient (the CPU's `ROW_BLOCK`).
-const ROW_BLOCK: usize = 64;
-/// Elements per partial sum of `sum_squares` (the CPU's `NORM_BLOCK`).
-const NORM_BLOCK: usize = 4096;
-/// Assignments per chunk of the counting sort (permute.cu).
-const SORT_CHUNK: usize = 1024;
+pub(super) const BLOCK: u32 = 256;
 /// cuBLAS workspace, fixed for the run (determinism: the same workspace every call).
 const CUBLAS_WORKSPACE_BYTES: usize = 32 << 20;
+
+/// Launches kernel `$kernel` (an `extern "C"` entry point of `runner/kernels/`) on the
+/// backend's stream with launch configuration `$cfg`, passing the bracketed arguments in the
+/// order of the kernel's parameters: device buffers as `&CudaSlice` / `&mut CudaSlice` (or
+/// views), scalars by reference, each of the parameter's C type (`int` = `i32`,
+/// `unsigned long long` = `u64`, `float` = `f32`):
+///
+/// ```ignore
+/// launch!(be, "add_assign_f32", grid_for(n), [a.get_mut()?, b.get()?, &n])?;
+/// ```
+///
+/// Evaluates to `Result<(), String>` (the error names the kernel); it is used inside
+/// [`CudaBackend::op`], whose closure returns that type.
+macro_rules! launch {
+    ($be:expr, $kernel:literal, $cfg:expr, [$($arg:expr),+ $(,)?]) => {
+        match $be.func($kernel) {
+            Err(err) => Err(err),
+            Ok(func) => {
+                let mut args = $be.stream().launch_builder(func);
+                $(cudarc::driver::PushKernelArg::arg(&mut args, $arg);)+
+                // SAFETY: every call site lists the kernel's parameters in order and with their
+                // C types (checked by reading `runner/kernels/<family>.cu` next to the
+                // launcher), with the launch geometry the kernel's design note states and
+                // buffers at least as long as the shapes the kernel indexes.
+                unsafe { args.launch($cfg) }
+                    .map(|_| ())
+                    .map_err(|err| format!("{}: {err:?}", $kernel))
+            }
+        }
+    };
+}
+pub(super) use launch;
 
 /// Checks, without any call that could panic, whether CUDA can run here.
 pub fn probe() -> Result<String, String> {
@@ -78,6 +101,15 @@ pub fn probe() -> Result<String, String> {
         Ok(format!("{n} CUDA device(s)"))
     });
     r.unwrap_or_else(|_| Err("loading the CUDA libraries failed (cudarc panicked)".into()))
+}
+
+/// What a new buffer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Contents {
+    /// Zeros (a memset after taking it from the pool).
+    Zeros,
+    /// Whatever it held before (no memset).
+    Unspecified,
 }
 
 /// Capacity class of a request for `n` elements.
@@ -142,7 +174,8 @@ impl Pooled for f64 {}
 /// drop. `None` only after a device failure (the sticky error says which).
 pub struct DevBuf<T: Pooled> {
     slice: Option<CudaSlice<T>>,
-    len: usize,
+    /// Elements in use (ops read and write `0..len`).
+    pub(super) len: usize,
     shared: Arc<Shared>,
 }
 
@@ -169,12 +202,14 @@ impl<T: Pooled> Drop for DevBuf<T> {
 }
 
 impl<T: Pooled> DevBuf<T> {
-    fn get(&self) -> Result<&CudaSlice<T>, String> {
+    /// The device slice, or why it is gone.
+    pub(super) fn get(&self) -> Result<&CudaSlice<T>, String> {
         self.slice
             .as_ref()
             .ok_or_else(|| "buffer lost to an earlier device failure".to_string())
     }
-    fn get_mut(&mut self) -> Result<&mut CudaSlice<T>, String> {
+    /// The device slice, mutably, or why it is gone.
+    pub(super) fn get_mut(&mut self) -> Result<&mut CudaSlice<T>, String> {
         self.slice
             .as_mut()
             .ok_or_else(|| "buffer lost to an earlier device failure".to_string())
@@ -200,7 +235,8 @@ impl std::fmt::Debug for CudaBackend {
     }
 }
 
-fn grid_for(n: usize) -> LaunchConfig {
+/// A 1-D grid of [`BLOCK`]-thread blocks covering `n` elements (kernels grid-stride past it).
+pub(super) fn grid_for(n: usize) -> LaunchConfig {
     let blocks = n.div_ceil(BLOCK as usize).clamp(1, i32::MAX as usize) as u32;
     LaunchConfig {
         grid_dim: (blocks, 1, 1),
@@ -209,7 +245,8 @@ fn grid_for(n: usize) -> LaunchConfig {
     }
 }
 
-fn blocks_of(n: usize, threads: u32) -> LaunchConfig {
+/// `n` blocks of `threads` threads (one block per row, per chunk, ...).
+pub(super) fn blocks_of(n: usize, threads: u32) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (n.clamp(1, i32::MAX as usize) as u32, 1, 1),
         block_dim: (threads, 1, 1),
@@ -246,7 +283,7 @@ impl CudaBackend {
         let name = ctx.name().map_err(e("cannot read the device name"))?;
         let mut funcs = HashMap::new();
         for file in KERNEL_FILES {
-            let compiled = nvrtc::compile(file, &arch, true)?;
+            let compiled = nvrtc::compile(file, &arch, nvrtc::PtxCache::Use)?;
             let module = ctx
                 .load_module(cudarc::nvrtc::Ptx::from_src(compiled.ptx))
                 .map_err(|err| format!("cannot load {}: {err:?}", file.path))?;
@@ -311,27 +348,18 @@ impl CudaBackend {
             .map_err(|err| RunnerError::Backend(format!("cuda synchronize: {err:?}")))
     }
 
-    /// Measured f32 SGEMM throughput (FLOP/s) of a `n^3` product, best of `reps`: the MFU
-    /// reference for f32 runs.
-    pub fn measure_sgemm_peak(&self, n: usize, reps: usize) -> Result<f64, RunnerError> {
-        let mut a = self.zeros(n * n);
-        let b = self.zeros(n * n);
-        let mut best = f64::INFINITY;
-        let g = Groups::dense(n, n, n);
-        for _ in 0..reps.max(2) {
-            self.synchronize()?;
-            let t0 = std::time::Instant::now();
-            self.linear_fwd(&mut a, &b, &b, &g);
-            self.synchronize()?;
-            best = best.min(t0.elapsed().as_secs_f64());
-        }
-        if let Some(err) = self.take_error() {
-            return Err(RunnerError::Backend(err));
-        }
-        Ok(2.0 * (n as f64).powi(3) / best.max(1e-9))
+    /// A buffer of `n` zeros.
+    pub(super) fn zeroed<T: Pooled>(&self, n: usize) -> DevBuf<T> {
+        self.alloc(n, Contents::Zeros)
     }
 
-    fn alloc<T: Pooled>(&self, n: usize, zero: bool) -> DevBuf<T> {
+    /// A buffer of `n` elements with whatever a pooled allocation last held: for outputs a
+    /// kernel writes in full before anything reads them.
+    pub(super) fn scratch<T: Pooled>(&self, n: usize) -> DevBuf<T> {
+        self.alloc(n, Contents::Unspecified)
+    }
+
+    fn alloc<T: Pooled>(&self, n: usize, contents: Contents) -> DevBuf<T> {
         let mut buf = DevBuf {
             slice: None,
             len: n,
@@ -348,7 +376,7 @@ impl CudaBackend {
         };
         match slice {
             Ok(mut s) => {
-                if zero {
+                if contents == Contents::Zeros {
                     let mut view = s.slice_mut(0..n);
                     if let Err(err) = self.shared.stream.memset_zeros(&mut view) {
                         self.shared.record("memset", format!("{err:?}"));
@@ -364,8 +392,9 @@ impl CudaBackend {
         buf
     }
 
-    fn upload_any<T: Pooled>(&self, host: &[T]) -> DevBuf<T> {
-        let mut buf = self.alloc::<T>(host.len(), false);
+    /// Copies host values into a new buffer.
+    pub(super) fn upload_any<T: Pooled>(&self, host: &[T]) -> DevBuf<T> {
+        let mut buf = self.scratch::<T>(host.len());
         if let Some(s) = buf.slice.as_mut() {
             let mut view = s.slice_mut(0..host.len());
             if let Err(err) = self.shared.stream.memcpy_htod(host, &mut view) {
@@ -375,7 +404,8 @@ impl CudaBackend {
         buf
     }
 
-    fn download_any<T: Pooled>(&self, buf: &DevBuf<T>) -> Vec<T> {
+    /// Copies a buffer to the host (default values after a device failure).
+    pub(super) fn download_any<T: Pooled>(&self, buf: &DevBuf<T>) -> Vec<T> {
         let Some(s) = buf.slice.as_ref() else {
             return vec![T::default(); buf.len];
         };
@@ -391,81 +421,27 @@ impl CudaBackend {
         }
     }
 
-    /// Runs one op; a failure becomes the sticky error, and nothing runs after one.
-    fn op(&self, name: &str, f: impl FnOnce() -> Result<(), String>) {
-        if self.shared.failed() {
-            return;
-        }
-        if let Err(err) = f() {
-            self.shared.record(name, err);
-        }
+    /// The cuBLAS handle (on the backend's stream, with its fixed workspace).
+    pub(super) fn blas(&self) -> &CudaBlas {
+        &self.blas
     }
 
-    fn func(&self, name: &str) -> Result<&CudaFunction, String> {
-        self.funcs
-            .get(name)
-            .ok_or_else(|| format!("kernel {name} is not in runner/kernels"))
+    /// The run-record description, e.g. `cuda (NVIDIA H200, sm_90, f32, NVRTC 13.0)`.
+    pub(super) fn description(&self) -> &str {
+        &self.description
     }
 
-    /// Sums `values[0..n]` (f64) on the device into `out[slot]`.
-    fn sum_f64_into(
-        &self,
-        out: &mut DevBuf<f64>,
-        slot: i32,
-        values: &DevBuf<f64>,
-        n: usize,
-    ) -> Result<(), String> {
-        let n64 = n as u64;
-        let (o, v) = (out.get_mut()?, values.get()?);
-        let mut b = self.shared.stream.launch_builder(self.func("sum_f64")?);
-        b.arg(o).arg(&slot).arg(v).arg(&n64);
-        // SAFETY: arguments match `sum_f64(double*, int, const double*, u64)` in reduce.cu.
-        unsafe { b.launch(blocks_of(1, 1024)) }.map_err(e("sum_f64"))?;
-        Ok(())
-    }
-}
-
-impl Backend for CudaBackend {
-    type F = f32;
-    type Buf = CudaBuf;
-    type Ids = CudaIds;
-
-    fn kind(&self) -> BackendKind {
-        BackendKind::Cuda
-    }
-
-    fn describe(&self) -> String {
-        self.description.clone()
-    }
-
-    fn kernel_sources(&self) -> Vec<KernelSource> {
-        sources::kernel_sources()
-    }
-
-    fn take_error(&self) -> Option<String> {
+    /// Waits for the stream, then takes the sticky error (see [`Backend::take_error`](crate::backend::Backend::take_error)).
+    pub(super) fn take_sticky_error(&self) -> Option<String> {
         if let Err(err) = self.shared.stream.synchronize() {
             self.shared.record("cuda", format!("{err:?}"));
         }
         self.shared.error.lock().ok().and_then(|mut e| e.take())
     }
 
-    fn zeros(&self, n: usize) -> CudaBuf {
-        self.alloc(n, true)
-    }
-    fn upload(&self, host: &[f32]) -> CudaBuf {
-        self.upload_any(host)
-    }
-    fn upload_ids(&self, host: &[u32]) -> CudaIds {
-        self.upload_any(host)
-    }
-    fn download(&self, buf: &CudaBuf) -> Vec<f32> {
-        self.download_any(buf)
-    }
-    fn download_ids(&self, ids: &CudaIds) -> Vec<u32> {
-        self.download_any(ids)
-    }
-    fn duplicate(&self, buf: &CudaBuf) -> CudaBuf {
-        let mut out = self.alloc::<f32>(buf.len, false);
+    /// A device-to-device copy of a buffer.
+    pub(super) fn duplicate_buf(&self, buf: &CudaBuf) -> CudaBuf {
+        let mut out = self.scratch::<f32>(buf.len);
         let n = buf.len;
         self.op("duplicate", || {
             let src = buf.get()?;
@@ -478,897 +454,44 @@ impl Backend for CudaBackend {
         });
         out
     }
-    fn fill_zero(&self, buf: &mut CudaBuf) {
+
+    /// Zeroes a buffer's `len` elements.
+    pub(super) fn fill_zero_buf(&self, buf: &mut CudaBuf) {
         let n = buf.len;
         self.op("fill_zero", || {
             let mut v = buf.get_mut()?.slice_mut(0..n);
             self.shared.stream.memset_zeros(&mut v).map_err(e("memset"))
         });
     }
-    fn len(&self, buf: &CudaBuf) -> usize {
-        buf.len
-    }
 
-    fn add_assign(&self, a: &mut CudaBuf, b: &CudaBuf) {
-        let n = a.len as u64;
-        self.op("add_assign", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("add_assign_f32")?);
-            l.arg(a.get_mut()?).arg(b.get()?).arg(&n);
-            // SAFETY: matches add_assign_f32(float*, const float*, u64).
-            unsafe { l.launch(grid_for(n as usize)) }.map_err(e("add_assign"))?;
-            Ok(())
-        });
-    }
-    fn add_row_broadcast(&self, buf: &mut CudaBuf, row: &[f32]) {
-        let rowb = self.upload(row);
-        let (n, w) = (buf.len as u64, row.len() as i32);
-        self.op("add_row_broadcast", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("add_row_broadcast_f32")?);
-            l.arg(buf.get_mut()?).arg(rowb.get()?).arg(&n).arg(&w);
-            // SAFETY: matches add_row_broadcast_f32(float*, const float*, u64, int).
-            unsafe { l.launch(grid_for(n as usize)) }.map_err(e("add_row_broadcast"))?;
-            Ok(())
-        });
-    }
-
-    fn embedding_fwd(&self, out: &mut CudaBuf, wte: &CudaBuf, tokens: &CudaIds, c: usize) {
-        let (n, ci) = (tokens.len as i32, c as i32);
-        self.op("embedding_fwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("embedding_fwd_f32")?);
-            l.arg(out.get_mut()?)
-                .arg(wte.get()?)
-                .arg(tokens.get()?)
-                .arg(&n)
-                .arg(&ci);
-            // SAFETY: matches embedding_fwd_f32(float*, const float*, const u32*, int, int).
-            unsafe { l.launch(grid_for(tokens.len * c)) }.map_err(e("embedding_fwd"))?;
-            Ok(())
-        });
-    }
-    fn embedding_bwd(&self, dwte: &mut CudaBuf, dout: &CudaBuf, tokens: &CudaIds, c: usize) {
-        let (n, ci) = (tokens.len as i32, c as i32);
-        let v = (dwte.len / c.max(1)) as u32;
-        self.op("embedding_bwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("embedding_bwd_f32")?);
-            l.arg(dwte.get_mut()?)
-                .arg(dout.get()?)
-                .arg(tokens.get()?)
-                .arg(&n)
-                .arg(&ci);
-            let cfg = LaunchConfig {
-                grid_dim: ((c as u32).div_ceil(BLOCK), v, 1),
-                block_dim: (BLOCK, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: matches embedding_bwd_f32; grid (ceil(C/256), V).
-            unsafe { l.launch(cfg) }.map_err(e("embedding_bwd"))?;
-            Ok(())
-        });
-    }
-
-    fn rmsnorm_fwd(
-        &self,
-        out: &mut CudaBuf,
-        rstd: &mut CudaBuf,
-        x: &CudaBuf,
-        w: &CudaBuf,
-        c: usize,
-        eps: f64,
-    ) {
-        let n = x.len / c.max(1);
-        let (ni, ci, epsf) = (n as i32, c as i32, eps as f32);
-        self.op("rmsnorm_fwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("rmsnorm_fwd_f32")?);
-            l.arg(out.get_mut()?)
-                .arg(rstd.get_mut()?)
-                .arg(x.get()?)
-                .arg(w.get()?)
-                .arg(&ni)
-                .arg(&ci)
-                .arg(&epsf);
-            // SAFETY: matches rmsnorm_fwd_f32; one 256-thread block per row.
-            unsafe { l.launch(blocks_of(n, 256)) }.map_err(e("rmsnorm_fwd"))?;
-            Ok(())
-        });
-    }
-    fn rmsnorm_bwd(
-        &self,
-        dx: &mut CudaBuf,
-        dw: &mut CudaBuf,
-        dout: &CudaBuf,
-        x: &CudaBuf,
-        w: &CudaBuf,
-        rstd: &CudaBuf,
-        c: usize,
-    ) {
-        let n = x.len / c.max(1);
-        let nblk = n.div_ceil(ROW_BLOCK);
-        let mut part = self.alloc::<f32>(nblk * c, false);
-        let (ni, ci, rb, nb) = (n as i32, c as i32, ROW_BLOCK as i32, nblk as i32);
-        self.op("rmsnorm_bwd", || {
-            let s = &self.shared.stream;
-            let mut l = s.launch_builder(self.func("rmsnorm_bwd_dx_f32")?);
-            l.arg(dx.get_mut()?)
-                .arg(dout.get()?)
-                .arg(x.get()?)
-                .arg(w.get()?)
-                .arg(rstd.get()?)
-                .arg(&ni)
-                .arg(&ci);
-            // SAFETY: matches rmsnorm_bwd_dx_f32; one block per row.
-            unsafe { l.launch(blocks_of(n, 256)) }.map_err(e("rmsnorm_bwd_dx"))?;
-            let mut l = s.launch_builder(self.func("rmsnorm_bwd_dw_partial_f32")?);
-            l.arg(part.get_mut()?)
-                .arg(dout.get()?)
-                .arg(x.get()?)
-                .arg(rstd.get()?)
-                .arg(&ni)
-                .arg(&ci)
-                .arg(&rb);
-            let cfg = LaunchConfig {
-                grid_dim: ((c as u32).div_ceil(BLOCK), nblk as u32, 1),
-                block_dim: (BLOCK, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: matches rmsnorm_bwd_dw_partial_f32; grid (ceil(C/256), nblk).
-            unsafe { l.launch(cfg) }.map_err(e("rmsnorm_bwd_dw_partial"))?;
-            let mut l = s.launch_builder(self.func("col_sum_accumulate_f32")?);
-            l.arg(dw.get_mut()?).arg(part.get()?).arg(&nb).arg(&ci);
-            // SAFETY: matches col_sum_accumulate_f32; one thread per column.
-            unsafe { l.launch(grid_for(c)) }.map_err(e("col_sum_accumulate"))?;
-            Ok(())
-        });
-    }
-
-    fn linear_fwd(&self, out: &mut CudaBuf, inp: &CudaBuf, w: &CudaBuf, groups: &Groups) {
-        self.op("linear_fwd", || {
-            blas::linear_fwd(&self.blas, out.get_mut()?, inp.get()?, w.get()?, groups)
-        });
-    }
-    fn linear_bwd_data(
-        &self,
-        dinp: &mut CudaBuf,
-        dout: &CudaBuf,
-        w: &CudaBuf,
-        groups: &Groups,
-        accumulate: bool,
-    ) {
-        self.op("linear_bwd_data", || {
-            blas::linear_bwd_data(
-                &self.blas,
-                dinp.get_mut()?,
-                dout.get()?,
-                w.get()?,
-                groups,
-                accumulate,
-            )
-        });
-    }
-    fn linear_bwd_weight(&self, dw: &mut CudaBuf, dout: &CudaBuf, inp: &CudaBuf, groups: &Groups) {
-        self.op("linear_bwd_weight", || {
-            blas::linear_bwd_weight(&self.blas, dw.get_mut()?, dout.get()?, inp.get()?, groups)
-        });
-    }
-
-    fn qkv_rope_fwd(
-        &self,
-        q: &mut CudaBuf,
-        k: &mut CudaBuf,
-        v: &mut CudaBuf,
-        qkv: &CudaBuf,
-        cos: &CudaBuf,
-        sin: &CudaBuf,
-        dims: AttnDims,
-    ) {
-        let (b, t, h, d) = (dims.b as i32, dims.t as i32, dims.h as i32, dims.d as i32);
-        let pairs = dims.b * dims.h * dims.t * (dims.d / 2);
-        self.op("qkv_rope_fwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("qkv_rope_fwd_f32")?);
-            l.arg(q.get_mut()?)
-                .arg(k.get_mut()?)
-                .arg(v.get_mut()?)
-                .arg(qkv.get()?)
-                .arg(cos.get()?)
-                .arg(sin.get()?)
-                .arg(&b)
-                .arg(&t)
-                .arg(&h)
-                .arg(&d);
-            // SAFETY: matches qkv_rope_fwd_f32; grid-stride over pairs.
-            unsafe { l.launch(grid_for(pairs)) }.map_err(e("qkv_rope_fwd"))?;
-            Ok(())
-        });
-    }
-    fn qkv_rope_bwd(
-        &self,
-        dqkv: &mut CudaBuf,
-        dq: &CudaBuf,
-        dk: &CudaBuf,
-        dv: &CudaBuf,
-        cos: &CudaBuf,
-        sin: &CudaBuf,
-        dims: AttnDims,
-    ) {
-        let (b, t, h, d) = (dims.b as i32, dims.t as i32, dims.h as i32, dims.d as i32);
-        let pairs = dims.b * dims.h * dims.t * (dims.d / 2);
-        self.op("qkv_rope_bwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("qkv_rope_bwd_f32")?);
-            l.arg(dqkv.get_mut()?)
-                .arg(dq.get()?)
-                .arg(dk.get()?)
-                .arg(dv.get()?)
-                .arg(cos.get()?)
-                .arg(sin.get()?)
-                .arg(&b)
-                .arg(&t)
-                .arg(&h)
-                .arg(&d);
-            // SAFETY: matches qkv_rope_bwd_f32; grid-stride over pairs.
-            unsafe { l.launch(grid_for(pairs)) }.map_err(e("qkv_rope_bwd"))?;
-            Ok(())
-        });
-    }
-    fn attention_fwd(
-        &self,
-        out: &mut CudaBuf,
-        probs: &mut CudaBuf,
-        q: &CudaBuf,
-        k: &CudaBuf,
-        v: &CudaBuf,
-        dims: AttnDims,
-    ) {
-        let AttnDims { b, t, h, d } = dims;
-        let bh = b * h;
-        let rows = (bh * t) as u64;
-        let (ti, scale) = (t as i32, (1.0 / (d as f64).sqrt()) as f32);
-        self.op("attention_fwd", || {
-            let p = probs.get_mut()?;
-            blas::per_head(
-                &self.blas,
-                HeadProduct::ABt,
-                p,
-                q.get()?,
-                k.get()?,
-                bh,
-                t,
-                d,
-            )?;
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("causal_softmax_fwd_f32")?);
-            l.arg(&mut *p).arg(&rows).arg(&ti).arg(&scale);
-            // SAFETY: matches causal_softmax_fwd_f32; one block per row.
-            unsafe { l.launch(blocks_of(bh * t, 256)) }.map_err(e("causal_softmax_fwd"))?;
-            blas::per_head(
-                &self.blas,
-                HeadProduct::AB,
-                out.get_mut()?,
-                p,
-                v.get()?,
-                bh,
-                t,
-                d,
-            )
-        });
-    }
-    fn attention_bwd(
-        &self,
-        dq: &mut CudaBuf,
-        dk: &mut CudaBuf,
-        dv: &mut CudaBuf,
-        dout: &CudaBuf,
-        probs: &CudaBuf,
-        q: &CudaBuf,
-        k: &CudaBuf,
-        v: &CudaBuf,
-        dims: AttnDims,
-    ) {
-        let AttnDims { b, t, h, d } = dims;
-        let bh = b * h;
-        let rows = (bh * t) as u64;
-        let (ti, scale) = (t as i32, (1.0 / (d as f64).sqrt()) as f32);
-        let mut ds = self.alloc::<f32>(bh * t * t, false);
-        self.op("attention_bwd", || {
-            let (p, g) = (probs.get()?, dout.get()?);
-            blas::per_head(&self.blas, HeadProduct::AtB, dv.get_mut()?, p, g, bh, t, d)?;
-            let dsb = ds.get_mut()?;
-            blas::per_head(&self.blas, HeadProduct::ABt, dsb, g, v.get()?, bh, t, d)?;
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("causal_softmax_bwd_f32")?);
-            l.arg(&mut *dsb).arg(p).arg(&rows).arg(&ti).arg(&scale);
-            // SAFETY: matches causal_softmax_bwd_f32; one block per row.
-            unsafe { l.launch(blocks_of(bh * t, 256)) }.map_err(e("causal_softmax_bwd"))?;
-            blas::per_head(
-                &self.blas,
-                HeadProduct::AB,
-                dq.get_mut()?,
-                dsb,
-                k.get()?,
-                bh,
-                t,
-                d,
-            )?;
-            blas::per_head(
-                &self.blas,
-                HeadProduct::AtB,
-                dk.get_mut()?,
-                dsb,
-                q.get()?,
-                bh,
-                t,
-                d,
-            )
-        });
-    }
-    fn merge_heads_fwd(&self, out: &mut CudaBuf, y: &CudaBuf, dims: AttnDims) {
-        let (b, t, h, d) = (dims.b as i32, dims.t as i32, dims.h as i32, dims.d as i32);
-        let total = out.len;
-        self.op("merge_heads_fwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("merge_heads_fwd_f32")?);
-            l.arg(out.get_mut()?)
-                .arg(y.get()?)
-                .arg(&b)
-                .arg(&t)
-                .arg(&h)
-                .arg(&d);
-            // SAFETY: matches merge_heads_fwd_f32.
-            unsafe { l.launch(grid_for(total)) }.map_err(e("merge_heads_fwd"))?;
-            Ok(())
-        });
-    }
-    fn merge_heads_bwd(&self, dy: &mut CudaBuf, dout: &CudaBuf, dims: AttnDims) {
-        let (b, t, h, d) = (dims.b as i32, dims.t as i32, dims.h as i32, dims.d as i32);
-        let total = dy.len;
-        self.op("merge_heads_bwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("merge_heads_bwd_f32")?);
-            l.arg(dy.get_mut()?)
-                .arg(dout.get()?)
-                .arg(&b)
-                .arg(&t)
-                .arg(&h)
-                .arg(&d);
-            // SAFETY: matches merge_heads_bwd_f32.
-            unsafe { l.launch(grid_for(total)) }.map_err(e("merge_heads_bwd"))?;
-            Ok(())
-        });
-    }
-
-    fn swiglu_fwd(&self, out: &mut CudaBuf, h: &CudaBuf, f: usize) {
-        let rows = (out.len / f.max(1)) as u64;
-        let (fi, total) = (f as i32, out.len);
-        self.op("swiglu_fwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("swiglu_fwd_f32")?);
-            l.arg(out.get_mut()?).arg(h.get()?).arg(&rows).arg(&fi);
-            // SAFETY: matches swiglu_fwd_f32.
-            unsafe { l.launch(grid_for(total)) }.map_err(e("swiglu_fwd"))?;
-            Ok(())
-        });
-    }
-    fn swiglu_bwd(&self, dh: &mut CudaBuf, dout: &CudaBuf, h: &CudaBuf, f: usize) {
-        let rows = (dout.len / f.max(1)) as u64;
-        let fi = f as i32;
-        self.op("swiglu_bwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("swiglu_bwd_f32")?);
-            l.arg(dh.get_mut()?)
-                .arg(dout.get()?)
-                .arg(h.get()?)
-                .arg(&rows)
-                .arg(&fi);
-            // SAFETY: matches swiglu_bwd_f32.
-            unsafe { l.launch(grid_for(dout.len)) }.map_err(e("swiglu_bwd"))?;
-            Ok(())
-        });
-    }
-
-    fn router_scores_fwd(
-        &self,
-        scores: &mut CudaBuf,
-        logits: &CudaBuf,
-        e_: usize,
-        kind: ScoreKind,
-    ) {
-        let n = logits.len / e_.max(1);
-        let (ni, ei, total) = (n as i32, e_ as i32, logits.len as u64);
-        self.op("router_scores_fwd", || {
-            match kind {
-                ScoreKind::Softmax => {
-                    let mut l = self
-                        .shared
-                        .stream
-                        .launch_builder(self.func("router_softmax_fwd_f32")?);
-                    l.arg(scores.get_mut()?)
-                        .arg(logits.get()?)
-                        .arg(&ni)
-                        .arg(&ei);
-                    // SAFETY: matches router_softmax_fwd_f32; one thread per row.
-                    unsafe { l.launch(grid_for(n)) }.map_err(e("router_softmax_fwd"))?;
-                }
-                ScoreKind::Sigmoid => {
-                    let mut l = self
-                        .shared
-                        .stream
-                        .launch_builder(self.func("router_sigmoid_fwd_f32")?);
-                    l.arg(scores.get_mut()?).arg(logits.get()?).arg(&total);
-                    // SAFETY: matches router_sigmoid_fwd_f32.
-                    unsafe { l.launch(grid_for(logits.len)) }.map_err(e("router_sigmoid_fwd"))?;
-                }
-            }
-            Ok(())
-        });
-    }
-    fn router_scores_bwd(
-        &self,
-        dlogits: &mut CudaBuf,
-        dscores: &CudaBuf,
-        scores: &CudaBuf,
-        e_: usize,
-        kind: ScoreKind,
-    ) {
-        let n = scores.len / e_.max(1);
-        let (ni, ei, total) = (n as i32, e_ as i32, scores.len as u64);
-        self.op("router_scores_bwd", || {
-            match kind {
-                ScoreKind::Softmax => {
-                    let mut l = self
-                        .shared
-                        .stream
-                        .launch_builder(self.func("router_softmax_bwd_f32")?);
-                    l.arg(dlogits.get_mut()?)
-                        .arg(dscores.get()?)
-                        .arg(scores.get()?)
-                        .arg(&ni)
-                        .arg(&ei);
-                    // SAFETY: matches router_softmax_bwd_f32; one thread per row.
-                    unsafe { l.launch(grid_for(n)) }.map_err(e("router_softmax_bwd"))?;
-                }
-                ScoreKind::Sigmoid => {
-                    let mut l = self
-                        .shared
-                        .stream
-                        .launch_builder(self.func("router_sigmoid_bwd_f32")?);
-                    l.arg(dlogits.get_mut()?)
-                        .arg(dscores.get()?)
-                        .arg(scores.get()?)
-                        .arg(&total);
-                    // SAFETY: matches router_sigmoid_bwd_f32.
-                    unsafe { l.launch(grid_for(scores.len)) }.map_err(e("router_sigmoid_bwd"))?;
-                }
-            }
-            Ok(())
-        });
-    }
-    fn router_z_loss(
-        &self,
-        dlogits: Option<&mut CudaBuf>,
-        logits: &CudaBuf,
-        e_: usize,
-        coef_per_token: f64,
-    ) -> f64 {
-        let n = logits.len / e_.max(1);
-        let mut lse = self.alloc::<f32>(n, false);
-        let mut sq = self.alloc::<f64>(n, false);
-        let mut out = self.alloc::<f64>(1, false);
-        let (ni, ei, n64, coef) = (n as i32, e_ as i32, n as u64, coef_per_token as f32);
-        self.op("router_z_loss", || {
-            let s = &self.shared.stream;
-            let mut l = s.launch_builder(self.func("router_lse_f32")?);
-            l.arg(lse.get_mut()?).arg(logits.get()?).arg(&ni).arg(&ei);
-            // SAFETY: matches router_lse_f32; one thread per row.
-            unsafe { l.launch(grid_for(n)) }.map_err(e("router_lse"))?;
-            let mut l = s.launch_builder(self.func("square_to_f64")?);
-            l.arg(sq.get_mut()?).arg(lse.get()?).arg(&n64);
-            // SAFETY: matches square_to_f64.
-            unsafe { l.launch(grid_for(n)) }.map_err(e("square_to_f64"))?;
-            self.sum_f64_into(&mut out, 0, &sq, n)?;
-            if let Some(dl) = dlogits {
-                let mut l = s.launch_builder(self.func("router_z_grad_f32")?);
-                l.arg(dl.get_mut()?)
-                    .arg(logits.get()?)
-                    .arg(lse.get()?)
-                    .arg(&ni)
-                    .arg(&ei)
-                    .arg(&coef);
-                // SAFETY: matches router_z_grad_f32; one thread per row.
-                unsafe { l.launch(grid_for(n)) }.map_err(e("router_z_grad"))?;
-            }
-            Ok(())
-        });
-        self.download_any(&out).first().copied().unwrap_or(f64::NAN)
-    }
-    fn route(
-        &self,
-        scores: &CudaBuf,
-        bias: &[f64],
-        top_k: usize,
-        combine_scale: f64,
-        capacity: Option<usize>,
-    ) -> Routing<Self> {
-        let e_ = bias.len().max(1);
-        let n = scores.len / e_;
-        let a = n * top_k;
-        let nchunks = a.div_ceil(SORT_CHUNK).max(1);
-        let bias_f: Vec<f32> = bias.iter().map(|&b| b as f32).collect();
-        let bias_d = self.upload(&bias_f);
-        let mut token_expert = self.alloc::<u32>(a, false);
-        let mut weights = self.alloc::<f32>(a, false);
-        let mut counts = self.alloc::<u32>(nchunks * e_, false);
-        let mut chunk_start = self.alloc::<u32>(nchunks * e_, false);
-        // load | rows | offset, one buffer so the host reads load and rows in one copy.
-        let mut meta = self.alloc::<u32>(3 * e_, false);
-        let mut token_slot = self.alloc::<u32>(a, false);
-        let mut slot_assignment = self.alloc::<u32>(a, false);
-        let cap = capacity.map_or(u32::MAX, |c| c.min(u32::MAX as usize) as u32);
-        let (ni, ei, ki, scale) = (n as i32, e_ as i32, top_k as i32, combine_scale as f32);
-        let (a32, chunk, nc) = (a as u32, SORT_CHUNK as u32, nchunks as i32);
-        self.op("route", || {
-            let s = &self.shared.stream;
-            let mut l = s.launch_builder(self.func("topk_bias_f32")?);
-            l.arg(token_expert.get_mut()?)
-                .arg(weights.get_mut()?)
-                .arg(scores.get()?)
-                .arg(bias_d.get()?)
-                .arg(&ni)
-                .arg(&ei)
-                .arg(&ki)
-                .arg(&scale);
-            // SAFETY: matches topk_bias_f32; one thread per token.
-            unsafe { l.launch(grid_for(n)) }.map_err(e("topk_bias"))?;
-            let shared_bytes = (4 * e_) as u32;
-            let mut l = s.launch_builder(self.func("expert_count_chunks")?);
-            l.arg(counts.get_mut()?)
-                .arg(token_expert.get()?)
-                .arg(&a32)
-                .arg(&ei)
-                .arg(&chunk);
-            let cfg = LaunchConfig {
-                shared_mem_bytes: shared_bytes,
-                ..blocks_of(nchunks, 256)
-            };
-            // SAFETY: matches expert_count_chunks; E u32 counters in shared memory.
-            unsafe { l.launch(cfg) }.map_err(e("expert_count_chunks"))?;
-            {
-                let m = meta.get_mut()?;
-                let (mut load, mut rest) = m.split_at_mut(e_);
-                let (mut rows, mut offset) = rest.split_at_mut(e_);
-                let mut l = s.launch_builder(self.func("expert_scan")?);
-                l.arg(chunk_start.get_mut()?)
-                    .arg(&mut load)
-                    .arg(&mut rows)
-                    .arg(&mut offset)
-                    .arg(counts.get()?)
-                    .arg(&nc)
-                    .arg(&ei)
-                    .arg(&cap);
-                // SAFETY: matches expert_scan; one block.
-                unsafe { l.launch(blocks_of(1, 256)) }.map_err(e("expert_scan"))?;
-            }
-            let m = meta.get()?;
-            let (rows, offset) = (m.slice(e_..2 * e_), m.slice(2 * e_..3 * e_));
-            let mut l = s.launch_builder(self.func("expert_scatter")?);
-            l.arg(token_slot.get_mut()?)
-                .arg(slot_assignment.get_mut()?)
-                .arg(token_expert.get()?)
-                .arg(chunk_start.get()?)
-                .arg(&rows)
-                .arg(&offset)
-                .arg(&a32)
-                .arg(&ei)
-                .arg(&chunk);
-            let cfg = LaunchConfig {
-                shared_mem_bytes: shared_bytes,
-                ..blocks_of(nchunks, 1)
-            };
-            // SAFETY: matches expert_scatter; one serial thread per chunk.
-            unsafe { l.launch(cfg) }.map_err(e("expert_scatter"))?;
-            Ok(())
-        });
-        let host = self.download_any(&meta);
-        let expert_load: Vec<u64> = host.iter().take(e_).map(|&x| x as u64).collect();
-        let expert_rows: Vec<usize> = host.iter().skip(e_).take(e_).map(|&x| x as usize).collect();
-        let kept: usize = expert_rows.iter().sum();
-        slot_assignment.len = kept.min(a);
-        Routing {
-            top_k,
-            token_expert,
-            token_slot,
-            slot_assignment,
-            weights,
-            dropped: (a - kept.min(a)) as u64,
-            expert_rows,
-            expert_load,
-        }
-    }
-    fn route_weights_bwd(
-        &self,
-        dscores: &mut CudaBuf,
-        dweights: &CudaBuf,
-        scores: &CudaBuf,
-        routing: &Routing<Self>,
-        combine_scale: f64,
-    ) {
-        let e_ = routing.expert_rows.len().max(1);
-        let n = scores.len / e_;
-        let (ni, ei, ki, scale) = (
-            n as i32,
-            e_ as i32,
-            routing.top_k as i32,
-            combine_scale as f32,
-        );
-        self.op("route_weights_bwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("route_weights_bwd_f32")?);
-            l.arg(dscores.get_mut()?)
-                .arg(dweights.get()?)
-                .arg(scores.get()?)
-                .arg(routing.token_expert.get()?)
-                .arg(&ni)
-                .arg(&ei)
-                .arg(&ki)
-                .arg(&scale);
-            // SAFETY: matches route_weights_bwd_f32; one thread per token.
-            unsafe { l.launch(grid_for(n)) }.map_err(e("route_weights_bwd"))?;
-            Ok(())
-        });
-    }
-
-    fn dispatch_fwd(&self, xs: &mut CudaBuf, x: &CudaBuf, routing: &Routing<Self>, c: usize) {
-        let slots = routing.slot_assignment.len as u64;
-        let (ki, ci) = (routing.top_k as i32, c as i32);
-        self.op("dispatch_fwd", || {
-            if slots == 0 {
-                return Ok(());
-            }
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("dispatch_fwd_f32")?);
-            l.arg(xs.get_mut()?)
-                .arg(x.get()?)
-                .arg(routing.slot_assignment.get()?)
-                .arg(&slots)
-                .arg(&ki)
-                .arg(&ci);
-            // SAFETY: matches dispatch_fwd_f32.
-            unsafe { l.launch(grid_for(slots as usize * c)) }.map_err(e("dispatch_fwd"))?;
-            Ok(())
-        });
-    }
-    fn dispatch_bwd(&self, dx: &mut CudaBuf, dxs: &CudaBuf, routing: &Routing<Self>, c: usize) {
-        let n = dx.len / c.max(1);
-        let (ni, ki, ci, total) = (n as i32, routing.top_k as i32, c as i32, dx.len);
-        self.op("dispatch_bwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("dispatch_bwd_f32")?);
-            l.arg(dx.get_mut()?)
-                .arg(dxs.get()?)
-                .arg(routing.token_slot.get()?)
-                .arg(&ni)
-                .arg(&ki)
-                .arg(&ci);
-            // SAFETY: matches dispatch_bwd_f32.
-            unsafe { l.launch(grid_for(total)) }.map_err(e("dispatch_bwd"))?;
-            Ok(())
-        });
-    }
-    fn combine_fwd(
-        &self,
-        out: &mut CudaBuf,
-        y: &CudaBuf,
-        routing: &Routing<Self>,
-        c: usize,
-        accumulate: bool,
-    ) {
-        let n = out.len / c.max(1);
-        let (ni, ki, ci, acc) = (n as i32, routing.top_k as i32, c as i32, accumulate as i32);
-        let total = out.len;
-        self.op("combine_fwd", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("combine_fwd_f32")?);
-            l.arg(out.get_mut()?)
-                .arg(y.get()?)
-                .arg(routing.weights.get()?)
-                .arg(routing.token_slot.get()?)
-                .arg(&ni)
-                .arg(&ki)
-                .arg(&ci)
-                .arg(&acc);
-            // SAFETY: matches combine_fwd_f32.
-            unsafe { l.launch(grid_for(total)) }.map_err(e("combine_fwd"))?;
-            Ok(())
-        });
-    }
-    fn combine_bwd(
-        &self,
-        dy: &mut CudaBuf,
-        dweights: &mut CudaBuf,
-        dout: &CudaBuf,
-        y: &CudaBuf,
-        routing: &Routing<Self>,
-        c: usize,
-    ) {
-        let slots = routing.slot_assignment.len as u64;
-        let assignments = routing.token_slot.len as u64;
-        let (ki, ci) = (routing.top_k as i32, c as i32);
-        self.op("combine_bwd", || {
-            let s = &self.shared.stream;
-            if slots > 0 {
-                let mut l = s.launch_builder(self.func("combine_bwd_dy_f32")?);
-                l.arg(dy.get_mut()?)
-                    .arg(dout.get()?)
-                    .arg(routing.weights.get()?)
-                    .arg(routing.slot_assignment.get()?)
-                    .arg(&slots)
-                    .arg(&ki)
-                    .arg(&ci);
-                // SAFETY: matches combine_bwd_dy_f32.
-                unsafe { l.launch(grid_for(slots as usize * c)) }.map_err(e("combine_bwd_dy"))?;
-            }
-            let mut l = s.launch_builder(self.func("combine_bwd_dw_f32")?);
-            l.arg(dweights.get_mut()?)
-                .arg(dout.get()?)
-                .arg(y.get()?)
-                .arg(routing.token_slot.get()?)
-                .arg(&assignments)
-                .arg(&ki)
-                .arg(&ci);
-            // One warp per assignment, 8 warps per block.
-            let blocks = (assignments as usize).div_ceil(8);
-            // SAFETY: matches combine_bwd_dw_f32; 256 threads = 8 warps per block.
-            unsafe { l.launch(blocks_of(blocks, 256)) }.map_err(e("combine_bwd_dw"))?;
-            Ok(())
-        });
-    }
-
-    fn cross_entropy(
-        &self,
-        logits: &mut CudaBuf,
-        targets: &CudaIds,
-        v: usize,
-        z_coef: f64,
-        grad_scale: Option<f64>,
-    ) -> CrossEntropySums {
-        let n = targets.len;
-        let mut row_ce = self.alloc::<f64>(n, false);
-        let mut row_z = self.alloc::<f64>(n, false);
-        let mut out = self.alloc::<f64>(2, false);
-        let (ni, vi, zc) = (n as i32, v as i32, z_coef as f32);
-        let (gs, want) = (
-            grad_scale.unwrap_or(0.0) as f32,
-            grad_scale.is_some() as i32,
-        );
-        self.op("cross_entropy", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("cross_entropy_f32")?);
-            l.arg(logits.get_mut()?)
-                .arg(targets.get()?)
-                .arg(row_ce.get_mut()?)
-                .arg(row_z.get_mut()?)
-                .arg(&ni)
-                .arg(&vi)
-                .arg(&zc)
-                .arg(&gs)
-                .arg(&want);
-            // SAFETY: matches cross_entropy_f32; one 256-thread block per row.
-            unsafe { l.launch(blocks_of(n, 256)) }.map_err(e("cross_entropy"))?;
-            self.sum_f64_into(&mut out, 0, &row_ce, n)?;
-            self.sum_f64_into(&mut out, 1, &row_z, n)
-        });
-        let sums = self.download_any(&out);
-        CrossEntropySums {
-            cross_entropy: sums.first().copied().unwrap_or(f64::NAN),
-            z: sums.get(1).copied().unwrap_or(f64::NAN),
-        }
-    }
-
-    fn sum_squares(&self, buf: &CudaBuf) -> f64 {
-        let nblk = buf.len.div_ceil(NORM_BLOCK).max(1);
-        let mut part = self.alloc::<f64>(nblk, false);
-        let mut out = self.alloc::<f64>(1, false);
-        let (n64, be) = (buf.len as u64, NORM_BLOCK as i32);
-        self.op("sum_squares", || {
-            let mut l = self
-                .shared
-                .stream
-                .launch_builder(self.func("sum_squares_partial_f32")?);
-            l.arg(part.get_mut()?).arg(buf.get()?).arg(&n64).arg(&be);
-            // SAFETY: matches sum_squares_partial_f32; one block per NORM_BLOCK elements.
-            unsafe { l.launch(blocks_of(nblk, 256)) }.map_err(e("sum_squares_partial"))?;
-            self.sum_f64_into(&mut out, 0, &part, nblk)
-        });
-        self.download_any(&out).first().copied().unwrap_or(f64::NAN)
-    }
-    fn adamw(
-        &self,
-        param: &mut CudaBuf,
-        grad: &CudaBuf,
-        m: &mut CudaBuf,
-        v: &mut CudaBuf,
-        hp: &AdamW,
-    ) {
-        let t = hp.step.min(i32::MAX as u64) as i32;
-        let bc1 = (1.0 / (1.0 - hp.beta1.powi(t))) as f32;
-        let bc2 = (1.0 / (1.0 - hp.beta2.powi(t))) as f32;
-        let (lr, b1, b2, eps, wd, gs) = (
-            hp.lr as f32,
-            hp.beta1 as f32,
-            hp.beta2 as f32,
-            hp.eps as f32,
-            hp.weight_decay as f32,
-            hp.grad_scale as f32,
-        );
-        let n = param.len as u64;
-        self.op("adamw", || {
-            let mut l = self.shared.stream.launch_builder(self.func("adamw_f32")?);
-            l.arg(param.get_mut()?)
-                .arg(grad.get()?)
-                .arg(m.get_mut()?)
-                .arg(v.get_mut()?)
-                .arg(&n)
-                .arg(&lr)
-                .arg(&b1)
-                .arg(&b2)
-                .arg(&eps)
-                .arg(&wd)
-                .arg(&gs)
-                .arg(&bc1)
-                .arg(&bc2);
-            // SAFETY: matches adamw_f32.
-            unsafe { l.launch(grid_for(n as usize)) }.map_err(e("adamw"))?;
-            Ok(())
-        });
-    }
-
-    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        // Kernels launch from this thread on the backend's one stream; make the context
-        // current here (the trainer may call from any thread).
+    /// Makes the backend's context current on this thread (a failure becomes the sticky
+    /// error).
+    pub(super) fn bind_to_this_thread(&self) {
         if let Err(err) = self.ctx.bind_to_thread() {
             self.shared.record("bind context", format!("{err:?}"));
         }
-        f()
+    }
+
+    /// Runs one op; a failure becomes the sticky error, and nothing runs after one.
+    pub(super) fn op(&self, name: &str, f: impl FnOnce() -> Result<(), String>) {
+        if self.shared.failed() {
+            return;
+        }
+        if let Err(err) = f() {
+            self.shared.record(name, err);
+        }
+    }
+
+    /// The backend's one stream.
+    pub(super) fn stream(&self) -> &Arc<CudaStream> {
+        &self.shared.stream
+    }
+
+    /// The loaded kernel `name` of `runner/kernels/`.
+    pub(super) fn func(&self, name: &str) -> Result<&CudaFunction, String> {
+        self.funcs
+            .get(name)
+            .ok_or_else(|| format!("kernel {name} is not in runner/kernels"))
     }
 }
 

@@ -10,13 +10,20 @@
 //!   BLAKE3(source, options, NVRTC version); the log is returned so tests fail on warnings;
 //! - `blas` — row-major (grouped and strided-batched) SGEMM on cuBLAS (the transpose trick);
 //! - `device` — [`CudaBackend`]: one context, one stream, one cuBLAS handle with a fixed
-//!   workspace, a caching buffer pool (allocate once per run, reuse every step), and the
-//!   [`Backend`](crate::backend::Backend) impl.
+//!   workspace, module loading, a caching buffer pool (allocate once per run, reuse every
+//!   step), and the `launch!` macro;
+//! - `ops` — the [`Backend`](crate::backend::Backend) impl, one file per op family, named as
+//!   the family's kernel file (`runner/kernels/<family>.cu`) and its CPU twin
+//!   (`backend/cpu/<family>.rs`).
 //!
 //! Determinism: one stream; every reduction is a fixed tree or a fixed serial order; no float
 //! atomics (checked by a test over the sources); cuBLAS is bitwise reproducible on the same
 //! GPU, toolkit and workspace. Not bitwise equal to the CPU backend: parity is within the
 //! tolerances stated in `examples/gpu_check.rs`.
+//!
+//! Built without the feature, `stub` stands in: [`CudaBackend`] still exists (so callers need
+//! no `cfg`), its constructor fails with the reason, and it can never be constructed.
+//!
 //! Not here: bf16 storage (`precision = "bf16"` is still refused by `ModelDims::from_spec`),
 //! NVML telemetry, fused flash attention.
 
@@ -28,9 +35,20 @@ mod blas;
 mod device;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
+#[cfg(feature = "cuda")]
+mod ops;
+
+#[cfg(not(feature = "cuda"))]
+mod stub;
 
 #[cfg(feature = "cuda")]
 pub use device::{CudaBackend, CudaBuf, CudaIds, DevBuf, Pooled};
+#[cfg(not(feature = "cuda"))]
+pub use stub::{CudaBackend, CudaBuf, CudaIds};
+
+/// Why CUDA cannot run in a binary built without it (the probe's answer and the stub's error).
+#[cfg(not(feature = "cuda"))]
+const NOT_BUILT: &str = "this binary was built without the CUDA backend (cargo feature `cuda`)";
 
 /// Whether the CUDA backend can run here: `Ok(description)` of the device(s) found, or why not
 /// (with what to install). Never panics and never calls into a library that is absent. The
@@ -44,6 +62,6 @@ pub fn probe() -> Result<String, String> {
     }
     #[cfg(not(feature = "cuda"))]
     {
-        Err("this binary was built without the CUDA backend (cargo feature `cuda`)".into())
+        Err(NOT_BUILT.into())
     }
 }

@@ -70,8 +70,18 @@ pub fn cache_key(file: &KernelFile, opts: &[String], nvrtc: (i32, i32)) -> Strin
     h.finalize().to_hex().to_string()
 }
 
-/// Compiles one file for `arch`, from the cache when `use_cache` and present.
-pub fn compile(file: &KernelFile, arch: &str, use_cache: bool) -> Result<Compiled, String> {
+/// Whether [`compile`] may answer from (and write to) the on-disk PTX cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PtxCache {
+    /// Read a cached PTX when present; write a fresh one (a run's start-up).
+    Use,
+    /// Always ask the compiler, write nothing (the compile test wants today's verdict).
+    Bypass,
+}
+
+/// Compiles one file for `arch`, from the cache when `cache` allows it and it has the PTX.
+pub fn compile(file: &KernelFile, arch: &str, cache: PtxCache) -> Result<Compiled, String> {
+    let use_cache = cache == PtxCache::Use;
     let opts = options(arch);
     let ver = version()?;
     let cached_path = cache_dir().map(|d| d.join(format!("{}.ptx", cache_key(file, &opts, ver))));

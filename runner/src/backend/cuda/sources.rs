@@ -2,14 +2,14 @@
 //! so a run compiles exactly the text it hashes. Always built, with or without the `cuda`
 //! feature: run records, the kernel compile test and tools list them from here.
 //!
-//! Not here: compiling them (`nvrtc.rs`) or launching them (`mod.rs`).
+//! Not here: compiling them (`nvrtc.rs`) or launching them (`ops/`).
 
 use crate::backend::KernelSource;
 
 /// One kernel source file: one op family, forward and backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelFile {
-    /// Path relative to the repository root, e.g. `runner/kernels/rmsnorm.cu`.
+    /// Path relative to the repository root, e.g. `runner/kernels/norm.cu`.
     pub path: &'static str,
     /// The CUDA C text.
     pub text: &'static str,
@@ -28,7 +28,7 @@ macro_rules! kernel_files {
 pub const KERNEL_FILES: &[KernelFile] = kernel_files!(
     "elementwise.cu",
     "embedding.cu",
-    "rmsnorm.cu",
+    "norm.cu",
     "rope.cu",
     "attention.cu",
     "swiglu.cu",
@@ -116,5 +116,36 @@ mod tests {
         dedup.dedup();
         assert_eq!(names.len(), dedup.len(), "kernel names must be unique");
         assert_eq!(kernel_sources().len(), KERNEL_FILES.len());
+    }
+
+    /// One op family, three files of one name: `backend/cpu/<family>.rs` (the reference),
+    /// `backend/cuda/ops/<family>.rs` (the launchers) and `kernels/<family>.cu` (the kernels;
+    /// none for `gemm`, which is cuBLAS).
+    #[test]
+    fn every_op_family_has_the_same_name_on_both_backends() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let stems = |dir: &str, ext: &str| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(root.join(dir))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter_map(|n| n.strip_suffix(ext).map(str::to_string))
+                .filter(|n| n != "mod")
+                .collect();
+            v.sort();
+            v
+        };
+        let cpu = stems("src/backend/cpu", ".rs");
+        let cuda = stems("src/backend/cuda/ops", ".rs");
+        let mut kernels = stems("kernels", ".cu");
+        assert_eq!(
+            cpu, cuda,
+            "cpu/ and cuda/ops/ must name the same op families"
+        );
+        kernels.push("gemm".into());
+        kernels.sort();
+        assert_eq!(
+            cpu, kernels,
+            "every family but gemm (cuBLAS) has kernels/<family>.cu"
+        );
     }
 }

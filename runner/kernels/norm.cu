@@ -1,4 +1,4 @@
-// rmsnorm.cu — glassbox CUDA kernels: RMSNorm forward and backward.
+// norm.cu — glassbox CUDA kernels: RMSNorm forward and backward.
 //
 // Shapes: N rows, C channels; x, out, dout, dx [N, C]; w, dw [C]; rstd [N] (cached by forward).
 // Math (as cpu/norm.rs): rstd = 1/sqrt(mean(x^2) + eps), out = x rstd w;
