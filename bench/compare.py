@@ -1,7 +1,7 @@
 """Runner vs JAX on the three issue-4 configs, in one run: tokens/s, MFU, peak RSS.
 
 Usage (from the repository root):
-    cargo build --release -p glassbox-runner --example bench
+    cargo build --release -p glassbox-runner --features bench --example bench
     python3 bench/compare.py [--bench target/release/examples/bench] [--configs small,default,large]
 glassbox's figure is the median per-step tokens/s of steps 3..20 (the trainer's own timing);
 JAX's is N steps after one compile step, timed as a whole. Both on 2 threads.

@@ -2,7 +2,7 @@
 //! JSON line with the median per-step tokens/s (steps 3..), MFU against the measured GEMM
 //! peak, and peak RSS. Used by `bench/compare.py` (runner vs JAX); not a test.
 //!
-//! `cargo run --release -p glassbox-runner --example bench -- SPEC.toml [THREADS]`
+//! `cargo run --release -p glassbox-runner --features bench --example bench -- SPEC.toml [THREADS]`
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
