@@ -13,11 +13,11 @@
 //! Not here: the lab's side of the port (`glassbox-lab`'s flow implements it) and the words of
 //! the comments the bot writes about these actions ([`crate::render`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use glassbox_schemas::record::IssueRef;
+use glassbox_schemas::record::{IssueRef, RunEnding};
 use glassbox_schemas::{ExperimentId, ExperimentSpec, RunId, RunStatus, SpecHash};
 
 use crate::form::FormForecast;
@@ -262,19 +262,16 @@ pub enum LabEvent {
     },
 }
 
-/// The end of a run, as the result comment reports it.
+/// The end of a run, as the result comment reports it: the run's [`RunEnding`] with where it
+/// is recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOutcome {
     /// The run.
     pub run: RunId,
     /// How it ended.
-    pub status: RunStatus,
-    /// Final metrics by name.
-    pub final_metrics: BTreeMap<String, f64>,
+    pub ending: RunEnding,
     /// Forecast vs outcome, when one was registered.
     pub forecast: Option<glassbox_schemas::record::ForecastOutcome>,
-    /// Why it ended, when not succeeded.
-    pub reason: Option<String>,
     /// Index of the `result` entry in the ledger.
     pub ledger_index: u64,
     /// URL of its inclusion proof.

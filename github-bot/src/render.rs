@@ -494,21 +494,24 @@ pub fn run_progress(
 
 /// The result comment.
 pub fn run_result(outcome: &RunOutcome, dashboard: &str) -> String {
-    let icon = match outcome.status {
+    let icon = match outcome.ending.status {
         RunStatus::Succeeded => "✅",
         RunStatus::Diverged => "📉",
         RunStatus::BudgetExceeded => "⏱️",
         RunStatus::Failed => "💥",
         RunStatus::Cancelled => "🛑",
     };
-    let mut s = format!("{icon} Run `{}` ended: **{}**", outcome.run, outcome.status);
-    if let Some(r) = &outcome.reason {
+    let mut s = format!(
+        "{icon} Run `{}` ended: **{}**",
+        outcome.run, outcome.ending.status
+    );
+    if let Some(r) = &outcome.ending.reason {
         let _ = write!(s, " — {r}");
     }
     s.push_str("\n\n");
-    if !outcome.final_metrics.is_empty() {
+    if !outcome.ending.final_metrics.is_empty() {
         s.push_str("| metric | final |\n|---|---|\n");
-        for (k, v) in &outcome.final_metrics {
+        for (k, v) in &outcome.ending.final_metrics {
             let _ = writeln!(s, "| `{k}` | {v:.4} |");
         }
         s.push('\n');

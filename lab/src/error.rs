@@ -12,6 +12,14 @@ pub enum LabError {
     /// The job queue failed.
     #[error(transparent)]
     Queue(#[from] QueueError),
+    /// The queue database could not be opened.
+    #[error("cannot open the queue database {url}: {source}")]
+    QueueDatabase {
+        /// Where (secrets removed).
+        url: String,
+        /// Why.
+        source: sqlx::Error,
+    },
     /// The ledger (blobs, log, index) failed.
     #[error(transparent)]
     Ledger(#[from] glassbox_ledger::Error),

@@ -620,7 +620,7 @@ impl Flow {
             .queue
             .latest_job_of(experiment)
             .await?
-            .filter(|j| j.run_id.as_deref() == Some(run.0.as_str()))
+            .filter(|j| j.run_id.as_ref() == Some(run))
             .ok_or_else(|| LabError::Refused(format!("{run} is not a run of {experiment}")))?;
         let limits = &self.inner.config.limits;
         let open = self.inner.queue.open_jobs_of(by).await?;
@@ -640,7 +640,7 @@ impl Flow {
             priority: self.inner.config.queue.priority_of(by),
             max_attempts: limits.max_attempts,
         };
-        let job = match self.inner.queue.enqueue_reproduction(&new, &run.0).await {
+        let job = match self.inner.queue.enqueue_reproduction(&new, run).await {
             Ok(j) => j,
             Err(crate::queue::QueueError::AlreadyOpen { job, state }) => {
                 return Err(LabError::Refused(format!(
@@ -856,13 +856,11 @@ impl Flow {
                         position: self.position(&j).await?,
                     },
                     JobState::Held => ExperimentState::Held,
-                    JobState::Leased | JobState::Running => ExperimentState::Running {
-                        run: RunId(j.run_id.unwrap_or_else(|| format!("run-{:06}", j.id.0))),
-                    },
-                    JobState::Cancelled => ExperimentState::Cancelled,
-                    s => ExperimentState::Finished {
-                        status: terminal_status(s),
-                    },
+                    JobState::Leased | JobState::Running => {
+                        ExperimentState::Running { run: j.run() }
+                    }
+                    JobState::Ended(RunStatus::Cancelled) => ExperimentState::Cancelled,
+                    JobState::Ended(status) => ExperimentState::Finished { status },
                 },
             }
         };
@@ -885,20 +883,16 @@ impl Flow {
             },
             Notice::Finished {
                 run,
-                status,
-                final_metrics,
+                ending,
                 forecast,
-                reason,
                 entry,
                 ..
             } => LabEvent::Finished {
                 issue,
                 result: PortOutcome {
                     run: run.clone(),
-                    status: *status,
-                    final_metrics: final_metrics.clone(),
+                    ending: ending.clone(),
                     forecast: forecast.clone(),
-                    reason: reason.clone(),
                     ledger_index: *entry,
                     proof_url: format!("{}/api/v1/entries/{entry}/proof", self.inner.public_url),
                 },
@@ -950,16 +944,6 @@ impl Flow {
 
 /// 24 hours in milliseconds (the per-author proposal window).
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
-
-fn terminal_status(s: JobState) -> RunStatus {
-    match s {
-        JobState::Succeeded => RunStatus::Succeeded,
-        JobState::Diverged => RunStatus::Diverged,
-        JobState::BudgetExceeded => RunStatus::BudgetExceeded,
-        JobState::Cancelled => RunStatus::Cancelled,
-        _ => RunStatus::Failed,
-    }
-}
 
 /// `<owner>/<repo>#<n>` as an issue, when it is one.
 pub fn issue_key(experiment: &ExperimentId) -> Option<IssueKey> {
@@ -1103,9 +1087,7 @@ impl LabPort for Flow {
             approval,
             job: Some(match job.state {
                 JobState::Queued | JobState::Held => Cancelled::Queued,
-                _ => Cancelled::Running(RunId(
-                    job.run_id.unwrap_or_else(|| format!("run-{:06}", job.id.0)),
-                )),
+                _ => Cancelled::Running(job.run()),
             }),
         }))
     }
@@ -1143,9 +1125,7 @@ impl LabPort for Flow {
             .map_err(port_error)?
         {
             CancelOutcome::Cancelled => Ok(Cancelled::Queued),
-            CancelOutcome::Requested => Ok(Cancelled::Running(RunId(
-                job.run_id.unwrap_or_else(|| format!("run-{:06}", job.id.0)),
-            ))),
+            CancelOutcome::Requested => Ok(Cancelled::Running(job.run())),
             CancelOutcome::AlreadyOver(s) => Err(PortError::InvalidState(format!(
                 "the job already ended: {s}"
             ))),
@@ -1167,9 +1147,7 @@ impl LabPort for Flow {
             .await
             .map_err(|e| port_error(e.into()))?;
         let run = match job {
-            Some(j) if j.state.is_terminal() && j.run_id.is_some() => {
-                RunId(j.run_id.unwrap_or_default())
-            }
+            Some(j) if j.state.is_terminal() && j.run_id.is_some() => j.run(),
             Some(j) => {
                 return Err(PortError::InvalidState(format!(
                     "job {} is {}; a run can be reproduced once it has ended",

@@ -229,8 +229,8 @@ async fn run_rung(
         slug: spec.experiment.slug.clone(),
         spec_hash: recorded.spec_hash,
         compute: glassbox_schemas::estimate(spec).train_flops,
-        value: f.final_metrics.get(metric).copied(),
-        status: f.status,
+        value: f.ending.final_metrics.get(metric).copied(),
+        status: f.ending.status,
         run: f.run.0.clone(),
         result_entry: f.result_entry,
     })

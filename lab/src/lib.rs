@@ -2,6 +2,7 @@
 //!
 //! - [`queue`] — the durable job queue (SQLite on one machine, PostgreSQL for many): leases,
 //!   heartbeats, retries from the last checkpoint, cancel and hold;
+//! - [`handle`] — [`LabHandle`]: an open lab directory (its layout, queue, blobs, config);
 //! - [`flow`] — [`Flow`]: proposals and maintainers' decisions become ledger entries and jobs;
 //!   it implements the bot's `LabPort`;
 //! - [`worker`] — [`Worker`]: leases a job, trains it with the runner, records `run_started`,
@@ -26,6 +27,7 @@ pub mod corpus;
 pub mod dataset;
 pub mod error;
 pub mod flow;
+pub mod handle;
 pub mod ladder;
 pub mod limits;
 pub mod outbox;
@@ -38,6 +40,7 @@ pub mod worker;
 pub use config::LabConfig;
 pub use error::LabError;
 pub use flow::{Flow, NewProposal};
+pub use handle::{LabHandle, LabOptions};
 pub use queue::{
     CancelOutcome, Clock, Engine, Heartbeat, Job, JobId, JobKind, JobState, NewJob, Queue,
     QueueError, WorkerId,

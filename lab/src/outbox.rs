@@ -12,11 +12,10 @@
 //! harmless (the bot finds its comments by marker), so a crash after a delivery and before
 //! [`delivered`] repeats nothing people see.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use glassbox_schemas::record::ForecastOutcome;
-use glassbox_schemas::{ExperimentId, RunId, RunStatus, SpecHash};
+use glassbox_schemas::record::{ForecastOutcome, RunEnding};
+use glassbox_schemas::{ExperimentId, RunId, SpecHash};
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
 
@@ -89,14 +88,11 @@ pub enum Notice {
         experiment: ExperimentId,
         /// The run.
         run: RunId,
-        /// How it ended.
-        status: RunStatus,
-        /// Final metrics.
-        final_metrics: BTreeMap<String, f64>,
+        /// How it ended (flat in the stored notice: `status`, `steps`, ...).
+        #[serde(flatten)]
+        ending: RunEnding,
         /// Forecast against outcome.
         forecast: Option<ForecastOutcome>,
-        /// Why, for anything but success.
-        reason: Option<String>,
         /// The `result` entry.
         entry: u64,
     },

@@ -33,7 +33,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use glassbox_schemas::{ExperimentId, RunStatus, SpecHash};
+pub use glassbox_schemas::JobId;
+use glassbox_schemas::{BlobHash, ExperimentId, RunId, RunStatus, SpecHash};
 use serde::{Deserialize, Serialize};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
@@ -46,29 +47,6 @@ use group_commit::{Done, Finish, GroupCommit, Op};
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
-/// A job's id in the queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct JobId(pub i64);
-
-impl fmt::Display for JobId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-impl FromStr for JobId {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        s.trim_start_matches('#')
-            .parse::<i64>()
-            .ok()
-            .filter(|n| *n > 0)
-            .map(JobId)
-            .ok_or_else(|| format!("{s:?} is not a job id; expected a positive integer such as 42"))
-    }
-}
-
 /// A worker's identity, unique per process (e.g. `host:pid:random`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -80,9 +58,9 @@ impl fmt::Display for WorkerId {
     }
 }
 
-/// Where a job is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// Where a job is in its life: waiting, held, leased or training, or ended with a run's
+/// [`RunStatus`] (the one ending type; the queue stores its name, `succeeded` ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JobState {
     /// Waiting for a worker.
     Queued,
@@ -92,16 +70,8 @@ pub enum JobState {
     Leased,
     /// Training.
     Running,
-    /// Finished every step.
-    Succeeded,
-    /// Crashed, or ran out of attempts.
-    Failed,
-    /// Loss or gradients became NaN/inf.
-    Diverged,
-    /// Hit its budget.
-    BudgetExceeded,
-    /// Cancelled by a maintainer.
-    Cancelled,
+    /// Over, with how the run ended.
+    Ended(RunStatus),
 }
 
 impl JobState {
@@ -111,50 +81,54 @@ impl JobState {
         JobState::Held,
         JobState::Leased,
         JobState::Running,
-        JobState::Succeeded,
-        JobState::Failed,
-        JobState::Diverged,
-        JobState::BudgetExceeded,
-        JobState::Cancelled,
+        JobState::Ended(RunStatus::Succeeded),
+        JobState::Ended(RunStatus::Failed),
+        JobState::Ended(RunStatus::Diverged),
+        JobState::Ended(RunStatus::BudgetExceeded),
+        JobState::Ended(RunStatus::Cancelled),
     ];
 
-    /// The name stored in the database.
+    /// The name stored in the database (an ended job's is its run status's).
     pub fn as_str(self) -> &'static str {
         match self {
             JobState::Queued => "queued",
             JobState::Held => "held",
             JobState::Leased => "leased",
             JobState::Running => "running",
-            JobState::Succeeded => "succeeded",
-            JobState::Failed => "failed",
-            JobState::Diverged => "diverged",
-            JobState::BudgetExceeded => "budget_exceeded",
-            JobState::Cancelled => "cancelled",
+            JobState::Ended(s) => s.as_str(),
         }
     }
 
-    /// Whether the job is over (one of the run outcomes).
+    /// Whether the job is over.
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            JobState::Succeeded
-                | JobState::Failed
-                | JobState::Diverged
-                | JobState::BudgetExceeded
-                | JobState::Cancelled
-        )
+        matches!(self, JobState::Ended(_))
+    }
+
+    /// How the job's run ended, once it has.
+    pub fn ended(self) -> Option<RunStatus> {
+        match self {
+            JobState::Ended(s) => Some(s),
+            _ => None,
+        }
     }
 }
 
 impl From<RunStatus> for JobState {
     fn from(s: RunStatus) -> Self {
-        match s {
-            RunStatus::Succeeded => JobState::Succeeded,
-            RunStatus::Diverged => JobState::Diverged,
-            RunStatus::BudgetExceeded => JobState::BudgetExceeded,
-            RunStatus::Failed => JobState::Failed,
-            RunStatus::Cancelled => JobState::Cancelled,
-        }
+        JobState::Ended(s)
+    }
+}
+
+impl Serialize for JobState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for JobState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -267,17 +241,27 @@ pub struct Job {
     /// Last checkpoint's step, for resuming.
     pub checkpoint_step: Option<u64>,
     /// Last checkpoint's blob hash (text form), for resuming.
-    pub checkpoint_blob: Option<String>,
+    pub checkpoint_blob: Option<BlobHash>,
     /// The run id of the current or last attempt.
-    pub run_id: Option<String>,
+    pub run_id: Option<RunId>,
     /// For a reproduction job: the run it re-runs.
-    pub reproduces: Option<String>,
+    pub reproduces: Option<RunId>,
     /// Why it ended as it did (for anything but success).
     pub reason: Option<String>,
     /// Enqueued at (Unix ms).
     pub created_at: i64,
     /// Last change (Unix ms).
     pub updated_at: i64,
+}
+
+impl Job {
+    /// The run this job trains (or trained): the id recorded when it started, else the one
+    /// it will get ([`RunId::for_job`]).
+    pub fn run(&self) -> RunId {
+        self.run_id
+            .clone()
+            .unwrap_or_else(|| RunId::for_job(self.id))
+    }
 }
 
 /// Queue errors. Each says what was asked and why it cannot be done.
@@ -772,7 +756,11 @@ impl Queue {
 
     /// Adds a reproduction job of `run` (its `kind` must be [`JobKind::Reproduction`]); at most
     /// one waits or runs per run: a second is [`QueueError::AlreadyOpen`].
-    pub async fn enqueue_reproduction(&self, job: &NewJob, run: &str) -> Result<JobId, QueueError> {
+    pub async fn enqueue_reproduction(
+        &self,
+        job: &NewJob,
+        run: &RunId,
+    ) -> Result<JobId, QueueError> {
         if let Some(open) = self.open_reproduction_of(run).await? {
             return Err(QueueError::AlreadyOpen {
                 job: open.id,
@@ -793,7 +781,7 @@ impl Queue {
         .bind(job.priority)
         .bind(i64::from(job.max_attempts.max(1)))
         .bind(now)
-        .bind(run.to_string())
+        .bind(run.0.clone())
         .fetch_one(&self.pool)
         .await;
         match row {
@@ -810,12 +798,12 @@ impl Queue {
     }
 
     /// The reproduction job of `run` that is waiting or running, if any.
-    pub async fn open_reproduction_of(&self, run: &str) -> Result<Option<Job>, QueueError> {
+    pub async fn open_reproduction_of(&self, run: &RunId) -> Result<Option<Job>, QueueError> {
         let row = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM jobs WHERE kind = 'reproduction' AND reproduces = $1 \
              AND state IN ('queued', 'held', 'leased', 'running') ORDER BY id DESC LIMIT 1"
         ))
-        .bind(run.to_string())
+        .bind(run.0.clone())
         .fetch_optional(&self.pool)
         .await?;
         row.map(|r| decode(&r)).transpose()
@@ -927,14 +915,14 @@ impl Queue {
         &self,
         job: JobId,
         worker: &WorkerId,
-        run_id: &str,
+        run_id: &RunId,
     ) -> Result<(), QueueError> {
         let now = self.clock.now_ms();
         let done = sqlx::query(
             "UPDATE jobs SET state = 'running', run_id = $1, updated_at = $2 \
              WHERE id = $3 AND lease_owner = $4 AND state IN ('leased', 'running')",
         )
-        .bind(run_id.to_string())
+        .bind(run_id.0.clone())
         .bind(now)
         .bind(job.0)
         .bind(worker.0.clone())
@@ -949,7 +937,7 @@ impl Queue {
         job: JobId,
         worker: &WorkerId,
         step: u64,
-        blob: &str,
+        blob: &BlobHash,
     ) -> Result<(), QueueError> {
         let now = self.clock.now_ms();
         let done = sqlx::query(
@@ -1244,9 +1232,13 @@ fn decode(r: &AnyRow) -> Result<Job, QueueError> {
         lease_expires_at: r.try_get("lease_expires_at")?,
         cancel_requested: r.try_get::<i64, _>("cancel_requested")? != 0,
         checkpoint_step: opt_u64("checkpoint_step")?,
-        checkpoint_blob: r.try_get("checkpoint_blob")?,
-        run_id: r.try_get("run_id")?,
-        reproduces: r.try_get("reproduces")?,
+        checkpoint_blob: r
+            .try_get::<Option<String>, _>("checkpoint_blob")?
+            .map(|h| h.parse::<BlobHash>())
+            .transpose()
+            .map_err(|e| corrupt(format!("checkpoint_blob: {e}")))?,
+        run_id: r.try_get::<Option<String>, _>("run_id")?.map(RunId),
+        reproduces: r.try_get::<Option<String>, _>("reproduces")?.map(RunId),
         reason: r.try_get("reason")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,

@@ -299,9 +299,11 @@ pub async fn compare(
     let mut compared = 0;
     // A re-run stopped from outside (a cancel, the lab's wall-clock limit) did not differ: it
     // did not finish.
-    let stopped = match outcome.status {
-        RunStatus::Cancelled if record.result.status != RunStatus::Cancelled => Some("cancelled"),
-        RunStatus::BudgetExceeded if record.result.status != RunStatus::BudgetExceeded => {
+    let stopped = match outcome.ending.status {
+        RunStatus::Cancelled if record.result.ending.status != RunStatus::Cancelled => {
+            Some("cancelled")
+        }
+        RunStatus::BudgetExceeded if record.result.ending.status != RunStatus::BudgetExceeded => {
             Some("failed")
         }
         _ => None,
@@ -309,9 +311,9 @@ pub async fn compare(
     if let Some(how) = stopped {
         detail = Some(format!(
             "the re-run stopped after {} of {} steps: {}",
-            outcome.steps,
-            record.result.steps,
-            outcome.reason.clone().unwrap_or_default()
+            outcome.ending.steps,
+            record.result.ending.steps,
+            outcome.ending.reason.clone().unwrap_or_default()
         ));
         let body = ReproductionBody {
             run: run.clone(),
@@ -329,7 +331,7 @@ pub async fn compare(
             experiment: record.experiment,
             original_revision: record.started.code_revision,
             original_backend: record.started.backend,
-            steps: outcome.steps,
+            steps: outcome.ending.steps,
             values_compared: 0,
         });
     }
@@ -354,10 +356,10 @@ pub async fn compare(
             }
         }
     }
-    if detail.is_none() && outcome.status != record.result.status {
+    if detail.is_none() && outcome.ending.status != record.result.ending.status {
         detail = Some(format!(
             "differs at step {}: status, expected {}, got {}",
-            outcome.steps, record.result.status, outcome.status
+            outcome.ending.steps, record.result.ending.status, outcome.ending.status
         ));
     }
     if detail.is_none()
@@ -366,7 +368,7 @@ pub async fn compare(
     {
         detail = Some(format!(
             "differs at step {}: final parameters, expected {p}, got {}",
-            outcome.steps, outcome.params_blake3
+            outcome.ending.steps, outcome.params_blake3
         ));
     }
     let body = ReproductionBody {
@@ -389,7 +391,7 @@ pub async fn compare(
         experiment: record.experiment,
         original_revision: record.started.code_revision,
         original_backend: record.started.backend,
-        steps: outcome.steps,
+        steps: outcome.ending.steps,
         values_compared: compared,
     })
 }

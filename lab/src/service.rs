@@ -24,12 +24,6 @@ use crate::flow::Flow;
 use crate::outbox::NoticeDelivery;
 use crate::worker::{JobEnd, Worker};
 
-/// The bot's delivery store of the lab at `lab_root`: `sqlite://<lab>/bot.db` (`serve` writes
-/// it; `glassbox bot` reads it).
-pub fn bot_store_url(lab_root: &std::path::Path) -> String {
-    format!("sqlite://{}", lab_root.join("bot.db").display())
-}
-
 /// How often undelivered notices are looked for.
 const NOTICE_POLL: Duration = Duration::from_millis(500);
 
@@ -44,7 +38,7 @@ pub struct LabService {
 }
 
 impl LabService {
-    /// Starts the bot (when `bot` is given, with its delivery store at `bot_store_url`), the
+    /// Starts the bot (when `bot` is given, with its delivery store at [`crate::handle::bot_store_url`]), the
     /// notice loop and the in-process `worker`.
     pub async fn start(
         flow: Flow,

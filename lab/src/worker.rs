@@ -40,11 +40,11 @@ use glassbox_runner::backend::{self, Backend, BackendRequest, Selected};
 use glassbox_runner::data::DataPipeline;
 use glassbox_runner::observer::{MetricRecord, RunInfo};
 use glassbox_runner::train::{Peak, RunOptions, RunOutcome, Trainer};
-use glassbox_schemas::record::EntryBody;
 use glassbox_schemas::record::{
     ApprovalBody, ArtifactBody, BuildIdentity, ForecastOutcome, ReproductionBody, ResultBody,
     RunStartedBody,
 };
+use glassbox_schemas::record::{EntryBody, RunEnding};
 use glassbox_schemas::spec::Forecast;
 use glassbox_schemas::{
     Blake3Hash, BlobHash, ExperimentId, ExperimentSpec, LedgerEntry, RunId, RunStatus, SpecHash,
@@ -181,14 +181,8 @@ pub struct Finished {
     pub run: RunId,
     /// The experiment.
     pub experiment: ExperimentId,
-    /// How it ended.
-    pub status: RunStatus,
-    /// Why, when not succeeded.
-    pub reason: Option<String>,
-    /// Steps completed.
-    pub steps: u64,
-    /// Final metrics.
-    pub final_metrics: BTreeMap<String, f64>,
+    /// How it ended (as its `result` entry records it).
+    pub ending: RunEnding,
     /// The `result` entry.
     pub result_entry: u64,
     /// The runner's outcome, when training started.
@@ -235,10 +229,7 @@ fn executable_hash() -> Option<Blake3Hash> {
 
 /// How a job ended, as [`Worker`]'s `conclude` records it.
 struct JobOutcome {
-    status: RunStatus,
-    reason: Option<String>,
-    steps: u64,
-    final_metrics: BTreeMap<String, f64>,
+    ending: RunEnding,
     refs: BTreeMap<String, Blake3Hash>,
     params: Option<String>,
 }
@@ -247,10 +238,7 @@ impl JobOutcome {
     /// An ending before training (or without it): no steps, no metrics.
     fn early(status: RunStatus, reason: String) -> Self {
         Self {
-            status,
-            reason: Some(reason),
-            steps: 0,
-            final_metrics: BTreeMap::new(),
+            ending: RunEnding::early(status, reason),
             refs: BTreeMap::new(),
             params: None,
         }
@@ -349,16 +337,12 @@ impl Worker {
                 .conclude_reproduction(&job, outcome, Some(reason.to_string()), None, &log)
                 .await;
         }
-        let run = run_of(&job);
+        let run = job.run();
         let spec = self.stored_spec(&job);
         let mut outcome = JobOutcome::early(status, reason.to_string());
         // The last checkpoint the dead worker left is where the run got to.
-        outcome.steps = job.checkpoint_step.unwrap_or(0);
-        if let Some(h) = job
-            .checkpoint_blob
-            .as_deref()
-            .and_then(|t| t.parse::<BlobHash>().ok())
-        {
+        outcome.ending.steps = job.checkpoint_step.unwrap_or(0);
+        if let Some(h) = job.checkpoint_blob {
             outcome.refs = one_ref("checkpoint", &h);
         }
         self.conclude(&job, &run, spec.as_ref(), outcome, &log)
@@ -467,7 +451,7 @@ impl Worker {
         if job.kind == JobKind::Reproduction {
             return self.reproduce(job, log).await;
         }
-        let run = run_of(&job);
+        let run = job.run();
         // The record may be ahead of the queue (a worker died after recording the result but
         // before ending the job): end the job as recorded, without training it again.
         let rec = self.recorder.clone();
@@ -486,9 +470,7 @@ impl Worker {
             Ok(spec) => spec,
             Err(reason) => return self.conclude_early(&job, &run, reason, &log).await,
         };
-        self.queue
-            .mark_running(job.id, &self.opts.id, &run.0)
-            .await?;
+        self.queue.mark_running(job.id, &self.opts.id, &run).await?;
         let scratch = self.opts.scratch.join(&run.0);
         let resume = match self.fetch_checkpoint(&job, &scratch) {
             Ok(r) => r,
@@ -569,13 +551,9 @@ impl Worker {
 
     /// Copies the job's last checkpoint blob into scratch space, if it has one.
     fn fetch_checkpoint(&self, job: &Job, scratch: &Path) -> Result<Option<PathBuf>, LabError> {
-        let (Some(text), Some(step)) = (&job.checkpoint_blob, job.checkpoint_step) else {
+        let (Some(hash), Some(step)) = (job.checkpoint_blob, job.checkpoint_step) else {
             return Ok(None);
         };
-        let hash: BlobHash = text.parse().map_err(|e| LabError::BadSpec {
-            hash: text.clone(),
-            reason: format!("the job's checkpoint hash does not parse: {e}"),
-        })?;
         std::fs::create_dir_all(scratch).map_err(LabError::io("cannot create", scratch))?;
         let path = scratch.join(format!("resume-step-{step}.safetensors"));
         let mut out = std::fs::File::create(&path).map_err(LabError::io("cannot create", &path))?;
@@ -771,19 +749,19 @@ impl Worker {
                 );
                 log.error(&reason);
                 let mut ending = JobOutcome::early(RunStatus::Failed, reason);
-                ending.steps = trainer.step();
+                ending.ending.steps = trainer.step();
                 if let Some(h) = &recorded.last_checkpoint {
                     ending.refs = one_ref("checkpoint", h);
                 }
                 return self.conclude(job, run, Some(&spec), ending, log).await;
             }
         };
-        let (status, reason) = match (&recorded.error, outcome.status) {
+        let (status, reason) = match (&recorded.error, outcome.ending.status) {
             (Some(e), _) => (
                 RunStatus::Failed,
                 Some(format!("recording the run failed: {e}")),
             ),
-            (None, s) => (s, outcome.reason.clone()),
+            (None, s) => (s, outcome.ending.reason.clone()),
         };
         let refs = recorded
             .last_checkpoint
@@ -791,10 +769,11 @@ impl Worker {
             .map(|h| one_ref("checkpoint", h))
             .unwrap_or_default();
         let ending = JobOutcome {
-            status,
-            reason,
-            steps: outcome.steps,
-            final_metrics: outcome.final_metrics.clone(),
+            ending: RunEnding {
+                status,
+                reason,
+                ..outcome.ending.clone()
+            },
             refs,
             params: Some(outcome.params_blake3.clone()),
         };
@@ -910,34 +889,26 @@ impl Worker {
         log: &RunLog,
     ) -> Result<JobEnd, LabError> {
         let JobOutcome {
-            mut status,
-            mut reason,
-            steps,
-            final_metrics,
+            mut ending,
             refs,
             params,
         } = outcome;
-        let final_metrics: BTreeMap<String, f64> = final_metrics
-            .into_iter()
-            .filter(|(_, v)| v.is_finite())
-            .collect();
+        ending.final_metrics.retain(|_, v| v.is_finite());
         let forecast = match spec.and_then(|s| s.forecast.clone()) {
             Some(f) => Some(f),
             None => registered_forecast(&self.queue, &job.spec_hash).await?,
         }
-        .map(|f| compare_forecast(&f, &final_metrics));
-        match &reason {
+        .map(|f| compare_forecast(&f, &ending.final_metrics));
+        let (status, steps) = (ending.status, ending.steps);
+        match &ending.reason {
             Some(r) => log.info(format!("{run} ended {status} after {steps} steps: {r}")),
             None => log.info(format!("{run} ended {status} after {steps} steps")),
         }
         let body = ResultBody {
             run: run.clone(),
             spec_hash: job.spec_hash,
-            status,
-            steps,
-            final_metrics: final_metrics.clone(),
+            ending: ending.clone(),
             forecast: forecast.clone(),
-            reason: reason.clone(),
             params_blake3: params,
         };
         let log_name = format!("logs/{run}/attempt-{}.log", job.attempts.max(1));
@@ -947,21 +918,19 @@ impl Worker {
         };
         let entry = match recorded {
             Fenced::Appended(entry) => entry,
+            // The run's first result stands: the job ends as it says.
             Fenced::AlreadyRecorded(entry, existing) => {
-                status = existing.status;
-                reason = existing.reason;
+                ending = existing.ending;
                 entry
             }
         };
-        self.end_in_queue(job, held, status, reason.as_deref())
+        self.end_in_queue(job, held, ending.status, ending.reason.as_deref())
             .await?;
         let notice = Notice::Finished {
             experiment: job.experiment.clone(),
             run: run.clone(),
-            status,
-            final_metrics: final_metrics.clone(),
+            ending: ending.clone(),
             forecast,
-            reason: reason.clone(),
             entry,
         };
         retry_db(self.opts.settings.lease(), || async {
@@ -977,16 +946,13 @@ impl Worker {
         })
         .await?;
         if let Some(live) = &self.live {
-            live.status(&job.experiment, run, status.as_str());
+            live.status(&job.experiment, run, ending.status.as_str());
         }
         Ok(JobEnd::Recorded(Box::new(Finished {
             job: job.id,
             run: run.clone(),
             experiment: job.experiment.clone(),
-            status,
-            reason,
-            steps,
-            final_metrics,
+            ending,
             result_entry: entry,
             outcome: None,
         })))
@@ -1133,7 +1099,7 @@ impl Worker {
         };
         let compared = crate::reproduce::compare(
             self.recorder.clone(),
-            RunId(target.clone()),
+            target.clone(),
             &opts,
             |revision, backend| {
                 log.info(format!(
@@ -1177,7 +1143,9 @@ impl Worker {
         body: Option<ReproductionBody>,
         log: &RunLog,
     ) -> Result<JobEnd, LabError> {
-        let target = RunId(job.reproduces.clone().unwrap_or_default());
+        // A reproduction job always names its run; were it not to, the entry still records
+        // the ending, under the job's own run id.
+        let target = job.reproduces.clone().unwrap_or_else(|| job.run());
         let body = body.unwrap_or_else(|| ReproductionBody {
             run: target.clone(),
             outcome: outcome.to_string(),
@@ -1214,10 +1182,12 @@ impl Worker {
             job: job.id,
             run: target,
             experiment: job.experiment.clone(),
-            status,
-            reason,
-            steps: 0,
-            final_metrics: BTreeMap::new(),
+            ending: RunEnding {
+                status,
+                steps: 0,
+                final_metrics: BTreeMap::new(),
+                reason,
+            },
             result_entry: entry,
             outcome: None,
         })))
@@ -1248,15 +1218,6 @@ enum Fenced {
     Appended(u64),
     /// The run already had this `result` entry; nothing was appended.
     AlreadyRecorded(u64, Box<ResultBody>),
-}
-
-/// The run a job trains: `run-<job id>`, the same for every attempt.
-fn run_of(job: &Job) -> RunId {
-    RunId(
-        job.run_id
-            .clone()
-            .unwrap_or_else(|| format!("run-{:06}", job.id.0)),
-    )
 }
 
 /// A panic's message, as far as it is text.

@@ -130,6 +130,9 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The operating system gave no randomness (for a new lab's origin).
+    #[error("no randomness from the operating system: {0}")]
+    NoRandomness(String),
     /// Object storage failed.
     #[error("object store {store}: {reason}")]
     ObjectStore {

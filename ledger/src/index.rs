@@ -18,6 +18,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 
+use glassbox_schemas::metrics::MetricRecord;
 use glassbox_schemas::record::EntryBody;
 use glassbox_schemas::{BlobHash, EntryKind, LedgerEntry};
 use sqlx::AnyPool;
@@ -505,7 +506,7 @@ const MAX_METRIC_LINE_BYTES: u64 = 16 << 20;
 /// Points held before they are written while a chunk streams in.
 const POINTS_PER_BATCH: usize = 50_000;
 
-/// One line (number `n`) of a metric chunk (JSON lines) as `(name, step, value)` points,
+/// One line (number `n`) of a metric chunk (a [`MetricRecord`]) as `(name, step, value)` points,
 /// appended to `out`; non-finite values (a diverged run's NaN) are skipped, since a chart
 /// cannot place them.
 fn parse_metric_line(
@@ -516,27 +517,12 @@ fn parse_metric_line(
     if line.trim().is_empty() {
         return Ok(());
     }
-    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("line {n}: {e}"))?;
-    let step = v
-        .get("step")
-        .and_then(|s| s.as_u64())
-        .ok_or_else(|| format!("line {n}: no integer `step`"))?;
-    if let Some(scalars) = v.get("scalars").and_then(|s| s.as_object()) {
-        for (name, val) in scalars {
-            if let Some(x) = val.as_f64().filter(|x| x.is_finite()) {
-                out.push((name.clone(), step, x));
-            }
-        }
-    }
-    if let Some(vectors) = v.get("vectors").and_then(|s| s.as_object()) {
-        for (name, vals) in vectors {
-            for (i, val) in vals.as_array().into_iter().flatten().enumerate() {
-                if let Some(x) = val.as_f64().filter(|x| x.is_finite()) {
-                    out.push((format!("{name}/{i}"), step, x));
-                }
-            }
-        }
-    }
+    let record: MetricRecord = serde_json::from_str(line).map_err(|e| format!("line {n}: {e}"))?;
+    out.extend(
+        record
+            .points()
+            .map(|(name, value)| (name, record.step, value)),
+    );
     Ok(())
 }
 
@@ -618,14 +604,15 @@ async fn insert_entry(
                 .bind(experiment)
                 .bind(b.spec_hash.to_string())
                 .bind(i)
-                .bind(b.status.as_str().to_string())
-                .bind(b.steps as i64)
+                .bind(b.ending.status.as_str().to_string())
+                .bind(b.ending.steps as i64)
                 .execute(&mut **tx)
                 .await?;
             let points = b
+                .ending
                 .final_metrics
                 .iter()
-                .map(|(name, value)| (name.clone(), b.steps, *value))
+                .map(|(name, value)| (name.clone(), b.ending.steps, *value))
                 .collect();
             insert_points(tx, &b.run.0, i as u64, points).await?;
         }

@@ -22,6 +22,16 @@ pub struct Lab {
 }
 
 impl Lab {
+    /// A fresh origin line for a new lab's log: `glassbox-lab/<8 random hex digits>`.
+    pub fn random_origin() -> Result<String, Error> {
+        let mut b = [0u8; 4];
+        getrandom::fill(&mut b).map_err(|e| Error::NoRandomness(e.to_string()))?;
+        Ok(format!(
+            "glassbox-lab/{}",
+            b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+        ))
+    }
+
     /// Creates a lab: directories, a fresh Ed25519 signing key named `origin` (mode 0600), the
     /// verifier key and the empty log's first checkpoint. Refuses a directory that has a lab.
     pub fn init(root: &Path, origin: &str) -> Result<(Lab, SignedCheckpoint), Error> {

@@ -61,13 +61,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{}",
         serde_json::json!({
             "impl": "glassbox",
-            "status": out.status.as_str(),
+            "status": out.ending.status.as_str(),
             "tokens_per_second": median,
             "mfu": median * out.info.flops_per_token / peak.flops_per_second,
             "peak_gflops": peak.flops_per_second / 1e9,
             "peak_label": peak.label,
             "peak_rss_mib": rss / 1024.0,
-            "final_loss": out.final_metrics.get(mn::TRAIN_LOSS),
+            "final_loss": out.ending.final_metrics.get(mn::TRAIN_LOSS),
         })
     );
     Ok(())

@@ -171,7 +171,7 @@ fn check(args: &Args, gpu: &CudaBackend) -> Result<bool, Box<dyn std::error::Err
     let steps_ok = cpu_run.1.len() == gpu_run.1.len()
         && !gpu_run.1.is_empty()
         && worst <= TOL_STEP_LOSS
-        && gpu_run.0.status == glassbox_schemas::RunStatus::Succeeded;
+        && gpu_run.0.ending.status == glassbox_schemas::RunStatus::Succeeded;
     all_ok &= steps_ok;
     md.push_str(&format!(
         "\n## Whole-step parity ({}, {} steps)\n\nmax relative train/loss difference: {worst:.2e} (tolerance {TOL_STEP_LOSS:.0e}) — {}\n\n| step | cpu loss | cuda loss |\n|---|---|---|\n",
@@ -238,7 +238,7 @@ fn check(args: &Args, gpu: &CudaBackend) -> Result<bool, Box<dyn std::error::Err
                    "tokens_per_second": median, "flops_per_token": fpt,
                    "tflops": median * fpt / 1e12, "mfu_vs_bf16_990": mfu_bf16,
                    "sgemm_peak_tflops": sgemm / 1e12, "mfu_vs_sgemm": mfu_sgemm,
-                   "status": out.status.as_str()}),
+                   "status": out.ending.status.as_str()}),
         );
     }
     report.insert("ok".into(), json!(all_ok));
@@ -256,7 +256,8 @@ fn check(args: &Args, gpu: &CudaBackend) -> Result<bool, Box<dyn std::error::Err
 }
 
 fn median_tps(out: &RunOutcome) -> f64 {
-    out.final_metrics
+    out.ending
+        .final_metrics
         .get(mn::TOKENS_PER_SECOND)
         .copied()
         .unwrap_or(0.0)
@@ -304,7 +305,9 @@ fn train<B: Backend>(
     let mut v: Vec<f64> = obs.tps.iter().skip(2).copied().collect();
     v.sort_by(f64::total_cmp);
     if let Some(m) = v.get(v.len() / 2) {
-        out.final_metrics.insert(mn::TOKENS_PER_SECOND.into(), *m);
+        out.ending
+            .final_metrics
+            .insert(mn::TOKENS_PER_SECOND.into(), *m);
     }
     Ok((out, obs.loss))
 }

@@ -5,38 +5,13 @@
 //! calls it. Metric names are the schemas crate's ([`glassbox_schemas::metrics`]).
 //! Not here: what is measured (the trainer) or how a run ends (its outcome).
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
-
-use serde::{Deserialize, Serialize};
 
 use crate::error::RunnerError;
 use crate::train::RunOutcome;
 
-/// What a record is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RecordKind {
-    /// One optimiser step.
-    Train,
-    /// A held-out evaluation after a step.
-    Eval,
-}
-
-/// One metrics record: scalars and vectors (per-expert loads) at a step.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MetricRecord {
-    /// Steps completed when measured.
-    pub step: u64,
-    /// Train or eval.
-    pub kind: RecordKind,
-    /// Scalar metrics by name.
-    pub scalars: BTreeMap<String, f64>,
-    /// Vector metrics by name (e.g. `train/router/layer_0/expert_load`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub vectors: BTreeMap<String, Vec<f64>>,
-}
+pub use glassbox_schemas::metrics::{MetricRecord, RecordKind};
 
 /// Receives a run's telemetry. Every method has an empty default.
 pub trait Observer {
@@ -50,24 +25,7 @@ pub trait Observer {
     fn on_end(&mut self, _outcome: &RunOutcome) {}
 }
 
-/// Facts about a run for its record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunInfo {
-    /// Backend description, e.g. `cpu (2 threads, f32)`.
-    pub backend: String,
-    /// BLAKE3 of each kernel source the backend runs.
-    pub kernel_sources: Vec<crate::backend::KernelSource>,
-    /// Peak FLOP/s MFU is stated against.
-    pub peak_flops: f64,
-    /// What that peak is (e.g. `measured f32 GEMM peak, 2 threads`).
-    pub peak_label: String,
-    /// Parameter count.
-    pub params: u64,
-    /// Training FLOPs per token (the schemas cost model).
-    pub flops_per_token: f64,
-    /// Known entropy floor per domain, nats per token, where the domain has one.
-    pub entropy_floor_nats: BTreeMap<String, f64>,
-}
+pub use glassbox_schemas::run::RunInfo;
 
 /// Several observers as one.
 #[derive(Default)]

@@ -20,9 +20,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use glassbox_schemas::metrics as mn;
+use glassbox_schemas::record::RunEnding;
 use glassbox_schemas::spec::{Balancing, ExperimentSpec, Schedule};
 use glassbox_schemas::{RunStatus, cost};
-use serde::{Deserialize, Serialize};
 
 use crate::backend::{AdamW, Backend};
 use crate::checkpoint::{self, TrainState};
@@ -108,28 +108,7 @@ pub struct WallLimit {
     pub source: String,
 }
 
-/// How a run ended, with its metrics (a negative result is as complete as a positive one).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunOutcome {
-    /// succeeded, diverged, budget_exceeded, cancelled, failed.
-    pub status: RunStatus,
-    /// Steps completed.
-    pub steps: u64,
-    /// The last good value of every scalar metric (train and eval).
-    pub final_metrics: BTreeMap<String, f64>,
-    /// Why, for anything but success.
-    pub reason: Option<String>,
-    /// `blake3:<hex>` of the final parameters (little-endian, checkpoint order).
-    pub params_blake3: String,
-    /// Tokens trained on.
-    pub total_tokens: u64,
-    /// Wall seconds of training (all segments).
-    pub elapsed_seconds: f64,
-    /// The last checkpoint written, if any.
-    pub checkpoint: Option<PathBuf>,
-    /// Backend, peak and kernel hashes.
-    pub info: RunInfo,
-}
+pub use glassbox_schemas::run::RunOutcome;
 
 /// A training run in progress.
 pub struct Trainer<'a, B: Backend> {
@@ -359,7 +338,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
     /// Train to the end of the spec (or an earlier outcome), reporting to `obs`.
     pub fn run(&mut self, opts: &RunOptions, obs: &mut dyn Observer) -> RunOutcome {
         let outcome = self.run_inner(opts, obs);
-        self.last = outcome.final_metrics.clone();
+        self.last = outcome.ending.final_metrics.clone();
         outcome
     }
 
@@ -473,10 +452,12 @@ impl<'a, B: Backend> Trainer<'a, B> {
             }
         };
         let outcome = RunOutcome {
-            status,
-            steps: self.step,
-            final_metrics: last,
-            reason,
+            ending: RunEnding {
+                status,
+                steps: self.step,
+                final_metrics: last,
+                reason,
+            },
             params_blake3: self.params_hash(),
             total_tokens: self.total_tokens,
             elapsed_seconds: self.elapsed_before + start.elapsed().as_secs_f64(),

@@ -5,7 +5,8 @@
 //! - [`canonical`] — RFC 8785 canonical JSON and BLAKE3 hashes ([`SpecHash`]);
 //! - [`cost`] — parameters, FLOPs and memory of a spec (the one cost model);
 //! - [`record`] — ledger entry envelope and the body of each entry kind;
-//! - [`metrics`] — metric names (Marin/Levanter conventions);
+//! - [`metrics`] — metric names (Marin/Levanter conventions) and the metric line format;
+//! - [`run`] — what a run reports: its outcome and `summary.json`;
 //! - [`ladder`] — scaling-ladder files: a base spec plus rungs, each a full spec;
 //! - [`schema`] — the JSON Schema derived from the types;
 //! - [`issue_form`] — the labels of the GitHub experiment issue form.
@@ -21,6 +22,7 @@ pub mod issue_form;
 pub mod ladder;
 pub mod metrics;
 pub mod record;
+pub mod run;
 pub mod schema;
 pub mod spec;
 pub mod validate;
@@ -28,6 +30,6 @@ pub mod validate;
 pub use canonical::spec_hash;
 pub use cost::{CostEstimate, estimate};
 pub use hash::{Blake3Hash, BlobHash, HashParseError, SpecHash};
-pub use record::{EntryKind, ExperimentId, LedgerEntry, RunId, RunStatus};
+pub use record::{EntryKind, ExperimentId, JobId, LedgerEntry, RunId, RunStatus};
 pub use spec::ExperimentSpec;
 pub use validate::{FieldError, SpecError, parse_toml};

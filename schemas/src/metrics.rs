@@ -1,7 +1,76 @@
-//! Metric names, following the Marin/Levanter conventions so researchers recognise them.
+//! Metric names, following the Marin/Levanter conventions so researchers recognise them, and
+//! the one line format metrics are written in ([`MetricRecord`]: a line of `metrics.jsonl` and
+//! of every metric-chunk blob in the ledger).
 //!
 //! Fixed names are constants; per-domain and per-layer names are built by functions so that the
 //! spelling lives in one place. This module does not record or store metrics.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// What a record is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordKind {
+    /// One optimiser step.
+    Train,
+    /// A held-out evaluation after a step.
+    Eval,
+}
+
+/// One metrics record — one JSON line: scalars and vectors (per-expert loads) at a step.
+///
+/// A value that is not finite (a diverged step's NaN) is written as JSON `null`, which is all
+/// JSON can say, and read back as NaN.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricRecord {
+    /// Steps completed when measured.
+    pub step: u64,
+    /// Train or eval.
+    pub kind: RecordKind,
+    /// Scalar metrics by name.
+    #[serde(deserialize_with = "scalars_or_nan")]
+    pub scalars: BTreeMap<String, f64>,
+    /// Vector metrics by name (e.g. `train/router/layer_0/expert_load`).
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "vectors_or_nan"
+    )]
+    pub vectors: BTreeMap<String, Vec<f64>>,
+}
+
+impl MetricRecord {
+    /// Every finite value as `(name, value)`; a vector's component `i` is named `<name>/<i>`
+    /// (how the index stores and the dashboard draws them). Non-finite values are skipped: a
+    /// chart cannot place them.
+    pub fn points(&self) -> impl Iterator<Item = (String, f64)> + '_ {
+        let scalars = self.scalars.iter().map(|(n, v)| (n.clone(), *v));
+        let vectors = self.vectors.iter().flat_map(|(n, vs)| {
+            vs.iter()
+                .enumerate()
+                .map(move |(i, v)| (format!("{n}/{i}"), *v))
+        });
+        scalars.chain(vectors).filter(|(_, v)| v.is_finite())
+    }
+}
+
+fn scalars_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, f64>, D::Error> {
+    let raw = BTreeMap::<String, Option<f64>>::deserialize(d)?;
+    Ok(raw
+        .into_iter()
+        .map(|(k, v)| (k, v.unwrap_or(f64::NAN)))
+        .collect())
+}
+
+fn vectors_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, Vec<f64>>, D::Error> {
+    let raw = BTreeMap::<String, Vec<Option<f64>>>::deserialize(d)?;
+    Ok(raw
+        .into_iter()
+        .map(|(k, v)| (k, v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect()))
+        .collect())
+}
 
 /// Training loss including auxiliary terms (z-loss, balancing loss).
 pub const TRAIN_LOSS: &str = "train/loss";
@@ -144,5 +213,37 @@ mod tests {
         assert!(layer_in_range("train/router/layer_1/bias_norm", 2));
         assert!(!layer_in_range("train/router/layer_2/bias_norm", 2));
         assert!(layer_in_range("train/loss", 0));
+    }
+
+    #[test]
+    fn a_record_with_nan_round_trips_and_its_points_skip_what_a_chart_cannot_place() {
+        let r = MetricRecord {
+            step: 7,
+            kind: RecordKind::Train,
+            scalars: [("train/loss".to_string(), f64::NAN), ("lr".into(), 0.5)]
+                .into_iter()
+                .collect(),
+            vectors: [("load".to_string(), vec![1.0, f64::INFINITY, 3.0])]
+                .into_iter()
+                .collect(),
+        };
+        let line = serde_json::to_string(&r).unwrap();
+        assert_eq!(
+            line,
+            r#"{"step":7,"kind":"train","scalars":{"lr":0.5,"train/loss":null},"vectors":{"load":[1.0,null,3.0]}}"#
+        );
+        let back: MetricRecord = serde_json::from_str(&line).unwrap();
+        assert!(back.scalars["train/loss"].is_nan());
+        let points: Vec<_> = back.points().collect();
+        assert_eq!(
+            points,
+            [
+                ("lr".to_string(), 0.5),
+                ("load/0".to_string(), 1.0),
+                ("load/2".to_string(), 3.0)
+            ]
+        );
+        let err = serde_json::from_str::<MetricRecord>(r#"{"step":1,"scalars":{}}"#).unwrap_err();
+        assert!(err.to_string().contains("kind"), "{err}");
     }
 }

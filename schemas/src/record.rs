@@ -54,6 +54,37 @@ string_id!(
     RunId
 );
 
+impl RunId {
+    /// The run a job trains: `run-<job id, six digits at least>` (`run-000042`). One job is
+    /// one run, whatever its attempts.
+    pub fn for_job(job: JobId) -> RunId {
+        RunId(format!("run-{:06}", job.0))
+    }
+}
+
+/// A job's id in the lab's queue (its database row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub i64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::str::FromStr for JobId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.trim_start_matches('#')
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(JobId)
+            .ok_or_else(|| format!("{s:?} is not a job id; expected a positive integer such as 42"))
+    }
+}
+
 /// What an entry records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -653,6 +684,35 @@ pub struct ForecastOutcome {
     pub hit: bool,
 }
 
+/// How a run ended — the one ending type. The runner produces it (in its `RunOutcome`); the
+/// `result` entry, the queue's job state, the lab's notices and the bot's result comment carry
+/// it as it is. Its fields sit flat in the bodies that carry it (`status`, `steps`, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEnding {
+    /// How it ended.
+    pub status: RunStatus,
+    /// Steps completed.
+    #[serde(default)]
+    pub steps: u64,
+    /// Last value of each metric.
+    pub final_metrics: BTreeMap<String, f64>,
+    /// Why it ended that way, for anything but success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl RunEnding {
+    /// An ending before any step: no metrics.
+    pub fn early(status: RunStatus, reason: impl Into<String>) -> Self {
+        RunEnding {
+            status,
+            steps: 0,
+            final_metrics: BTreeMap::new(),
+            reason: Some(reason.into()),
+        }
+    }
+}
+
 /// Body of a `result` entry; `refs.checkpoint` is the last checkpoint blob, when one was
 /// written. The metric curves are in the run's metric-chunk `artifact` entries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -661,18 +721,12 @@ pub struct ResultBody {
     pub run: RunId,
     /// The spec that was trained.
     pub spec_hash: SpecHash,
-    /// How it ended.
-    pub status: RunStatus,
-    /// Steps completed.
-    pub steps: u64,
-    /// Last value of each metric.
-    pub final_metrics: BTreeMap<String, f64>,
+    /// How it ended (`status`, `steps`, `final_metrics`, `reason`, flat in the body).
+    #[serde(flatten)]
+    pub ending: RunEnding,
     /// Forecast vs outcome, when a forecast was registered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forecast: Option<ForecastOutcome>,
-    /// Why it ended that way, for anything but success.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
     /// `blake3:<hex>` of the final parameters (little-endian, checkpoint order), when training
     /// started: what a reproduction must match bitwise on the CPU backend.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -40,7 +40,7 @@ pub enum BotCommand {
 }
 
 pub fn run(cmd: BotCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
-    let url = glassbox_lab::service::bot_store_url(&global.lab);
+    let url = glassbox_lab::handle::bot_store_url(&global.lab);
     lab_context::runtime()?.block_on(async {
         let store = Store::open_existing(&url).await.with_context(|| {
             format!(

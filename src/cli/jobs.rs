@@ -78,7 +78,7 @@ pub fn run(args: JobsArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
                         j.author,
                         j.attempts,
                         j.max_attempts,
-                        j.run_id.as_deref().unwrap_or("-"),
+                        j.run_id.as_ref().map_or("-", |r| r.0.as_str()),
                         j.reason
                             .as_deref()
                             .map(|r| format!("  ({r})"))

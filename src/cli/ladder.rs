@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use glassbox_lab::ladder::{self, LadderEvent};
-use glassbox_lab::{LabError, Worker, WorkerId, WorkerOptions};
+use glassbox_lab::{LabError, Worker};
 use glassbox_runner::train::Peak;
 
 use crate::GlobalOpts;
@@ -46,13 +46,7 @@ pub fn run(args: LadderArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
         let ctx = lab_context::open(global, &args.lab, true).await?;
         let user = std::env::var("USER").unwrap_or_else(|_| "local".into());
         let id = format!("ladder-{}", std::process::id());
-        let mut opts = WorkerOptions::new(
-            WorkerId(id.clone()),
-            ctx.lab.root().join("scratch").join(&id),
-            crate::GIT_REVISION.to_string(),
-        );
-        opts.settings = ctx.config.worker.clone();
-        opts.limits = ctx.config.limits.clone();
+        let mut opts = ctx.worker_options(&id, crate::GIT_REVISION);
         if let Some(t) = args.threads {
             opts.threads = t.max(1);
         }

@@ -294,7 +294,7 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
             "run",
             format!(
                 "{} {}{}",
-                done.run_id.clone().unwrap_or_default(),
+                done.run(),
                 done.state,
                 done.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
             ),
@@ -305,7 +305,7 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
                 .comments()
                 .into_iter()
                 .filter(|c| c.issue == 1)
-                .find(|c| c.body.contains(done.run_id.as_deref().unwrap_or("run-")) && c.body.contains("ledger")))
+                .find(|c| c.body.contains(done.run().0.as_str()) && c.body.contains("ledger")))
         })
         .await?;
         stage(

@@ -22,9 +22,10 @@ use glassbox_runner::observer::{
 use glassbox_runner::train::{Peak, RunOptions, RunOutcome, Trainer};
 use glassbox_schemas::RunStatus;
 use glassbox_schemas::metrics as mn;
+use glassbox_schemas::run::{RunSummary, SummaryLedger, SummarySnapshot};
 
 use glassbox_lab::worker::JobEnd;
-use glassbox_lab::{LabError, LiveSink, Worker, WorkerId, WorkerOptions};
+use glassbox_lab::{LabError, LiveSink, Worker};
 use glassbox_schemas::{ExperimentId, RunId};
 
 use crate::GlobalOpts;
@@ -181,12 +182,15 @@ fn train_on<B: Backend>(
     };
     let summary_path = out_dir.join("summary.json");
     let peak_rss = peak_rss_bytes();
-    let summary = serde_json::json!({
-        "spec": args.file.display().to_string(),
-        "outcome": outcome,
-        "peak_rss_bytes": peak_rss,
-        "out_dir": out_dir.display().to_string(),
-    });
+    let summary = RunSummary {
+        spec: args.file.display().to_string(),
+        status: outcome.ending.status,
+        reason: outcome.ending.reason.clone(),
+        outcome: Some(outcome.clone()),
+        peak_rss_bytes: peak_rss,
+        out_dir: out_dir.display().to_string(),
+        ledger: None,
+    };
     std::fs::write(&summary_path, serde_json::to_string_pretty(&summary)?)
         .with_context(|| format!("cannot write {}", summary_path.display()))?;
     if args.json {
@@ -194,7 +198,7 @@ fn train_on<B: Backend>(
     } else {
         print_summary(&outcome, &out_dir, peak_rss);
     }
-    Ok(exit::code(status_code(outcome.status)))
+    Ok(exit::code(status_code(outcome.ending.status)))
 }
 
 /// `glassbox run` through the lab: the spec is proposed and approved by the local user, queued,
@@ -259,13 +263,7 @@ fn run_through_lab(
             )),
         });
         let worker_id = format!("local-{}", std::process::id());
-        let mut opts = WorkerOptions::new(
-            WorkerId(worker_id.clone()),
-            ctx.lab.root().join("scratch").join(&worker_id),
-            crate::GIT_REVISION.to_string(),
-        );
-        opts.settings = ctx.config.worker.clone();
-        opts.limits = ctx.config.limits.clone();
+        let mut opts = ctx.worker_options(&worker_id, crate::GIT_REVISION);
         opts.backend = args.backend.into();
         if let Some(t) = args.threads {
             opts.threads = t.max(1);
@@ -303,26 +301,24 @@ fn run_through_lab(
         }
         let job = ctx.queue.get(f.job).await?;
         let checkpoint = job.checkpoint_blob.zip(job.checkpoint_step);
-        let summary = serde_json::json!({
-            "spec": args.file.display().to_string(),
-            "outcome": outcome,
-            "status": f.status,
-            "reason": f.reason,
-            "peak_rss_bytes": peak_rss,
-            "out_dir": out_dir.display().to_string(),
-            "ledger": {
-                "experiment": f.experiment,
-                "run": f.run,
-                "job": f.job,
-                "spec_hash": recorded.spec_hash,
-                "proposal_entry": recorded.entry,
-                "approval_entry": queued.approval_entry,
-                "result_entry": f.result_entry,
-                "checkpoint": checkpoint
-                    .as_ref()
-                    .map(|(blob, step)| serde_json::json!({ "blob": blob, "step": step })),
-            },
-        });
+        let summary = RunSummary {
+            spec: args.file.display().to_string(),
+            status: f.ending.status,
+            reason: f.ending.reason.clone(),
+            outcome: outcome.clone(),
+            peak_rss_bytes: peak_rss,
+            out_dir: out_dir.display().to_string(),
+            ledger: Some(SummaryLedger {
+                experiment: f.experiment.clone(),
+                run: f.run.clone(),
+                job: f.job,
+                spec_hash: recorded.spec_hash.clone(),
+                proposal_entry: recorded.entry,
+                approval_entry: queued.approval_entry,
+                result_entry: f.result_entry,
+                checkpoint: checkpoint.map(|(blob, step)| SummarySnapshot { blob, step }),
+            }),
+        };
         let summary_path = out_dir.join("summary.json");
         std::fs::write(&summary_path, serde_json::to_string_pretty(&summary)?)
             .with_context(|| format!("cannot write {}", summary_path.display()))?;
@@ -332,8 +328,8 @@ fn run_through_lab(
             match &outcome {
                 Some(o) => print_summary(o, &out_dir, peak_rss),
                 None => {
-                    println!("status: {}", f.status);
-                    if let Some(r) = &f.reason {
+                    println!("status: {}", f.ending.status);
+                    if let Some(r) = &f.ending.reason {
                         println!("reason: {r}");
                     }
                 }
@@ -348,7 +344,7 @@ fn run_through_lab(
                 f.run, f.result_entry, f.result_entry
             );
         }
-        Ok(exit::code(status_code(f.status)))
+        Ok(exit::code(status_code(f.ending.status)))
     })
 }
 
@@ -428,19 +424,19 @@ fn peak_rss_bytes() -> Option<u64> {
 }
 
 fn print_summary(o: &RunOutcome, out_dir: &Path, peak_rss: Option<u64>) {
-    println!("status: {}", o.status);
-    if let Some(r) = &o.reason {
+    println!("status: {}", o.ending.status);
+    if let Some(r) = &o.ending.reason {
         println!("reason: {r}");
     }
     println!(
         "steps: {}  tokens: {}  wall: {:.1} s",
-        o.steps, o.total_tokens, o.elapsed_seconds
+        o.ending.steps, o.total_tokens, o.elapsed_seconds
     );
-    let get = |k: &str| o.final_metrics.get(k).copied();
+    let get = |k: &str| o.ending.final_metrics.get(k).copied();
     if let Some(l) = get(mn::TRAIN_LOSS) {
         println!("train/loss: {l:.4}");
     }
-    for (k, v) in &o.final_metrics {
+    for (k, v) in &o.ending.final_metrics {
         if k.starts_with("eval/") && k.ends_with("/loss") {
             let domain = &k["eval/".len()..k.len() - "/loss".len()];
             match o.info.entropy_floor_nats.get(domain) {

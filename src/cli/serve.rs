@@ -23,15 +23,16 @@ use anyhow::Context;
 use clap::Args;
 use glassbox_github_bot::config::BotConfig;
 use glassbox_lab::worker::{JobEnd, LiveSink};
-use glassbox_lab::{LabConfig, Worker, WorkerId, WorkerOptions};
+use glassbox_lab::{LabConfig, Worker};
 use glassbox_ledger::index::Index;
 use glassbox_runner::observer::{MetricRecord, RunInfo};
 use glassbox_schemas::{ExperimentId, RunId};
 use glassbox_web::{LiveEvent, LiveHub, ServerLimits, WebState};
 
 use crate::GlobalOpts;
-use crate::cli::lab_context::{self, LabArgs, LabContext};
+use crate::cli::lab_context::{self, LabArgs};
 use crate::exit;
+use glassbox_lab::LabHandle;
 
 /// Listen address when neither `--bind` nor the config file names one.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
@@ -368,7 +369,7 @@ impl glassbox_web::ops::MetricsSource for QueueMetrics {
 /// What a running server needs from its caller.
 pub struct ServeParts {
     /// The open lab.
-    pub ctx: LabContext,
+    pub ctx: LabHandle,
     /// The bot's configuration, when GitHub is wired.
     pub github: Option<BotConfig>,
     /// Extra routes (the quickstart's local GitHub stand-in).
@@ -415,13 +416,7 @@ pub async fn start(
     let live = LiveHub::default();
     let worker = worker.then(|| {
         let id = format!("serve-{}", std::process::id());
-        let mut opts = WorkerOptions::new(
-            WorkerId(id.clone()),
-            ctx.lab.root().join("scratch").join(&id),
-            crate::GIT_REVISION.to_string(),
-        );
-        opts.settings = ctx.config.worker.clone();
-        opts.limits = ctx.config.limits.clone();
+        let mut opts = ctx.worker_options(&id, crate::GIT_REVISION);
         if let Some(t) = threads {
             opts.threads = t.max(1);
         }
@@ -431,14 +426,14 @@ pub async fn start(
             .with_switches(ctx.flow.switches())
             .with_live(Arc::new(FanoutSink(sinks)))
     });
-    let bot = github.map(|g| (g, glassbox_lab::service::bot_store_url(ctx.lab.root())));
+    let bot = github.map(|g| (g, ctx.bot_store_url()));
     let service = glassbox_lab::service::LabService::start(
         ctx.flow.clone(),
         bot,
         worker,
         |end: &JobEnd| {
             if let JobEnd::Recorded(f) = end {
-                tracing::info!(job = %f.job, run = %f.run, status = %f.status, entry = f.result_entry, "job recorded");
+                tracing::info!(job = %f.job, run = %f.run, status = %f.ending.status, entry = f.result_entry, "job recorded");
             }
         },
     )

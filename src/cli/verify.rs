@@ -86,7 +86,7 @@ fn run_inner(args: VerifyArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> 
         }
         let store = match args.blobs.clone() {
             Some(loc) => Some(loc),
-            None => crate::cli::lab_context::configured_blobs(&root)?,
+            None => glassbox_lab::handle::own_config(&root)?.and_then(|c| c.storage.blobs),
         };
         let source: Box<dyn LogSource> = match store {
             Some(loc) if !args.no_blobs => Box::new(WithBlobStore {

@@ -4,8 +4,8 @@
 
 use std::process::ExitCode;
 
+use glassbox_lab::Worker;
 use glassbox_lab::worker::JobEnd;
-use glassbox_lab::{Worker, WorkerId, WorkerOptions};
 use glassbox_runner::train::Peak;
 
 use crate::GlobalOpts;
@@ -44,13 +44,7 @@ pub fn run(args: WorkerArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(|_| "worker".into());
             format!("{host}-{}", std::process::id())
         });
-        let mut opts = WorkerOptions::new(
-            WorkerId(id.clone()),
-            ctx.lab.root().join("scratch").join(&id),
-            crate::GIT_REVISION.to_string(),
-        );
-        opts.settings = ctx.config.worker.clone();
-        opts.limits = ctx.config.limits.clone();
+        let mut opts = ctx.worker_options(&id, crate::GIT_REVISION);
         opts.backend = args.backend.into();
         if let Some(t) = args.threads {
             opts.threads = t.max(1);
@@ -78,10 +72,11 @@ pub fn run(args: WorkerArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
                     "job {}: {} {} after {} steps (result entry {}){}",
                     f.job,
                     f.run,
-                    f.status,
-                    f.steps,
+                    f.ending.status,
+                    f.ending.steps,
                     f.result_entry,
-                    f.reason
+                    f.ending
+                        .reason
                         .as_deref()
                         .map(|r| format!(": {r}"))
                         .unwrap_or_default()

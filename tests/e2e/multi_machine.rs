@@ -347,8 +347,8 @@ max_wait_seconds = 5
     experiments.dedup();
     assert_eq!(experiments.len() as u64, PROPOSALS, "no job recorded twice");
     for (_, r) in &results {
-        assert_eq!(r.status, RunStatus::Succeeded);
-        assert_eq!(r.steps, 600);
+        assert_eq!(r.ending.status, RunStatus::Succeeded);
+        assert_eq!(r.ending.steps, 600);
     }
     let resumed = all
         .iter()

@@ -140,8 +140,8 @@ fn sigkill_takeover(db: &str) {
         .map(|e| e.body_as().unwrap())
         .collect();
     assert_eq!(results.len(), 1, "exactly one result");
-    assert_eq!(results[0].status, RunStatus::Succeeded);
-    assert_eq!(results[0].steps, 1500);
+    assert_eq!(results[0].ending.status, RunStatus::Succeeded);
+    assert_eq!(results[0].ending.steps, 1500);
 
     // The same spec trained without interruption and without the lab.
     let reference = glassbox(

@@ -21,8 +21,10 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use glassbox_ledger::index::Index;
 use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
-use glassbox_schemas::record::{ProposalBody, ResultBody, RunStartedBody, refs};
-use glassbox_schemas::{EntryKind, ExperimentId, LedgerEntry, RunId, RunStatus};
+use glassbox_schemas::record::{
+    EntryBody, ProposalBody, ResultBody, RunEnding, RunStartedBody, refs,
+};
+use glassbox_schemas::{ExperimentId, LedgerEntry, RunId, RunStatus};
 use glassbox_web::{LiveEvent, LiveHub, WebState};
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
@@ -99,26 +101,23 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (Lab, Index
     let mut batch = Vec::new();
     for k in 0..runs {
         let exp = Some(ExperimentId(experiment_id(k)));
-        let e = |kind, refs, body: &dyn erased::Body| {
-            LedgerEntry::new(kind, exp.clone(), refs, &body.value())
-                .unwrap()
+        let e = |refs, body: EntryBody| {
+            LedgerEntry::new(exp.clone(), refs, body)
                 .to_canonical_bytes()
                 .unwrap()
         };
         batch.push(e(
-            EntryKind::Proposal,
             refs([("spec", blob)]),
-            &ProposalBody {
+            EntryBody::Proposal(ProposalBody {
                 spec_hash,
                 author: format!("user{}", k % 97),
                 title: format!("Load experiment {k}"),
                 issue: None,
-            },
+            }),
         ));
         batch.push(e(
-            EntryKind::RunStarted,
             BTreeMap::new(),
-            &RunStartedBody {
+            EntryBody::RunStarted(RunStartedBody {
                 run: RunId(run_id(k)),
                 spec_hash,
                 code_revision: "load".into(),
@@ -128,27 +127,28 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (Lab, Index
                 kernel_hashes: BTreeMap::new(),
                 resumed_from_step: None,
                 build: None,
-            },
+            }),
         ));
         batch.push(e(
-            EntryKind::Result,
             BTreeMap::new(),
-            &ResultBody {
+            EntryBody::Result(ResultBody {
                 run: RunId(run_id(k)),
                 spec_hash,
-                status: if k % 10 == 3 {
-                    RunStatus::Diverged
-                } else {
-                    RunStatus::Succeeded
+                ending: RunEnding {
+                    status: if k % 10 == 3 {
+                        RunStatus::Diverged
+                    } else {
+                        RunStatus::Succeeded
+                    },
+                    steps: 300,
+                    final_metrics: [("train/loss".to_string(), 1.5 + (k % 100) as f64 / 100.0)]
+                        .into_iter()
+                        .collect(),
+                    reason: None,
                 },
-                steps: 300,
-                final_metrics: [("train/loss".to_string(), 1.5 + (k % 100) as f64 / 100.0)]
-                    .into_iter()
-                    .collect(),
                 forecast: None,
-                reason: None,
                 params_blake3: None,
-            },
+            }),
         ));
         if batch.len() >= 3000 {
             w.append_batch(std::mem::take(&mut batch)).unwrap();
@@ -208,17 +208,6 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (Lab, Index
 }
 
 /// Serialises any body for `LedgerEntry::new` through one object-safe trait.
-mod erased {
-    pub trait Body {
-        fn value(&self) -> serde_json::Value;
-    }
-    impl<T: serde::Serialize> Body for T {
-        fn value(&self) -> serde_json::Value {
-            serde_json::to_value(self).unwrap()
-        }
-    }
-}
-
 fn pct(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;

@@ -530,12 +530,12 @@ impl CatalogData {
             EntryKind::Result => {
                 if let Ok(b) = e.body_as::<ResultBody>() {
                     let run = self.run(&b.run.0, exp_id.as_deref(), b.spec_hash.to_string());
-                    run.status = b.status.as_str().to_string();
-                    run.steps = Some(b.steps);
+                    run.status = b.ending.status.as_str().to_string();
+                    run.steps = Some(b.ending.steps);
                     run.result_entry = Some(idx);
                     run.ended = Some(time);
-                    run.final_metrics = b.final_metrics;
-                    run.reason = b.reason;
+                    run.final_metrics = b.ending.final_metrics;
+                    run.reason = b.ending.reason;
                     run.forecast = b.forecast.map(|f| ForecastCheck {
                         metric: f.metric,
                         predicted: f.predicted,

@@ -24,6 +24,9 @@
 //! This is not a build system and not CI: `.ci/run` calls `cargo xtask test`, then rustfmt
 //! and clippy. It uses the standard library only, so it builds in seconds on a fresh machine.
 
+#[cfg(test)]
+mod tidy;
+
 use std::collections::hash_map::DefaultHasher;
 use std::ffi::OsString;
 use std::fmt;

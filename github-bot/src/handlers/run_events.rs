@@ -55,7 +55,10 @@ pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, event: LabEvent) -> Result<
             bot.github
                 .remove_label(&issue.repo, issue.number, RUNNING)
                 .await?;
-            let labels = outcome_labels(result.status, result.forecast.as_ref().map(|f| f.hit));
+            let labels = outcome_labels(
+                result.ending.status,
+                result.forecast.as_ref().map(|f| f.hit),
+            );
             bot.github
                 .add_labels(&issue.repo, issue.number, &labels)
                 .await?;

@@ -156,10 +156,13 @@ fn outcome(status: RunStatus) -> RunOutcome {
     };
     RunOutcome {
         run: RunId::from("run-000042"),
-        status,
-        final_metrics,
+        ending: glassbox_schemas::record::RunEnding {
+            status,
+            steps: 0,
+            final_metrics,
+            reason,
+        },
         forecast,
-        reason,
         ledger_index: 41,
         proof_url: "https://lab.example.org/proof/41".into(),
     }

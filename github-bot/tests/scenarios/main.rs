@@ -528,10 +528,13 @@ async fn cancel_of_a_running_job_stops_it_and_the_result_is_commented() {
             issue: key,
             result: RunOutcome {
                 run: RunId("run-000012".into()),
-                status: RunStatus::Cancelled,
-                final_metrics: BTreeMap::from([("train/loss".to_string(), 2.5)]),
                 forecast: None,
-                reason: Some("cancelled by @bob".into()),
+                ending: glassbox_schemas::record::RunEnding {
+                    status: RunStatus::Cancelled,
+                    steps: 0,
+                    final_metrics: BTreeMap::from([("train/loss".to_string(), 2.5)]),
+                    reason: Some("cancelled by @bob".into()),
+                },
                 ledger_index: 41,
                 proof_url: "https://lab.example.org/proof/41".into(),
             },
@@ -867,8 +870,6 @@ async fn hold_reject_rerun_reproduce_and_results() {
             issue: key,
             result: RunOutcome {
                 run,
-                status: RunStatus::Succeeded,
-                final_metrics: BTreeMap::from([("eval/markov/loss".to_string(), 1.42)]),
                 forecast: Some(ForecastOutcome {
                     metric: "eval/markov/loss".into(),
                     predicted: 1.30,
@@ -876,7 +877,12 @@ async fn hold_reject_rerun_reproduce_and_results() {
                     actual: Some(1.42),
                     hit: false,
                 }),
-                reason: None,
+                ending: glassbox_schemas::record::RunEnding {
+                    status: RunStatus::Succeeded,
+                    steps: 0,
+                    final_metrics: BTreeMap::from([("eval/markov/loss".to_string(), 1.42)]),
+                    reason: None,
+                },
                 ledger_index: 7,
                 proof_url: "https://lab.example.org/proof/7".into(),
             },

@@ -465,10 +465,13 @@ fn finished(n: u64, run: &str) -> LabEvent {
         },
         result: RunOutcome {
             run: RunId(run.into()),
-            status: RunStatus::Succeeded,
-            final_metrics: Default::default(),
             forecast: None,
-            reason: None,
+            ending: glassbox_schemas::record::RunEnding {
+                status: RunStatus::Succeeded,
+                steps: 0,
+                final_metrics: Default::default(),
+                reason: None,
+            },
             ledger_index: 12,
             proof_url: "https://lab.example.org/proof/12".into(),
         },

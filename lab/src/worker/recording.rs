@@ -228,10 +228,9 @@ fn store_checkpoint(
             step,
         },
     )?;
-    let blob = hash.to_string();
     let told = ctx.handle.block_on(retry_db(ctx.lease, || {
         ctx.queue
-            .record_checkpoint(ctx.job, &ctx.worker, step, &blob)
+            .record_checkpoint(ctx.job, &ctx.worker, step, &hash)
     }));
     match told {
         Ok(()) => state.last_checkpoint = Some(hash),

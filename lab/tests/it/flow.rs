@@ -257,8 +257,13 @@ async fn whole_flow(engine: &str) {
         .unwrap();
     assert_eq!(q.position, 1);
     let f = recorded(s.worker("w1").run_next().await.unwrap());
-    assert_eq!(f.status, RunStatus::Succeeded, "{:?}", f.reason);
-    assert_eq!(f.steps, 8);
+    assert_eq!(
+        f.ending.status,
+        RunStatus::Succeeded,
+        "{:?}",
+        f.ending.reason
+    );
+    assert_eq!(f.ending.steps, 8);
 
     let entries = s.entries();
     let k = kinds(&entries);
@@ -274,7 +279,7 @@ async fn whole_flow(engine: &str) {
     assert_eq!(started.code_revision, "test-revision");
     assert!(!started.kernel_hashes.is_empty());
     let result: ResultBody = entries.last().unwrap().body_as().unwrap();
-    assert_eq!(result.status, RunStatus::Succeeded);
+    assert_eq!(result.ending.status, RunStatus::Succeeded);
     let fc = result
         .forecast
         .expect("the registered forecast is compared");
@@ -292,7 +297,7 @@ async fn whole_flow(engine: &str) {
         LabEvent::Finished { issue, result } => {
             assert_eq!(issue.number, IssueNumber(1));
             assert_eq!(result.ledger_index, entries.len() as u64 - 1);
-            assert_eq!(result.status, RunStatus::Succeeded);
+            assert_eq!(result.ending.status, RunStatus::Succeeded);
         }
         other => panic!("expected Finished, got {other:?}"),
     }
@@ -361,7 +366,7 @@ async fn two_workers_fifty_jobs(engine: &str) {
     all.dedup();
     assert_eq!(all.len(), 50, "every job ran, none twice");
     for job in s.queue.list(None, 100).await.unwrap() {
-        assert_eq!(job.state, JobState::Succeeded);
+        assert_eq!(job.state, JobState::Ended(RunStatus::Succeeded));
         assert_eq!(job.attempts, 1);
     }
     let entries = s.entries();
@@ -403,8 +408,8 @@ async fn every_ending_is_recorded(engine: &str) {
     // Over budget: a FLOP budget far below the run's cost.
     approve(1, spec(50, "", "[budget]\nmax_flops = 2e6")).await;
     let f = recorded(s.worker("w").run_next().await.unwrap());
-    assert_eq!(f.status, RunStatus::BudgetExceeded);
-    assert!(f.final_metrics.contains_key("train/loss"));
+    assert_eq!(f.ending.status, RunStatus::BudgetExceeded);
+    assert!(f.ending.final_metrics.contains_key("train/loss"));
 
     // Diverged: sign-Adam at lr 10 with a strong z-loss overflows (deterministically, at
     // step 2414 of this spec on the CPU backend).
@@ -412,7 +417,12 @@ async fn every_ending_is_recorded(engine: &str) {
                 weight_decay = 0.0\nz_loss = 1.0\ncheckpoint_interval = 0";
     approve(2, spec(3000, wild, "")).await;
     let f = recorded(s.worker("w").run_next().await.unwrap());
-    assert_eq!(f.status, RunStatus::Diverged, "{:?}", f.reason);
+    assert_eq!(
+        f.ending.status,
+        RunStatus::Diverged,
+        "{:?}",
+        f.ending.reason
+    );
 
     // Cancelled while running: the request reaches the run within a step.
     let q = approve(3, spec(100_000, "checkpoint_interval = 0", "")).await;
@@ -425,14 +435,14 @@ async fn every_ending_is_recorded(engine: &str) {
     }
     s.flow.cancel_job(q.job, "maint").await.unwrap();
     let f = recorded(run.await.unwrap().unwrap());
-    assert_eq!(f.status, RunStatus::Cancelled);
-    assert!(f.steps < 100_000);
+    assert_eq!(f.ending.status, RunStatus::Cancelled);
+    assert!(f.ending.steps < 100_000);
 
     let entries = s.entries();
     let statuses: Vec<RunStatus> = entries
         .iter()
         .filter(|e| e.kind() == EntryKind::Result)
-        .map(|e| e.body_as::<ResultBody>().unwrap().status)
+        .map(|e| e.body_as::<ResultBody>().unwrap().ending.status)
         .collect();
     assert_eq!(
         statuses,
@@ -460,9 +470,9 @@ async fn every_ending_is_recorded(engine: &str) {
     assert_eq!(
         states.values().copied().collect::<Vec<_>>(),
         [
-            JobState::BudgetExceeded,
-            JobState::Diverged,
-            JobState::Cancelled
+            JobState::Ended(RunStatus::BudgetExceeded),
+            JobState::Ended(RunStatus::Diverged),
+            JobState::Ended(RunStatus::Cancelled)
         ]
     );
 }
@@ -502,8 +512,8 @@ async fn a_job_whose_approval_names_another_hash_never_trains() {
         .await
         .unwrap();
     let f = recorded(s.worker("w").run_next().await.unwrap());
-    assert_eq!(f.status, RunStatus::Failed);
-    let reason = f.reason.unwrap();
+    assert_eq!(f.ending.status, RunStatus::Failed);
+    let reason = f.ending.reason.unwrap();
     assert!(
         reason.contains("approval") && reason.contains(&a.spec_hash.to_string()),
         "{reason}"
@@ -534,7 +544,10 @@ async fn editing_voids_the_approval_and_limits_are_applied() {
         .await
         .unwrap();
     assert_eq!(b.voided.as_ref().map(|v| v.0), Some(a.spec_hash));
-    assert_eq!(s.queue.get(q.job).await.unwrap().state, JobState::Cancelled);
+    assert_eq!(
+        s.queue.get(q.job).await.unwrap().state,
+        JobState::Ended(RunStatus::Cancelled)
+    );
     // Approving the old hash is refused as stale, through the bot's port too.
     let err = LabPort::approve(
         &s.flow,
@@ -701,7 +714,10 @@ async fn closing_voids_the_approval_as_a_rejection(engine: &str) {
         .expect("an approval was voided");
     assert_eq!(v.approval.unwrap().spec_hash, r.spec_hash);
     assert_eq!(v.job, Some(Cancelled::Queued));
-    assert_eq!(s.queue.get(q.job).await.unwrap().state, JobState::Cancelled);
+    assert_eq!(
+        s.queue.get(q.job).await.unwrap().state,
+        JobState::Ended(RunStatus::Cancelled)
+    );
     let entries = s.entries();
     let last = entries.last().unwrap();
     assert_eq!(last.kind(), EntryKind::Rejection);
@@ -740,7 +756,7 @@ async fn closing_voids_the_approval_as_a_rejection(engine: &str) {
         .unwrap();
     assert!(matches!(v.job, Some(Cancelled::Running(_))), "{v:?}");
     let f = recorded(run.await.unwrap().unwrap());
-    assert_eq!(f.status, RunStatus::Cancelled);
+    assert_eq!(f.ending.status, RunStatus::Cancelled);
 
     // A spent approval (its run ended) is dropped without an entry.
     let (_, _) = s.propose_and_approve(14, "erin", spec(2, "", "")).await;
@@ -926,21 +942,21 @@ async fn a_worker_over_its_memory_limit_ends_the_run_budget_exceeded(engine: &st
     s.propose_and_approve(1, "ann", spec(4, "", "")).await;
     let w = s.worker_with("w", |o| o.limits.max_memory_bytes = Some(100_000.0));
     let f = recorded(w.run_next().await.unwrap());
-    assert_eq!(f.status, RunStatus::BudgetExceeded);
-    let reason = f.reason.unwrap();
+    assert_eq!(f.ending.status, RunStatus::BudgetExceeded);
+    let reason = f.ending.reason.unwrap();
     assert!(reason.contains("limits.max_memory_bytes"), "{reason}");
     let entries = s.entries();
     assert!(of_kind(&entries, EntryKind::RunStarted).is_empty());
     let results = of_kind(&entries, EntryKind::Result);
     assert_eq!(results.len(), 1);
     assert_eq!(
-        results[0].body_as::<ResultBody>().unwrap().status,
+        results[0].body_as::<ResultBody>().unwrap().ending.status,
         RunStatus::BudgetExceeded
     );
     assert!(run_log(&s, "run-000001").contains("not training: it needs about"));
     assert_eq!(
         s.queue.get(f.job).await.unwrap().state,
-        JobState::BudgetExceeded
+        JobState::Ended(RunStatus::BudgetExceeded)
     );
 }
 
@@ -986,7 +1002,7 @@ async fn a_panic_in_training_fails_the_run_and_the_worker_serves_on(engine: &str
     let mut ends = Vec::new();
     w.serve(rx, true, |end| {
         if let JobEnd::Recorded(f) = end {
-            ends.push((f.status, f.reason.clone()));
+            ends.push((f.ending.status, f.ending.reason.clone()));
         }
     })
     .await
@@ -1002,7 +1018,7 @@ async fn a_panic_in_training_fails_the_run_and_the_worker_serves_on(engine: &str
     let entries = s.entries();
     let statuses: Vec<RunStatus> = of_kind(&entries, EntryKind::Result)
         .iter()
-        .map(|e| e.body_as::<ResultBody>().unwrap().status)
+        .map(|e| e.body_as::<ResultBody>().unwrap().ending.status)
         .collect();
     assert_eq!(statuses, [RunStatus::Failed, RunStatus::Succeeded]);
     assert!(run_log(&s, "run-000001").contains("training panicked"));
@@ -1056,13 +1072,18 @@ async fn the_lab_wall_limit_applies_to_a_spec_without_a_budget() {
     assert_eq!(sp.budget.max_wall_seconds, None);
     s.propose_and_approve(1, "ann", sp).await;
     let f = recorded(s.worker("w").run_next().await.unwrap());
-    assert_eq!(f.status, RunStatus::BudgetExceeded, "{:?}", f.reason);
-    let reason = f.reason.unwrap();
+    assert_eq!(
+        f.ending.status,
+        RunStatus::BudgetExceeded,
+        "{:?}",
+        f.ending.reason
+    );
+    let reason = f.ending.reason.unwrap();
     assert!(
         reason.contains("wall-clock limit (the lab's limits.max_wall_seconds) of 1 s"),
         "{reason}"
     );
-    assert!(f.steps > 0 && f.steps < 1_000_000);
+    assert!(f.ending.steps > 0 && f.ending.steps < 1_000_000);
 }
 
 /// Item 11 (kept): an edit that leaves the spec hash unchanged writes no entry, and does not
@@ -1185,10 +1206,10 @@ async fn a_mixture_may_name_only_declared_datasets() {
     let (_, q) = s.propose_and_approve(2, "ann", corpus_spec(&ds.hash)).await;
     let f = recorded(s.worker("w").run_next().await.unwrap());
     assert_eq!(
-        (f.job, f.status),
+        (f.job, f.ending.status),
         (q.job, RunStatus::Succeeded),
         "{:?}",
-        f.reason
+        f.ending.reason
     );
 }
 
@@ -1232,7 +1253,7 @@ async fn reproduce_is_a_queued_job(engine: &str) {
     let s = setup(engine, "reproduce", LabConfig::default()).await;
     s.propose_and_approve(1, "ann", spec(4, "", "")).await;
     let f = recorded(s.worker("w").run_next().await.unwrap());
-    assert_eq!(f.status, RunStatus::Succeeded);
+    assert_eq!(f.ending.status, RunStatus::Succeeded);
     let id = ExperimentId("octo/lab#1".into());
     let maint = Login::new("maint");
     assert_eq!(LabPort::reproduce(&s.flow, &id, &maint).await.unwrap(), 1);
@@ -1247,7 +1268,10 @@ async fn reproduce_is_a_queued_job(engine: &str) {
     let jobs = s.queue.list(None, 10).await.unwrap();
     assert_eq!(jobs[0].kind, JobKind::Reproduction);
     assert_eq!(jobs[0].state, JobState::Queued);
-    assert_eq!(jobs[0].reproduces.as_deref(), Some("run-000001"));
+    assert_eq!(
+        jobs[0].reproduces.as_ref().map(|r| r.0.as_str()),
+        Some("run-000001")
+    );
     assert!(of_kind(&s.entries(), EntryKind::Reproduction).is_empty());
     // The experiment's state is still its run's.
     let status = LabPort::status(&s.flow, &id).await.unwrap().unwrap();
@@ -1261,7 +1285,12 @@ async fn reproduce_is_a_queued_job(engine: &str) {
     );
 
     let r = recorded(s.worker("w2").run_next().await.unwrap());
-    assert_eq!(r.status, RunStatus::Succeeded, "{:?}", r.reason);
+    assert_eq!(
+        r.ending.status,
+        RunStatus::Succeeded,
+        "{:?}",
+        r.ending.reason
+    );
     let entries = s.entries();
     let repro = entries.last().unwrap();
     assert_eq!(repro.kind(), EntryKind::Reproduction);
@@ -1271,7 +1300,10 @@ async fn reproduce_is_a_queued_job(engine: &str) {
         body.binary,
         Some(glassbox_schemas::record::BinaryComparison::SameBinary)
     );
-    assert_eq!(s.queue.get(r.job).await.unwrap().state, JobState::Succeeded);
+    assert_eq!(
+        s.queue.get(r.job).await.unwrap().state,
+        JobState::Ended(RunStatus::Succeeded)
+    );
     let log = entries[entries.len() - 2]
         .body_as::<glassbox_schemas::record::ArtifactBody>()
         .ok()
@@ -1291,7 +1323,7 @@ async fn reproduce_is_a_queued_job(engine: &str) {
     let latest = s.queue.list(None, 1).await.unwrap().remove(0);
     assert_eq!(
         (latest.kind, latest.state),
-        (JobKind::Reproduction, JobState::Cancelled)
+        (JobKind::Reproduction, JobState::Ended(RunStatus::Cancelled))
     );
     assert!(s.worker("w3").run_next().await.unwrap().is_none());
 }
@@ -1321,15 +1353,15 @@ async fn a_worker_killed_on_its_last_attempt_ends_with_one_result(engine: &str) 
         .unwrap()
         .unwrap();
     s.queue
-        .mark_running(q.job, &dead, "run-000001")
+        .mark_running(q.job, &dead, &glassbox_schemas::RunId::from("run-000001"))
         .await
         .unwrap();
     assert!(s.worker("w").run_next().await.unwrap().is_none());
     clock.advance(Duration::from_secs(31));
     let f = recorded(s.worker("w").run_next().await.unwrap());
-    assert_eq!((f.job, f.status), (q.job, RunStatus::Failed));
+    assert_eq!((f.job, f.ending.status), (q.job, RunStatus::Failed));
     assert_eq!(
-        f.reason.as_deref(),
+        f.ending.reason.as_deref(),
         Some(glassbox_lab::queue::ABANDONED_REASON)
     );
     clock.advance(Duration::from_secs(31));
@@ -1339,11 +1371,14 @@ async fn a_worker_killed_on_its_last_attempt_ends_with_one_result(engine: &str) 
     assert_eq!(results.len(), 1, "{:?}", kinds(&entries));
     let body: ResultBody = results[0].body_as().unwrap();
     assert_eq!(
-        (body.run.0.as_str(), body.status),
+        (body.run.0.as_str(), body.ending.status),
         ("run-000001", RunStatus::Failed)
     );
     assert!(run_log(&s, "run-000001").contains("worker lost its lease on every allowed attempt"));
-    assert_eq!(s.queue.get(q.job).await.unwrap().state, JobState::Failed);
+    assert_eq!(
+        s.queue.get(q.job).await.unwrap().state,
+        JobState::Ended(RunStatus::Failed)
+    );
     let finished: Vec<_> = outbox::pending(&s.queue, 10)
         .await
         .unwrap()
@@ -1422,7 +1457,7 @@ async fn a_worker_that_lost_its_lease_records_no_result(engine: &str) {
     // b dies on the last attempt: the next worker ends the job.
     clock.advance(Duration::from_secs(31));
     let f = recorded(s.worker("c").run_next().await.unwrap());
-    assert_eq!(f.status, RunStatus::Failed);
+    assert_eq!(f.ending.status, RunStatus::Failed);
     assert_eq!(of_kind(&s.entries(), EntryKind::Result).len(), 1);
 }
 
@@ -1517,7 +1552,7 @@ async fn every_run_records_its_log(engine: &str) {
     let s = setup(engine, "run_log", LabConfig::default()).await;
     s.propose_and_approve(1, "ann", spec(4, "", "")).await;
     let ok = recorded(s.worker("w").run_next().await.unwrap());
-    assert_eq!(ok.status, RunStatus::Succeeded);
+    assert_eq!(ok.ending.status, RunStatus::Succeeded);
     // A job that fails before training: it names a proposal where its approval should be.
     let b = s
         .flow
@@ -1538,7 +1573,7 @@ async fn every_run_records_its_log(engine: &str) {
         .await
         .unwrap();
     let failed = recorded(s.worker("w").run_next().await.unwrap());
-    assert_eq!(failed.status, RunStatus::Failed);
+    assert_eq!(failed.ending.status, RunStatus::Failed);
 
     let log = run_log(&s, "run-000001");
     assert!(log.contains(" info backend: cpu ("), "{log}");
@@ -1547,7 +1582,7 @@ async fn every_run_records_its_log(engine: &str) {
         "{log}"
     );
     let log = run_log(&s, "run-000002");
-    let reason = failed.reason.unwrap();
+    let reason = failed.ending.reason.unwrap();
     assert!(
         log.contains(&format!("failed before training: {reason}")),
         "{log}"

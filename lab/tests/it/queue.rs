@@ -129,7 +129,10 @@ async fn durability_is_applied_to_every_connection(engine: &str, name: &str) {
         let j = q.lease(&w, LEASE).await.unwrap().unwrap();
         assert_eq!(j.id, id);
         q.finish(id, &w, RunStatus::Succeeded, None).await.unwrap();
-        assert_eq!(q.get(id).await.unwrap().state, JobState::Succeeded);
+        assert_eq!(
+            q.get(id).await.unwrap().state,
+            JobState::Ended(RunStatus::Succeeded)
+        );
     }
 }
 
@@ -266,7 +269,10 @@ async fn finish_and_lease_hands_over_in_one_step(engine: &str, name: &str) {
     assert_eq!(b.id, first, "then the oldest");
     assert_eq!((b.state, b.attempts), (JobState::Leased, 1));
     assert_eq!(b.lease_owner.as_ref(), Some(&me));
-    assert_eq!(q.get(a.id).await.unwrap().state, JobState::Succeeded);
+    assert_eq!(
+        q.get(a.id).await.unwrap().state,
+        JobState::Ended(RunStatus::Succeeded)
+    );
 
     // Someone who does not hold `b`: refused, and nothing else moves.
     let err = q
@@ -294,7 +300,7 @@ async fn finish_and_lease_hands_over_in_one_step(engine: &str, name: &str) {
         .expect("the last job");
     assert_eq!(c.id, low);
     let ended = q.get(b.id).await.unwrap();
-    assert_eq!(ended.state, JobState::Diverged);
+    assert_eq!(ended.state, JobState::Ended(RunStatus::Diverged));
     assert_eq!(ended.reason.as_deref(), Some("loss is NaN"));
 
     // A stopping worker gives the job it leased ahead back as it was.
@@ -320,7 +326,10 @@ async fn finish_and_lease_hands_over_in_one_step(engine: &str, name: &str) {
     counts.sort_by_key(|(s, _)| s.as_str());
     assert_eq!(
         counts,
-        vec![(JobState::Diverged, 1), (JobState::Succeeded, 2)]
+        vec![
+            (JobState::Ended(RunStatus::Diverged), 1),
+            (JobState::Ended(RunStatus::Succeeded), 2)
+        ]
     );
 }
 
@@ -392,7 +401,7 @@ async fn concurrent_writes_keep_their_answers(engine: &str, name: &str) {
         counts,
         vec![
             (JobState::Leased, N as u64 / 2),
-            (JobState::Succeeded, N as u64 / 2)
+            (JobState::Ended(RunStatus::Succeeded), N as u64 / 2)
         ]
     );
     let stats = q.write_stats();
@@ -447,12 +456,23 @@ async fn job_round_trips_every_field(engine: &str, name: &str) {
         leased.lease_expires_at,
         Some(clock.now_ms() + LEASE.as_millis() as i64)
     );
-    q.mark_running(id, &worker("w1"), "run-000001")
-        .await
-        .unwrap();
-    q.record_checkpoint(id, &worker("w1"), 40, "blake3:ab")
-        .await
-        .unwrap();
+    q.mark_running(
+        id,
+        &worker("w1"),
+        &glassbox_schemas::RunId::from("run-000001"),
+    )
+    .await
+    .unwrap();
+    q.record_checkpoint(
+        id,
+        &worker("w1"),
+        40,
+        &"blake3:abababababababababababababababababababababababababababababababab"
+            .parse()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
     q.finish(
         id,
         &worker("w1"),
@@ -462,9 +482,12 @@ async fn job_round_trips_every_field(engine: &str, name: &str) {
     .await
     .unwrap();
     let done = q.get(id).await.unwrap();
-    assert_eq!(done.state, JobState::Diverged);
+    assert_eq!(done.state, JobState::Ended(RunStatus::Diverged));
     assert_eq!(done.checkpoint_step, Some(40));
-    assert_eq!(done.run_id.as_deref(), Some("run-000001"));
+    assert_eq!(
+        done.run_id.as_ref().map(|r| r.0.as_str()),
+        Some("run-000001")
+    );
     assert_eq!(done.reason.as_deref(), Some("loss became NaN at step 41"));
     assert_eq!(done.lease_owner, None);
 }
@@ -482,7 +505,7 @@ async fn many_workers_run_each_job_exactly_once(engine: &str, name: &str) {
             let me = worker(&format!("w{w}"));
             let mut mine = Vec::new();
             while let Some(j) = q.lease(&me, LEASE).await.unwrap() {
-                q.mark_running(j.id, &me, &format!("run-{}", j.id))
+                q.mark_running(j.id, &me, &glassbox_schemas::RunId(format!("run-{}", j.id)))
                     .await
                     .unwrap();
                 q.finish(j.id, &me, RunStatus::Succeeded, None)
@@ -502,7 +525,7 @@ async fn many_workers_run_each_job_exactly_once(engine: &str, name: &str) {
     assert_eq!(seen.len(), 50, "every job ran");
     assert!(seen.values().all(|&n| n == 1), "no job ran twice: {seen:?}");
     let counts = q.counts().await.unwrap();
-    assert_eq!(counts, vec![(JobState::Succeeded, 50)]);
+    assert_eq!(counts, vec![(JobState::Ended(RunStatus::Succeeded), 50)]);
 }
 
 async fn expired_lease_moves_to_another_worker(engine: &str, name: &str) {
@@ -510,8 +533,19 @@ async fn expired_lease_moves_to_another_worker(engine: &str, name: &str) {
     let id = q.enqueue(&job(1, "ann", 0)).await.unwrap();
     let (a, b) = (worker("a"), worker("b"));
     q.lease(&a, LEASE).await.unwrap().unwrap();
-    q.mark_running(id, &a, "run-1").await.unwrap();
-    q.record_checkpoint(id, &a, 20, "blake3:cc").await.unwrap();
+    q.mark_running(id, &a, &glassbox_schemas::RunId::from("run-1"))
+        .await
+        .unwrap();
+    q.record_checkpoint(
+        id,
+        &a,
+        20,
+        &"blake3:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+            .parse()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
     // While a's lease holds, nobody else gets the job.
     assert!(q.lease(&b, LEASE).await.unwrap().is_none());
     clock.advance(LEASE + Duration::from_millis(1));
@@ -537,7 +571,10 @@ async fn expired_lease_moves_to_another_worker(engine: &str, name: &str) {
         Err(QueueError::LeaseLost { .. })
     ));
     q.finish(id, &b, RunStatus::Succeeded, None).await.unwrap();
-    assert_eq!(q.get(id).await.unwrap().state, JobState::Succeeded);
+    assert_eq!(
+        q.get(id).await.unwrap().state,
+        JobState::Ended(RunStatus::Succeeded)
+    );
 }
 
 async fn attempts_run_out_and_the_job_fails(engine: &str, name: &str) {
@@ -561,7 +598,7 @@ async fn attempts_run_out_and_the_job_fails(engine: &str, name: &str) {
         .await
         .unwrap();
     let j = q.get(id).await.unwrap();
-    assert_eq!(j.state, JobState::Failed);
+    assert_eq!(j.state, JobState::Ended(RunStatus::Failed));
     assert_eq!(
         j.reason.as_deref(),
         Some("worker lost its lease on every allowed attempt")
@@ -577,7 +614,9 @@ async fn an_abandoned_job_is_claimed_to_end_it(engine: &str, name: &str) {
     let id = q.enqueue(&one).await.unwrap();
     let dead = worker("dead");
     q.lease(&dead, LEASE).await.unwrap().unwrap();
-    q.mark_running(id, &dead, "run-000001").await.unwrap();
+    q.mark_running(id, &dead, &glassbox_schemas::RunId::from("run-000001"))
+        .await
+        .unwrap();
     // Not before its lease runs out.
     assert!(
         q.claim_abandoned(&worker("a"), LEASE)
@@ -591,7 +630,10 @@ async fn an_abandoned_job_is_claimed_to_end_it(engine: &str, name: &str) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!((a.id, a.run_id.as_deref()), (id, Some("run-000001")));
+    assert_eq!(
+        (a.id, a.run_id.as_ref().map(|r| r.0.as_str())),
+        (id, Some("run-000001"))
+    );
     assert!(
         q.claim_abandoned(&worker("b"), LEASE)
             .await
@@ -617,7 +659,10 @@ async fn an_abandoned_job_is_claimed_to_end_it(engine: &str, name: &str) {
         .finish(RunStatus::Failed, Some(ABANDONED_REASON))
         .await
         .unwrap();
-    assert_eq!(q.get(id).await.unwrap().state, JobState::Failed);
+    assert_eq!(
+        q.get(id).await.unwrap().state,
+        JobState::Ended(RunStatus::Failed)
+    );
 }
 
 /// A worker whose lease was taken over cannot start ending the job, and an ending in progress
@@ -642,7 +687,10 @@ async fn a_lost_lease_cannot_end_the_job(engine: &str, name: &str) {
         .finish(RunStatus::Succeeded, None)
         .await
         .unwrap();
-    assert_eq!(q.get(id).await.unwrap().state, JobState::Succeeded);
+    assert_eq!(
+        q.get(id).await.unwrap().state,
+        JobState::Ended(RunStatus::Succeeded)
+    );
 }
 
 /// At most one reproduction of a run waits or runs; once it is over another may be queued.
@@ -651,26 +699,37 @@ async fn one_reproduction_per_run_at_a_time(engine: &str, name: &str) {
     let mut r = job(1, "maint", 0);
     r.kind = JobKind::Reproduction;
     r.approval_entry = None;
-    let first = q.enqueue_reproduction(&r, "run-000001").await.unwrap();
+    let first = q
+        .enqueue_reproduction(&r, &glassbox_schemas::RunId::from("run-000001"))
+        .await
+        .unwrap();
     let j = q.get(first).await.unwrap();
     assert_eq!(
-        (j.kind, j.reproduces.as_deref()),
+        (j.kind, j.reproduces.as_ref().map(|r| r.0.as_str())),
         (JobKind::Reproduction, Some("run-000001"))
     );
-    match q.enqueue_reproduction(&r, "run-000001").await {
+    match q
+        .enqueue_reproduction(&r, &glassbox_schemas::RunId::from("run-000001"))
+        .await
+    {
         Err(QueueError::AlreadyOpen { job, state }) => {
             assert_eq!((job, state), (first, JobState::Queued))
         }
         other => panic!("expected AlreadyOpen, got {other:?}"),
     }
     // Another run's reproduction is fine, and reproductions are not the experiment's state.
-    q.enqueue_reproduction(&r, "run-000002").await.unwrap();
+    q.enqueue_reproduction(&r, &glassbox_schemas::RunId::from("run-000002"))
+        .await
+        .unwrap();
     assert!(
         q.latest_job_of(&r.experiment).await.unwrap().is_none(),
         "latest_job_of is the experiment's run job"
     );
     q.cancel(first, "by @maint").await.unwrap();
-    let again = q.enqueue_reproduction(&r, "run-000001").await.unwrap();
+    let again = q
+        .enqueue_reproduction(&r, &glassbox_schemas::RunId::from("run-000001"))
+        .await
+        .unwrap();
     assert_ne!(again, first);
 }
 
@@ -688,9 +747,13 @@ async fn cancel_before_and_during_a_run(engine: &str, name: &str) {
 
     let running = q.enqueue(&job(2, "ann", 0)).await.unwrap();
     q.lease(&worker("w"), LEASE).await.unwrap().unwrap();
-    q.mark_running(running, &worker("w"), "run-2")
-        .await
-        .unwrap();
+    q.mark_running(
+        running,
+        &worker("w"),
+        &glassbox_schemas::RunId::from("run-2"),
+    )
+    .await
+    .unwrap();
     assert!(
         !q.heartbeat(running, &worker("w"), LEASE)
             .await
@@ -717,7 +780,7 @@ async fn cancel_before_and_during_a_run(engine: &str, name: &str) {
     .unwrap();
     assert_eq!(
         q.cancel(running, "again").await.unwrap(),
-        CancelOutcome::AlreadyOver(JobState::Cancelled)
+        CancelOutcome::AlreadyOver(JobState::Ended(RunStatus::Cancelled))
     );
 
     // A cancel requested of a worker that then dies ends the job cancelled, not re-run: a
@@ -739,7 +802,10 @@ async fn cancel_before_and_during_a_run(engine: &str, name: &str) {
         .finish(RunStatus::Cancelled, Some(ABANDONED_CANCELLED_REASON))
         .await
         .unwrap();
-    assert_eq!(q.get(orphan).await.unwrap().state, JobState::Cancelled);
+    assert_eq!(
+        q.get(orphan).await.unwrap().state,
+        JobState::Ended(RunStatus::Cancelled)
+    );
 }
 
 async fn hold_unhold_position_and_quota(engine: &str, name: &str) {

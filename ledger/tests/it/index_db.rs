@@ -61,11 +61,11 @@ fn lab_with_a_run() -> (tempfile::TempDir, Lab) {
     let mut chunk = String::new();
     for step in 1..=130u64 {
         chunk.push_str(&format!(
-            "{{\"step\":{step},\"scalars\":{{\"train/loss\":{}}},\"vectors\":{{\"load\":[1.0,2.0,3.0,4.0]}}}}\n",
+            "{{\"step\":{step},\"kind\":\"train\",\"scalars\":{{\"train/loss\":{}}},\"vectors\":{{\"load\":[1.0,2.0,3.0,4.0]}}}}\n",
             step as f64 * 0.01
         ));
     }
-    chunk.push_str("{\"step\":130,\"scalars\":{\"train/loss\":9.5}}\n");
+    chunk.push_str("{\"step\":130,\"kind\":\"eval\",\"scalars\":{\"train/loss\":9.5}}\n");
     let put = lab.blobs().put(&mut chunk.as_bytes()).unwrap();
     batch.push(
         LedgerEntry::new(
@@ -85,14 +85,16 @@ fn lab_with_a_run() -> (tempfile::TempDir, Lab) {
         EntryBody::from(ResultBody {
             run: RunId::from("run-000001"),
             spec_hash: spec,
-            status: RunStatus::Diverged,
-            steps: 40,
-            final_metrics: BTreeMap::from([
-                ("train/loss".to_string(), 2.5),
-                ("grad/norm/total".to_string(), 1.25),
-            ]),
+            ending: glassbox_schemas::record::RunEnding {
+                status: RunStatus::Diverged,
+                steps: 40,
+                final_metrics: BTreeMap::from([
+                    ("train/loss".to_string(), 2.5),
+                    ("grad/norm/total".to_string(), 1.25),
+                ]),
+                reason: Some("loss became NaN at step 41".into()),
+            },
             forecast: None,
-            reason: Some("loss became NaN at step 41".into()),
             params_blake3: None,
         }),
     ));

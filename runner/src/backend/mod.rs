@@ -142,14 +142,7 @@ pub fn select(request: BackendRequest) -> Result<Selection, RunnerError> {
     }
 }
 
-/// The BLAKE3 of one kernel source file a backend ran, for the run record.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct KernelSource {
-    /// Source name, e.g. `cpu/attention.rs` or `kernels/attention.cu`.
-    pub name: String,
-    /// `blake3:<hex>` of the source bytes.
-    pub blake3: String,
-}
+pub use glassbox_schemas::run::KernelSource;
 
 /// How router logits become scores (mirrors the spec's `ScoreFn`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -50,8 +50,13 @@ fn tiny_example_reaches_within_ten_percent_of_the_markov_entropy_floor() {
         * std::f64::consts::LN_2;
     let mut t = Trainer::new(&be, spec, data, &opts()).expect("trainer");
     let out = t.run(&opts(), &mut Quiet);
-    assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.reason);
-    let eval = out.final_metrics["eval/markov/loss"];
+    assert_eq!(
+        out.ending.status,
+        RunStatus::Succeeded,
+        "{:?}",
+        out.ending.reason
+    );
+    let eval = out.ending.final_metrics["eval/markov/loss"];
     eprintln!("tiny: eval/markov/loss {eval:.4} nats, floor {floor:.4}");
     assert!(
         eval >= floor * 0.97,
@@ -103,8 +108,13 @@ seed = 5
     let data = DataPipeline::new(&spec, &store).expect("data");
     let mut t = Trainer::new(&be, spec, data, &opts()).expect("trainer");
     let out = t.run(&opts(), &mut Quiet);
-    assert_eq!(out.status, RunStatus::Succeeded, "{:?}", out.reason);
-    let bpb = out.final_metrics["eval/shakespeare/bpb"];
+    assert_eq!(
+        out.ending.status,
+        RunStatus::Succeeded,
+        "{:?}",
+        out.ending.reason
+    );
+    let bpb = out.ending.final_metrics["eval/shakespeare/bpb"];
     eprintln!("tinyshakespeare: eval bpb {bpb:.4}");
     assert!(bpb < 3.0, "eval bits per byte {bpb} not below 3.0");
 }

@@ -118,7 +118,7 @@ fn thirty_steps_are_bitwise_identical_for_one_and_two_threads() {
     let s = spec(30, r#"{ method = "aux_loss_free", rate = 0.01 }"#, "");
     let (a, ra) = train(&s, 1, &opts(None, None));
     let (b, rb) = train(&s, 2, &opts(None, None));
-    assert_eq!(a.status, RunStatus::Succeeded);
+    assert_eq!(a.ending.status, RunStatus::Succeeded);
     assert_eq!(a.params_blake3, b.params_blake3, "parameter hashes differ");
     assert_eq!(deterministic_part(&ra), deterministic_part(&rb));
     // The run did something: loss fell and the capacity limit dropped assignments.
@@ -162,8 +162,8 @@ fn resume_from_checkpoint_equals_never_stopping() {
     let ck = dir.path().join("checkpoints/step-00000005.safetensors");
     assert!(ck.exists(), "checkpoint at step 5");
     let (resumed, rres) = train(&s, 1, &opts(None, Some(ck)));
-    assert_eq!(resumed.status, RunStatus::Succeeded);
-    assert_eq!(resumed.steps, 12);
+    assert_eq!(resumed.ending.status, RunStatus::Succeeded);
+    assert_eq!(resumed.ending.steps, 12);
     assert_eq!(full.params_blake3, resumed.params_blake3);
     let tail: Vec<_> = deterministic_part(&rfull)
         .into_iter()
@@ -197,12 +197,12 @@ fn cancel_then_divergence_end_with_their_status_and_last_good_metrics() {
         cancel_after: Some((3, o.cancel.clone())),
     };
     let out = t.run(&o, &mut c);
-    assert_eq!(out.status, RunStatus::Cancelled);
-    assert_eq!(out.steps, 3, "cancel takes effect at the next step");
-    let good_loss = out.final_metrics[mn::TRAIN_LOSS];
+    assert_eq!(out.ending.status, RunStatus::Cancelled);
+    assert_eq!(out.ending.steps, 3, "cancel takes effect at the next step");
+    let good_loss = out.ending.final_metrics[mn::TRAIN_LOSS];
     assert!(good_loss.is_finite());
     // Switch loss is on: the reported balancing loss is near its floor of 1 (E sum f P >= ~1).
-    assert!(out.final_metrics[mn::LOAD_BALANCING_LOSS] > 0.5);
+    assert!(out.ending.final_metrics[mn::LOAD_BALANCING_LOSS] > 0.5);
 
     // Poison one weight: the next step's loss is NaN; the run ends `diverged` at step 3's
     // state, reporting step 3's metrics as the last good ones.
@@ -210,14 +210,18 @@ fn cancel_then_divergence_end_with_their_status_and_last_good_metrics() {
     let lnf = t.params_mut().len() - 2; // the final norm's gain: every token uses it
     t.params_mut()[lnf][0] = f32::NAN;
     let out = t.run(&o, &mut Collect::default());
-    assert_eq!(out.status, RunStatus::Diverged);
-    assert_eq!(out.steps, 3);
+    assert_eq!(out.ending.status, RunStatus::Diverged);
+    assert_eq!(out.ending.steps, 3);
     assert!(
-        out.reason.as_deref().unwrap_or("").contains("step 4"),
+        out.ending
+            .reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("step 4"),
         "{:?}",
-        out.reason
+        out.ending.reason
     );
-    assert_eq!(out.final_metrics[mn::TRAIN_LOSS], good_loss);
+    assert_eq!(out.ending.final_metrics[mn::TRAIN_LOSS], good_loss);
 }
 
 #[test]
@@ -227,11 +231,17 @@ fn flop_budget_stops_the_run_before_it_is_exceeded() {
     let mut s = s;
     s.budget.max_flops = Some(per_step * 7.5);
     let (out, _) = train(&s, 2, &opts(None, None));
-    assert_eq!(out.status, RunStatus::BudgetExceeded);
+    assert_eq!(out.ending.status, RunStatus::BudgetExceeded);
     // Steps 1..7 fit; the eval at step... none before 10, so exactly 7 steps ran.
-    assert_eq!(out.steps, 7);
-    assert!(out.reason.as_deref().unwrap_or("").contains("FLOP budget"));
-    assert!(out.final_metrics.contains_key(mn::TRAIN_LOSS));
+    assert_eq!(out.ending.steps, 7);
+    assert!(
+        out.ending
+            .reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("FLOP budget")
+    );
+    assert!(out.ending.final_metrics.contains_key(mn::TRAIN_LOSS));
 }
 
 #[test]
@@ -240,7 +250,7 @@ fn aux_loss_free_bias_stays_centred_and_moves() {
     // every step and the bias oscillates back to 0.
     let s = spec(8, r#"{ method = "aux_loss_free", rate = 0.0005 }"#, "");
     let (out, recs) = train(&s, 1, &opts(None, None));
-    assert_eq!(out.status, RunStatus::Succeeded);
+    assert_eq!(out.ending.status, RunStatus::Succeeded);
     let last = recs
         .iter()
         .rev()
@@ -275,7 +285,7 @@ fn vector_metrics_are_recorded_every_vector_interval_steps() {
     );
     assert_eq!(s.vector_interval(), 4);
     let (out, recs) = train(&s, 1, &opts(None, None));
-    assert_eq!(out.status, RunStatus::Succeeded);
+    assert_eq!(out.ending.status, RunStatus::Succeeded);
     let train_recs: Vec<&MetricRecord> = recs
         .iter()
         .filter(|r| r.kind == RecordKind::Train)
@@ -330,8 +340,8 @@ fn an_outside_wall_limit_smaller_than_the_budget_ends_the_run() {
         source: "the test's limit".into(),
     });
     let (out, _) = train(&s, 1, &o);
-    assert_eq!(out.status, RunStatus::BudgetExceeded);
-    let reason = out.reason.unwrap();
+    assert_eq!(out.ending.status, RunStatus::BudgetExceeded);
+    let reason = out.ending.reason.unwrap();
     assert!(
         reason.contains("wall-clock limit (the test's limit) of 0 s"),
         "{reason}"
