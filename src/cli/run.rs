@@ -312,7 +312,7 @@ fn run_through_lab(
                 experiment: f.experiment.clone(),
                 run: f.run.clone(),
                 job: f.job,
-                spec_hash: recorded.spec_hash.clone(),
+                spec_hash: recorded.spec_hash,
                 proposal_entry: recorded.entry,
                 approval_entry: queued.approval_entry,
                 result_entry: f.result_entry,

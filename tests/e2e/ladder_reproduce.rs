@@ -45,7 +45,7 @@ fn ladder_registers_its_forecast_before_the_target_and_reports_the_outcome() {
         .iter()
         .position(|e| {
             e.kind() == EntryKind::Proposal
-                && crate::support::body(&e)["spec_hash"].as_str() == Some(&target_hash)
+                && crate::support::body(e)["spec_hash"].as_str() == Some(&target_hash)
         })
         .unwrap();
     assert!(
@@ -58,10 +58,10 @@ fn ladder_registers_its_forecast_before_the_target_and_reports_the_outcome() {
         .find(|e| e.kind() == EntryKind::Result)
         .unwrap();
     assert_eq!(
-        crate::support::body(&result)["spec_hash"].as_str(),
+        crate::support::body(result)["spec_hash"].as_str(),
         Some(target_hash.as_str())
     );
-    let fc = &crate::support::body(&result)["forecast"];
+    let fc = &crate::support::body(result)["forecast"];
     assert_eq!(fc["predicted"], report["forecast"]["value"]);
     let actual = fc["actual"].as_f64().unwrap();
     let hit =
@@ -115,7 +115,7 @@ seed = 4
     let all = entries(&d.join("lab"));
     let last = all.last().unwrap();
     assert_eq!(last.kind(), EntryKind::Reproduction);
-    assert_eq!(crate::support::body(&last)["outcome"], "reproduced");
+    assert_eq!(crate::support::body(last)["outcome"], "reproduced");
 
     // Change one byte of a metric chunk: the reproduction refuses, naming the blob.
     let chunk = all

@@ -354,7 +354,7 @@ max_wait_seconds = 5
         .iter()
         .filter(|e| e.kind() == EntryKind::RunStarted)
         .filter(|e| {
-            crate::support::body(&e)["resumed_from_step"]
+            crate::support::body(e)["resumed_from_step"]
                 .as_u64()
                 .unwrap_or(0)
                 >= 25

@@ -81,7 +81,7 @@ fn the_record_names_the_exact_binary_and_reproduce_says_it_is_the_same() {
         .iter()
         .find(|e| {
             e.kind() == EntryKind::Artifact
-                && crate::support::body(&e)["name"] == "logs/run-000001/attempt-1.log"
+                && crate::support::body(e)["name"] == "logs/run-000001/attempt-1.log"
         })
         .expect("the run's log is an artifact");
     let blob = Blake3Hash::to_hex(&log.refs["artifact"]);

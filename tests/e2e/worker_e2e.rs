@@ -127,7 +127,7 @@ fn sigkill_takeover(db: &str) {
         .filter(|e| e.kind() == EntryKind::RunStarted)
         .collect();
     assert_eq!(started.len(), 2, "one run_started per attempt");
-    let resumed = crate::support::body(&started[1])["resumed_from_step"]
+    let resumed = crate::support::body(started[1])["resumed_from_step"]
         .as_u64()
         .unwrap();
     assert!(

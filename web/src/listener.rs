@@ -235,7 +235,7 @@ mod tests {
     async fn a_stalled_body_fails_at_its_deadline_as_timed_out() {
         let body = DeadlineBody::new(Stalled, Duration::from_secs(5));
         let started = tokio::time::Instant::now();
-        let err = body.collect().await.err().expect("the body must fail");
+        let err = body.collect().await.expect_err("the body must fail");
         assert_eq!(started.elapsed(), Duration::from_secs(5));
         let io = err.downcast_ref::<std::io::Error>().expect("an io::Error");
         assert_eq!(io.kind(), std::io::ErrorKind::TimedOut);
@@ -276,7 +276,7 @@ mod tests {
         let trickle = Trickle(Box::pin(tokio::time::sleep(Duration::from_secs(1))));
         let body = DeadlineBody::new(trickle, Duration::from_millis(5500));
         let started = tokio::time::Instant::now();
-        let err = body.collect().await.err().expect("the body must fail");
+        let err = body.collect().await.expect_err("the body must fail");
         assert_eq!(started.elapsed(), Duration::from_millis(5500), "{err}");
     }
 }
