@@ -193,17 +193,7 @@ pub fn run_init(args: InitArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode>
 
 /// A fresh lab's log origin when none is given: `glassbox-lab/<8 random hex>`.
 pub fn default_origin() -> anyhow::Result<String> {
-    let mut b = [0u8; 4];
-    getrandom_fill(&mut b)?;
-    Ok(format!("glassbox-lab/{}", hex_lower(&b)))
-}
-
-fn getrandom_fill(b: &mut [u8]) -> anyhow::Result<()> {
-    getrandom::fill(b).map_err(|e| anyhow::anyhow!("no randomness from the operating system: {e}"))
-}
-
-fn hex_lower(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    Ok(Lab::random_origin()?)
 }
 
 pub fn run(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
