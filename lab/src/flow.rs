@@ -9,12 +9,20 @@
 //! Local runs (`glassbox run`) take the same path with the local user as proposer and
 //! approver, so a local run is on the record exactly like a GitHub one.
 //!
-//! The flow's state (which hash is current, which is approved) lives in the queue database
-//! beside the jobs; the ledger holds the record. This module does not train (workers do) and
+//! The flow's state (which hash is current, which is approved) lives in the lab database
+//! beside the jobs ([`crate::db::proposals`]); the ledger holds the record. This module does not train (workers do) and
 //! does not speak to GitHub (the bot does, through [`crate::outbox`]).
 
 use std::sync::Arc;
 
+use crate::config::LabConfig;
+use crate::db::forecasts;
+use crate::db::proposals::{self, ProposalRow, Proposed};
+use crate::error::LabError;
+use crate::outbox::{self, Notice, NoticeDelivery};
+use crate::queue::{CancelOutcome, Job, JobId, JobKind, JobState, NewJob, Queue};
+use crate::recorder::Recorder;
+use crate::worker::CancelSwitches;
 use glassbox_github_bot::port::{
     Approval, ApprovalInfo, Cancelled, ExperimentState, ExperimentStatus, LabError as PortError,
     LabEvent, LabPort, Proposal, ProposalRecorded, RunOutcome as PortOutcome, Voided,
@@ -25,14 +33,6 @@ use glassbox_schemas::record::{
 };
 use glassbox_schemas::spec::Forecast;
 use glassbox_schemas::{BlobHash, ExperimentId, ExperimentSpec, RunId, RunStatus, SpecHash};
-use sqlx::Row;
-
-use crate::config::LabConfig;
-use crate::error::LabError;
-use crate::outbox::{self, Notice, NoticeDelivery};
-use crate::queue::{CancelOutcome, Job, JobId, JobKind, JobState, NewJob, Queue};
-use crate::recorder::Recorder;
-use crate::worker::CancelSwitches;
 
 /// A proposal to record.
 #[derive(Debug, Clone)]
@@ -95,16 +95,6 @@ struct Inner {
     public_url: String,
 }
 
-/// The row of `proposals`.
-#[derive(Debug, Clone)]
-struct Row_ {
-    spec_hash: SpecHash,
-    author: String,
-    approved_hash: Option<SpecHash>,
-    approver: Option<String>,
-    rejected_reason: Option<String>,
-}
-
 impl Flow {
     /// A flow over `queue` and `recorder`, applying `config`.
     pub fn new(queue: Queue, recorder: Arc<Recorder>, config: LabConfig) -> Self {
@@ -147,31 +137,16 @@ impl Flow {
         &self.inner.config
     }
 
-    async fn row(&self, experiment: &ExperimentId) -> Result<Option<Row_>, LabError> {
-        let row = sqlx::query(
-            "SELECT spec_hash, author, approved_hash, approver, rejected_reason \
-             FROM proposals WHERE experiment = $1",
-        )
-        .bind(experiment.0.clone())
-        .fetch_optional(self.inner.queue.pool())
-        .await?;
-        let Some(r) = row else { return Ok(None) };
-        let parse = |s: String| {
-            s.parse::<SpecHash>().map_err(|e| LabError::BadSpec {
-                hash: s.clone(),
-                reason: format!("stored hash does not parse: {e}"),
-            })
-        };
-        Ok(Some(Row_ {
-            spec_hash: parse(r.try_get("spec_hash")?)?,
-            author: r.try_get("author")?,
-            approved_hash: r
-                .try_get::<Option<String>, _>("approved_hash")?
-                .map(parse)
-                .transpose()?,
-            approver: r.try_get("approver")?,
-            rejected_reason: r.try_get("rejected_reason")?,
-        }))
+    async fn row(&self, experiment: &ExperimentId) -> Result<Option<ProposalRow>, LabError> {
+        proposals::get(self.pool(), experiment).await
+    }
+
+    fn pool(&self) -> &sqlx::AnyPool {
+        self.inner.queue.db().pool()
+    }
+
+    fn now(&self) -> i64 {
+        self.inner.queue.db().now_ms()
     }
 
     async fn blocking<T: Send + 'static>(
@@ -258,23 +233,14 @@ impl Flow {
         }
         self.count_proposal_entry(&p.author, &p.experiment, entry)
             .await?;
-        let now = self.inner.queue.clock().now_ms();
-        sqlx::query(
-            "INSERT INTO proposals (experiment, spec_hash, author, title, proposal_entry, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (experiment) DO UPDATE SET spec_hash = excluded.spec_hash, \
-             author = excluded.author, title = excluded.title, proposal_entry = excluded.proposal_entry, \
-             approved_hash = NULL, approver = NULL, approval_entry = NULL, \
-             updated_at = excluded.updated_at",
-        )
-        .bind(p.experiment.0.clone())
-        .bind(spec_hash.to_string())
-        .bind(p.author.clone())
-        .bind(p.title.clone())
-        .bind(entry as i64)
-        .bind(now)
-        .execute(self.inner.queue.pool())
-        .await?;
+        let proposed = Proposed {
+            experiment: &p.experiment,
+            spec_hash: &spec_hash,
+            author: &p.author,
+            title: &p.title,
+            entry,
+        };
+        proposals::set_proposed(self.pool(), &proposed, self.now()).await?;
         let mut voided = None;
         if let Some(row) = existing
             && let (Some(h), Some(by)) = (row.approved_hash, row.approver)
@@ -293,11 +259,7 @@ impl Flow {
     }
 
     async fn proposal_entry(&self, experiment: &ExperimentId) -> Result<u64, LabError> {
-        let r = sqlx::query("SELECT proposal_entry FROM proposals WHERE experiment = $1")
-            .bind(experiment.0.clone())
-            .fetch_one(self.inner.queue.pool())
-            .await?;
-        Ok(r.try_get::<i64, _>("proposal_entry")? as u64)
+        proposals::entry_of(self.pool(), experiment).await
     }
 
     /// Cancels the experiment's job if it is still waiting (queued or held).
@@ -403,16 +365,16 @@ impl Flow {
             })
             .await?;
         // An approval lifts a rejection; the `approval` entry is its record.
-        sqlx::query(
-            "UPDATE proposals SET approved_hash = $1, approver = $2, approval_entry = $3, \
-             rejected_reason = NULL, updated_at = $4 WHERE experiment = $5",
+        let lifts_rejection = true;
+        proposals::set_approved(
+            self.pool(),
+            experiment,
+            spec_hash,
+            approver,
+            approval_entry,
+            lifts_rejection,
+            self.now(),
         )
-        .bind(spec_hash.to_string())
-        .bind(approver.to_string())
-        .bind(approval_entry as i64)
-        .bind(self.inner.queue.clock().now_ms())
-        .bind(experiment.0.clone())
-        .execute(self.inner.queue.pool())
         .await?;
         let j = self.inner.queue.get(job).await?;
         Ok(Queued {
@@ -488,16 +450,9 @@ impl Flow {
             return Ok(());
         }
         let max = self.inner.config.limits.max_proposals_per_author_per_day;
-        let since = self.inner.queue.clock().now_ms() - DAY_MS;
-        let row = sqlx::query(
-            "SELECT COUNT(*) AS n FROM proposal_entries WHERE author = $1 AND created_at > $2",
-        )
-        .bind(p.author.clone())
-        .bind(since)
-        .fetch_one(self.inner.queue.pool())
-        .await?;
-        let n = row.try_get::<i64, _>("n")?;
-        if n >= i64::from(max) {
+        let since = self.now() - DAY_MS;
+        let n = proposals::entries_since(self.pool(), &p.author, since).await?;
+        if n >= u64::from(max) {
             return Err(LabError::Refused(format!(
                 "{} has made {n} proposals in the last 24 hours; the limit is {max} (limits.max_proposals_per_author_per_day); try again later",
                 p.author
@@ -513,16 +468,7 @@ impl Flow {
         experiment: &ExperimentId,
         entry: u64,
     ) -> Result<(), LabError> {
-        sqlx::query(
-            "INSERT INTO proposal_entries (author, experiment, entry, created_at) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(author.to_string())
-        .bind(experiment.0.clone())
-        .bind(entry as i64)
-        .bind(self.inner.queue.clock().now_ms())
-        .execute(self.inner.queue.pool())
-        .await?;
-        Ok(())
+        proposals::count_entry(self.pool(), author, experiment, entry, self.now()).await
     }
 
     /// Every corpus of the mixture must be one a `dataset` entry declares (a checkpoint or any
@@ -579,7 +525,7 @@ impl Flow {
     async fn repair_approved_row(
         &self,
         experiment: &ExperimentId,
-        row: &Row_,
+        row: &ProposalRow,
         spec_hash: &SpecHash,
         approval_entry: u64,
     ) -> Result<(), LabError> {
@@ -592,18 +538,18 @@ impl Flow {
                 Ok(entry.body_of::<ApprovalBody>()?.approver.clone())
             })
             .await?;
-        sqlx::query(
-            "UPDATE proposals SET approved_hash = $1, approver = $2, approval_entry = $3, \
-             updated_at = $4 WHERE experiment = $5",
+        // The row missed this approval; a rejection recorded since it stands.
+        let lifts_rejection = false;
+        proposals::set_approved(
+            self.pool(),
+            experiment,
+            spec_hash,
+            &approver,
+            approval_entry,
+            lifts_rejection,
+            self.now(),
         )
-        .bind(spec_hash.to_string())
-        .bind(approver)
-        .bind(approval_entry as i64)
-        .bind(self.inner.queue.clock().now_ms())
-        .bind(experiment.0.clone())
-        .execute(self.inner.queue.pool())
-        .await?;
-        Ok(())
+        .await
     }
 
     /// Queues a reproduction of `run` (of `experiment`) requested by `by`: a job like any
@@ -717,15 +663,7 @@ impl Flow {
             .blocking(move |rec| rec.record(Some(&exp), Default::default(), body))
             .await?;
         self.drop_waiting_job(experiment, "rejected").await?;
-        sqlx::query(
-            "UPDATE proposals SET rejected_reason = $1, approved_hash = NULL, approver = NULL, \
-             updated_at = $2 WHERE experiment = $3",
-        )
-        .bind(reason.to_string())
-        .bind(self.inner.queue.clock().now_ms())
-        .bind(experiment.0.clone())
-        .execute(self.inner.queue.pool())
-        .await?;
+        proposals::set_rejected(self.pool(), experiment, reason, self.now()).await?;
         Ok(entry)
     }
 
@@ -758,12 +696,7 @@ impl Flow {
             .await?
             .filter(|j| !j.state.is_terminal());
         let Some(job) = open else {
-            sqlx::query(
-                "UPDATE proposals SET approved_hash = NULL, approver = NULL WHERE experiment = $1",
-            )
-            .bind(experiment.0.clone())
-            .execute(self.inner.queue.pool())
-            .await?;
+            proposals::clear_approval(self.pool(), experiment).await?;
             return Ok(None);
         };
         let body = RejectionBody {
@@ -777,15 +710,7 @@ impl Flow {
         if self.inner.queue.cancel(job.id, reason).await? == CancelOutcome::Requested {
             self.inner.switches.cancel(job.id);
         }
-        sqlx::query(
-            "UPDATE proposals SET rejected_reason = $1, approved_hash = NULL, approver = NULL, \
-             updated_at = $2 WHERE experiment = $3",
-        )
-        .bind(reason.to_string())
-        .bind(self.inner.queue.clock().now_ms())
-        .bind(experiment.0.clone())
-        .execute(self.inner.queue.pool())
-        .await?;
+        proposals::set_rejected(self.pool(), experiment, reason, self.now()).await?;
         Ok(Some((approval, job)))
     }
 
@@ -961,17 +886,7 @@ pub async fn register_forecast(
     f: &Forecast,
     entry: u64,
 ) -> Result<(), LabError> {
-    sqlx::query(
-        "INSERT INTO forecasts (spec_hash, metric, value, tolerance, entry) VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(spec_hash.to_string())
-    .bind(f.metric.clone())
-    .bind(f.value)
-    .bind(f.tolerance)
-    .bind(entry as i64)
-    .execute(queue.pool())
-    .await?;
-    Ok(())
+    forecasts::insert(queue.db().pool(), spec_hash, f, entry).await
 }
 
 fn port_error(e: LabError) -> PortError {
@@ -1023,13 +938,9 @@ impl LabPort for Flow {
         if dropped.is_none() {
             return Ok(None);
         }
-        sqlx::query(
-            "UPDATE proposals SET approved_hash = NULL, approver = NULL WHERE experiment = $1",
-        )
-        .bind(experiment.0.clone())
-        .execute(self.inner.queue.pool())
-        .await
-        .map_err(|e| port_error(e.into()))?;
+        proposals::clear_approval(self.pool(), experiment)
+            .await
+            .map_err(port_error)?;
         Ok(match (row.approved_hash, row.approver) {
             (Some(h), Some(a)) => Some(ApprovalInfo {
                 spec_hash: h,
@@ -1175,14 +1086,12 @@ impl LabPort for Flow {
     }
 
     async fn queued_count(&self, author: &Login) -> Result<u32, PortError> {
-        let rows = sqlx::query(
-            "SELECT COUNT(*) AS n FROM jobs WHERE author = $1 AND state IN ('queued', 'held')",
-        )
-        .bind(author.as_str().to_string())
-        .fetch_one(self.inner.queue.pool())
-        .await
-        .map_err(|e| port_error(e.into()))?;
-        let n: i64 = rows.try_get("n").map_err(|e| port_error(e.into()))?;
-        Ok(n as u32)
+        let n = self
+            .inner
+            .queue
+            .waiting_jobs_of(author.as_str())
+            .await
+            .map_err(|e| port_error(e.into()))?;
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 }

@@ -1,7 +1,9 @@
 //! glassbox-lab: where the bot, the runner and the ledger meet.
 //!
 //! - [`queue`] — the durable job queue (SQLite on one machine, PostgreSQL for many): leases,
-//!   heartbeats, retries from the last checkpoint, cancel and hold;
+//!   heartbeats, retries from the last training snapshot, cancel and hold;
+//! - [`db`] — [`Db`], the lab's database: one module per table family holding its
+//!   statements (jobs, proposals, forecasts, notifications); [`clock`] — where times come from;
 //! - [`handle`] — [`LabHandle`]: an open lab directory (its layout, queue, blobs, config);
 //! - [`flow`] — [`Flow`]: proposals and maintainers' decisions become ledger entries and jobs;
 //!   it implements the bot's `LabPort`;
@@ -22,9 +24,11 @@
 //! the ledger's, and every transition is written there before it is announced. It does not
 //! train (the runner does), hash records (schemas), or speak HTTP (web, bot).
 
+pub mod clock;
 pub mod config;
 pub mod corpus;
 pub mod dataset;
+pub mod db;
 pub mod error;
 pub mod flow;
 pub mod handle;
@@ -38,6 +42,7 @@ pub mod service;
 pub mod worker;
 
 pub use config::LabConfig;
+pub use db::{Db, Durability};
 pub use error::LabError;
 pub use flow::{Flow, NewProposal};
 pub use handle::{LabHandle, LabOptions};

@@ -11,16 +11,17 @@
 //! (GitHub refused it) is given up with the error ([`give_up`]). Delivering twice is
 //! harmless (the bot finds its comments by marker), so a crash after a delivery and before
 //! [`delivered`] repeats nothing people see.
+//!
+//! The rows are [`crate::db::notifications`]'s; this module holds what they mean.
 
 use std::time::Duration;
 
+use crate::db::notifications::{self, StoredNotice};
+use crate::error::LabError;
+use crate::queue::Queue;
 use glassbox_schemas::record::{ForecastOutcome, RunEnding};
 use glassbox_schemas::{ExperimentId, RunId, SpecHash};
 use serde::{Deserialize, Serialize};
-use sqlx::Row;
-
-use crate::error::LabError;
-use crate::queue::Queue;
 
 /// First wait before a failed notice is tried again; it doubles per attempt.
 pub const RETRY_BASE: Duration = Duration::from_secs(2);
@@ -113,25 +114,14 @@ impl Notice {
 pub async fn push(queue: &Queue, notice: &Notice) -> Result<(), LabError> {
     let json = serde_json::to_string(notice)
         .map_err(|e| LabError::Task(format!("cannot encode notice: {e}")))?;
-    sqlx::query("INSERT INTO notifications (experiment, event, created_at) VALUES ($1, $2, $3)")
-        .bind(notice.experiment().0.clone())
-        .bind(json)
-        .bind(queue.clock().now_ms())
-        .execute(queue.pool())
-        .await?;
-    Ok(())
+    let db = queue.db();
+    notifications::insert(db.pool(), &notice.experiment().0, &json, db.now_ms()).await
 }
 
 /// Undelivered notices (those waiting to be retried included, those given up not), oldest
 /// first, at most `limit`.
 pub async fn pending(queue: &Queue, limit: u32) -> Result<Vec<(i64, Notice)>, LabError> {
-    let rows = sqlx::query(
-        "SELECT id, event, attempts FROM notifications \
-         WHERE delivered_at IS NULL AND gave_up_at IS NULL ORDER BY id LIMIT $1",
-    )
-    .bind(i64::from(limit))
-    .fetch_all(queue.pool())
-    .await?;
+    let rows = notifications::undelivered(queue.db().pool(), limit).await?;
     Ok(decode(rows)?
         .into_iter()
         .map(|p| (p.id, p.notice))
@@ -143,80 +133,45 @@ pub async fn pending(queue: &Queue, limit: u32) -> Result<Vec<(i64, Notice)>, La
 /// notices are announced in order (a late "run started" never follows its result); the caller
 /// stops an experiment's notices at the first that fails.
 pub async fn due(queue: &Queue, limit: u32) -> Result<Vec<Pending>, LabError> {
-    let rows = sqlx::query(
-        "SELECT n.id, n.event, n.attempts FROM notifications n \
-         WHERE n.delivered_at IS NULL AND n.gave_up_at IS NULL AND n.next_attempt_at <= $1 \
-         AND NOT EXISTS (SELECT 1 FROM notifications o WHERE o.experiment = n.experiment \
-             AND o.id < n.id AND o.delivered_at IS NULL AND o.gave_up_at IS NULL \
-             AND o.next_attempt_at > $1) \
-         ORDER BY n.id LIMIT $2",
-    )
-    .bind(queue.clock().now_ms())
-    .bind(i64::from(limit))
-    .fetch_all(queue.pool())
-    .await?;
-    decode(rows)
+    let db = queue.db();
+    decode(notifications::due(db.pool(), db.now_ms(), limit).await?)
 }
 
-fn decode(rows: Vec<sqlx::any::AnyRow>) -> Result<Vec<Pending>, LabError> {
-    let mut out = Vec::with_capacity(rows.len());
-    for r in rows {
-        let id: i64 = r.try_get("id")?;
-        let text: String = r.try_get("event")?;
-        let attempts: i64 = r.try_get("attempts")?;
-        let notice = serde_json::from_str(&text)
-            .map_err(|e| LabError::Task(format!("notification {id} does not decode: {e}")))?;
-        out.push(Pending {
-            id,
-            notice,
-            attempts: attempts.clamp(0, i64::from(u32::MAX)) as u32,
-        });
-    }
-    Ok(out)
+fn decode(rows: Vec<StoredNotice>) -> Result<Vec<Pending>, LabError> {
+    rows.into_iter()
+        .map(|r| {
+            let notice = serde_json::from_str(&r.event).map_err(|e| {
+                LabError::Task(format!("notification {} does not decode: {e}", r.id))
+            })?;
+            Ok(Pending {
+                id: r.id,
+                notice,
+                attempts: r.attempts,
+            })
+        })
+        .collect()
 }
 
 /// Records a failed attempt: the notice is tried again after [`retry_delay`] of its attempts.
 pub async fn retry_later(queue: &Queue, id: i64, error: &str) -> Result<Duration, LabError> {
-    let attempts: i64 = sqlx::query("SELECT attempts FROM notifications WHERE id = $1")
-        .bind(id)
-        .fetch_one(queue.pool())
+    let db = queue.db();
+    let attempts = notifications::attempts(db.pool(), id)
         .await?
-        .try_get("attempts")?;
-    let attempts = (attempts.max(0) + 1).min(i64::from(u32::MAX)) as u32;
+        .saturating_add(1);
     let wait = retry_delay(attempts);
-    sqlx::query(
-        "UPDATE notifications SET attempts = $1, next_attempt_at = $2, last_error = $3 \
-         WHERE id = $4",
-    )
-    .bind(i64::from(attempts))
-    .bind(queue.clock().now_ms() + wait.as_millis() as i64)
-    .bind(error.to_string())
-    .bind(id)
-    .execute(queue.pool())
-    .await?;
+    let next_at = db.now_ms() + wait.as_millis() as i64;
+    notifications::set_retry(db.pool(), id, attempts, next_at, error).await?;
     Ok(wait)
 }
 
 /// Gives a notice up: it is not tried again; `error` says why.
 pub async fn give_up(queue: &Queue, id: i64, error: &str) -> Result<(), LabError> {
-    sqlx::query(
-        "UPDATE notifications SET gave_up_at = $1, attempts = attempts + 1, last_error = $2 \
-         WHERE id = $3",
-    )
-    .bind(queue.clock().now_ms())
-    .bind(error.to_string())
-    .bind(id)
-    .execute(queue.pool())
-    .await?;
-    Ok(())
+    let db = queue.db();
+    notifications::set_given_up(db.pool(), id, error, db.now_ms()).await
 }
 
 /// Marks a notice delivered.
 pub async fn delivered(queue: &Queue, id: i64) -> Result<(), LabError> {
-    sqlx::query("UPDATE notifications SET delivered_at = $1 WHERE id = $2")
-        .bind(queue.clock().now_ms())
-        .bind(id)
-        .execute(queue.pool())
-        .await?;
-    Ok(())
+    let db = queue.db();
+    notifications::set_delivered(db.pool(), id, db.now_ms()).await
 }

@@ -25,27 +25,28 @@
 //! times the commit rate (BENCHMARKS.md, "Queue").
 //!
 //! Times are Unix milliseconds taken from a [`Clock`], so tests can move time without sleeping.
-//! This module knows nothing of training, the ledger or GitHub: it stores ids and hashes.
+//! Every statement on the `jobs` table is in [`crate::db::jobs`]; this module holds the rules
+//! of a job's life and decides which statement runs when. It knows nothing of training, the
+//! ledger or GitHub: it stores ids and hashes.
 
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 pub use glassbox_schemas::JobId;
 use glassbox_schemas::{BlobHash, ExperimentId, RunId, RunStatus, SpecHash};
 use serde::{Deserialize, Serialize};
-use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Row};
+
+pub use crate::clock::Clock;
+use crate::db::jobs::{self, Finish};
+pub use crate::db::{Db, Durability, Engine};
 
 mod gauges;
 mod group_commit;
 pub use group_commit::WriteStats;
-use group_commit::{Done, Finish, GroupCommit, Op};
-
-static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
-static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+use group_commit::{Done, GroupCommit, Op};
 
 /// A worker's identity, unique per process (e.g. `host:pid:random`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -336,44 +337,6 @@ impl QueueError {
     }
 }
 
-/// Where times come from: the system clock, or a hand-moved one in tests.
-#[derive(Debug, Clone)]
-pub enum Clock {
-    /// Wall-clock time.
-    System,
-    /// A clock that only moves when told to.
-    Manual(Arc<AtomicI64>),
-}
-
-impl Clock {
-    /// Now, in Unix milliseconds.
-    pub fn now_ms(&self) -> i64 {
-        match self {
-            Clock::System => SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or(0),
-            Clock::Manual(t) => t.load(Ordering::SeqCst),
-        }
-    }
-
-    /// Moves a manual clock forward (no effect on the system clock).
-    pub fn advance(&self, by: Duration) {
-        if let Clock::Manual(t) = self {
-            t.fetch_add(by.as_millis() as i64, Ordering::SeqCst);
-        }
-    }
-}
-
-/// Which engine the queue runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
-    /// Embedded, one machine.
-    Sqlite,
-    /// Shared by many machines.
-    Postgres,
-}
-
 /// What a cancel request did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelOutcome {
@@ -433,7 +396,7 @@ impl Ending {
         reason: Option<&str>,
     ) -> Result<(), QueueError> {
         let f = self.finish_op(status, reason);
-        group_commit::finish(&mut self.tx, &f).await?;
+        jobs::finish(&mut *self.tx, &f).await?;
         self.tx
             .commit()
             .await
@@ -449,9 +412,9 @@ impl Ending {
         lease_for: Duration,
     ) -> Result<Option<Job>, QueueError> {
         let f = self.finish_op(status, reason);
-        group_commit::finish(&mut self.tx, &f).await?;
-        let next = group_commit::lease(
-            &mut self.tx,
+        jobs::finish(&mut *self.tx, &f).await?;
+        let next = jobs::lease(
+            &mut *self.tx,
             self.engine,
             &self.worker,
             f.now + lease_for.as_millis() as i64,
@@ -466,16 +429,10 @@ impl Ending {
     }
 }
 
-const COLUMNS: &str = "id, kind, experiment, spec_hash, author, proposal_entry, approval_entry, priority, \
-    state, attempts, max_attempts, lease_owner, lease_expires_at, cancel_requested, \
-    checkpoint_step, checkpoint_blob, run_id, reproduces, reason, created_at, updated_at";
-
 /// The job queue.
 #[derive(Debug, Clone)]
 pub struct Queue {
-    pool: AnyPool,
-    engine: Engine,
-    clock: Clock,
+    db: Db,
     /// When this handle last swept expired leases (Unix ms); shared by its clones.
     last_sweep: Arc<AtomicI64>,
     /// Enqueues, leases and finishes waiting for the next group commit; shared by its clones.
@@ -493,23 +450,6 @@ pub const ABANDONED_REASON: &str = "worker lost its lease on every allowed attem
 
 /// The reason a job ends with when a cancel was requested and its worker then stopped answering.
 pub const ABANDONED_CANCELLED_REASON: &str = "cancelled; its worker stopped answering";
-
-/// What a committed queue change survives (the lab config's `queue.durability`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Durability {
-    /// A power cut or an OS crash: a commit returns once it is on disk (SQLite
-    /// `synchronous = FULL`; PostgreSQL `synchronous_commit = on`). The default.
-    #[default]
-    PowerLoss,
-    /// A crash of a glassbox process (a killed worker or server), not of the machine: a commit
-    /// returns once the database has it, before the disk flush. SQLite `synchronous = NORMAL`
-    /// (the WAL reaches the OS at commit and is fsynced at checkpoints); PostgreSQL
-    /// `synchronous_commit = off` (the WAL writer flushes within about three
-    /// `wal_writer_delay`s, so a crash of the database server or the machine can lose the last
-    /// fraction of a second of queue changes, an approval's job included).
-    ProcessCrash,
-}
 
 impl Queue {
     /// Opens (creating if needed) the queue at `url` — `sqlite://PATH` or `postgres://...` —
@@ -529,122 +469,54 @@ impl Queue {
         clock: Clock,
         durability: Durability,
     ) -> Result<Self, QueueError> {
-        sqlx::any::install_default_drivers();
-        let engine = if url.starts_with("sqlite:") {
-            Engine::Sqlite
-        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            Engine::Postgres
-        } else {
-            return Err(QueueError::UnsupportedUrl(url.to_string()));
-        };
-        let url = match engine {
-            // Create the file if missing.
-            Engine::Sqlite if !url.contains("mode=") => {
-                let sep = if url.contains('?') { '&' } else { '?' };
-                format!("{url}{sep}mode=rwc")
-            }
-            _ => url.to_string(),
-        };
-        let max_connections = match engine {
-            Engine::Sqlite => 4,
-            Engine::Postgres => 8,
-        };
-        let mut options = AnyPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(30));
-        options = options.after_connect(move |conn, _meta| {
-            Box::pin(async move {
-                match (engine, durability) {
-                    (Engine::Sqlite, _) => {
-                        // WAL lets readers run beside the writer.
-                        sqlx::query("PRAGMA journal_mode = WAL")
-                            .execute(&mut *conn)
-                            .await?;
-                        let sync = match durability {
-                            Durability::PowerLoss => "PRAGMA synchronous = FULL",
-                            Durability::ProcessCrash => "PRAGMA synchronous = NORMAL",
-                        };
-                        sqlx::query(sync).execute(&mut *conn).await?;
-                        sqlx::query("PRAGMA busy_timeout = 10000")
-                            .execute(&mut *conn)
-                            .await?;
-                    }
-                    (Engine::Postgres, Durability::ProcessCrash) => {
-                        sqlx::query("SET synchronous_commit = off")
-                            .execute(&mut *conn)
-                            .await?;
-                    }
-                    (Engine::Postgres, Durability::PowerLoss) => {}
-                }
-                Ok(())
-            })
-        });
-        let pool = options.connect(&url).await?;
-        match engine {
-            Engine::Sqlite => SQLITE_MIGRATOR.run(&pool).await?,
-            Engine::Postgres => POSTGRES_MIGRATOR.run(&pool).await?,
-        }
-        Ok(Self {
-            pool,
-            engine,
-            clock,
-            last_sweep: Arc::new(AtomicI64::new(i64::MIN)),
-            // Half the pool at most stays with the hot writes (one suffices on SQLite, whose
-            // writes go one batch at a time); the rest serves reads and heartbeats.
-            group: Arc::new(GroupCommit::new(max_connections as usize / 2)),
-        })
+        Ok(Self::over(Db::connect(url, clock, durability).await?))
     }
 
-    /// The durability the database reports for a pooled connection (read back from the
-    /// engine: `PRAGMA synchronous` / `SHOW synchronous_commit`, not from the request).
+    /// The queue over an open lab database.
+    pub fn over(db: Db) -> Self {
+        // Half the pool at most stays with the hot writes (one suffices on SQLite, whose
+        // writes go one batch at a time); the rest serves reads and heartbeats.
+        let keep = db.max_connections() as usize / 2;
+        Self {
+            db,
+            last_sweep: Arc::new(AtomicI64::new(i64::MIN)),
+            group: Arc::new(GroupCommit::new(keep)),
+        }
+    }
+
+    /// The lab database this queue's table lives in (the flow's and the outbox's too).
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// The durability the database reports (see [`Db::durability_in_effect`]).
     pub async fn durability_in_effect(&self) -> Result<Durability, QueueError> {
-        Ok(match self.engine {
-            Engine::Sqlite => {
-                let row = sqlx::query("PRAGMA synchronous")
-                    .fetch_one(&self.pool)
-                    .await?;
-                // 2 = FULL, 3 = EXTRA; 1 = NORMAL, 0 = OFF.
-                if row.try_get::<i64, _>(0)? >= 2 {
-                    Durability::PowerLoss
-                } else {
-                    Durability::ProcessCrash
-                }
-            }
-            Engine::Postgres => {
-                let row = sqlx::query("SHOW synchronous_commit")
-                    .fetch_one(&self.pool)
-                    .await?;
-                if row.try_get::<String, _>(0)? == "off" {
-                    Durability::ProcessCrash
-                } else {
-                    Durability::PowerLoss
-                }
-            }
-        })
+        self.db.durability_in_effect().await
     }
 
     /// The engine in use.
     pub fn engine(&self) -> Engine {
-        self.engine
+        self.db.engine()
     }
 
     /// The clock in use.
     pub fn clock(&self) -> &Clock {
-        &self.clock
+        self.db.clock()
     }
 
     /// `sqlite` or `postgresql`, for messages (never the URL: it may hold a password).
     pub fn engine_name(&self) -> &'static str {
-        match self.engine {
-            Engine::Sqlite => "sqlite",
-            Engine::Postgres => "postgresql",
-        }
+        self.db.engine().name()
     }
 
     /// Closes the pool (after handing back the connections the hot writes keep).
     pub async fn close(&self) {
         self.group.release_connections();
-        self.pool.close().await;
+        self.db.close().await;
+    }
+
+    fn now(&self) -> i64 {
+        self.db.now_ms()
     }
 
     /// Adds a job; returns its id once committed (concurrent writes share one commit; see
@@ -652,7 +524,7 @@ impl Queue {
     pub async fn enqueue(&self, job: &NewJob) -> Result<JobId, QueueError> {
         let op = Op::Enqueue {
             job: job.clone(),
-            now: self.clock.now_ms(),
+            now: self.now(),
         };
         match self.submit(op).await? {
             Done::Enqueued(id) => Ok(id),
@@ -667,7 +539,7 @@ impl Queue {
         worker: &WorkerId,
         lease_for: Duration,
     ) -> Result<Option<Job>, QueueError> {
-        let now = self.clock.now_ms();
+        let now = self.now();
         let op = Op::Lease {
             worker: worker.clone(),
             expires: now + lease_for.as_millis() as i64,
@@ -690,35 +562,18 @@ impl Queue {
         worker: &WorkerId,
         lease_for: Duration,
     ) -> Result<Option<Job>, QueueError> {
-        let now = self.clock.now_ms();
+        let now = self.now();
         let last = self.last_sweep.load(Ordering::Relaxed);
         if now.saturating_sub(last) < SWEEP_EVERY_MS {
             return Ok(None);
         }
-        let skip_locked = match self.engine {
-            Engine::Postgres => " FOR UPDATE SKIP LOCKED",
-            Engine::Sqlite => "",
-        };
-        let row = sqlx::query(&format!(
-            "UPDATE jobs SET lease_owner = $1, lease_expires_at = $2, updated_at = $3 \
-             WHERE id = (SELECT id FROM jobs \
-                 WHERE state IN ('leased', 'running') AND lease_expires_at < $3 \
-                   AND (attempts >= max_attempts OR cancel_requested = 1) \
-                 ORDER BY id ASC LIMIT 1{skip_locked}) \
-             RETURNING {COLUMNS}"
-        ))
-        .bind(worker.0.clone())
-        .bind(now + lease_for.as_millis() as i64)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await?;
-        match row {
-            Some(r) => decode(&r).map(Some),
-            None => {
-                self.last_sweep.store(now, Ordering::Relaxed);
-                Ok(None)
-            }
+        let expires = now + lease_for.as_millis() as i64;
+        let job =
+            jobs::claim_abandoned(self.db.pool(), self.engine(), worker, expires, now).await?;
+        if job.is_none() {
+            self.last_sweep.store(now, Ordering::Relaxed);
         }
+        Ok(job)
     }
 
     /// Starts ending `job` for `worker`: checks that `worker` holds its lease and keeps the
@@ -728,17 +583,8 @@ impl Queue {
     /// whose job another worker took) gets [`QueueError::LeaseLost`] here and records nothing:
     /// a job never has two results.
     pub async fn begin_ending(&self, job: JobId, worker: &WorkerId) -> Result<Ending, QueueError> {
-        let mut tx = self.pool.begin().await?;
-        let held = sqlx::query(
-            "UPDATE jobs SET updated_at = $1 \
-             WHERE id = $2 AND lease_owner = $3 AND state IN ('leased', 'running')",
-        )
-        .bind(self.clock.now_ms())
-        .bind(job.0)
-        .bind(worker.0.clone())
-        .execute(&mut *tx)
-        .await?;
-        if held.rows_affected() != 1 {
+        let mut tx = self.db.pool().begin().await?;
+        if jobs::touch_held(&mut *tx, job, worker, self.now()).await? != 1 {
             let _ = tx.rollback().await;
             return Err(QueueError::LeaseLost {
                 job,
@@ -749,8 +595,8 @@ impl Queue {
             tx,
             job,
             worker: worker.clone(),
-            engine: self.engine,
-            clock: self.clock.clone(),
+            engine: self.engine(),
+            clock: self.clock().clone(),
         })
     }
 
@@ -767,25 +613,8 @@ impl Queue {
                 state: open.state,
             });
         }
-        let now = self.clock.now_ms();
-        let row = sqlx::query(
-            "INSERT INTO jobs (experiment, spec_hash, author, proposal_entry, approval_entry, \
-             priority, state, max_attempts, created_at, updated_at, kind, reproduces) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $8, 'reproduction', $9) RETURNING id",
-        )
-        .bind(job.experiment.0.clone())
-        .bind(job.spec_hash.to_string())
-        .bind(job.author.clone())
-        .bind(job.proposal_entry.map(|v| v as i64))
-        .bind(job.approval_entry.map(|v| v as i64))
-        .bind(job.priority)
-        .bind(i64::from(job.max_attempts.max(1)))
-        .bind(now)
-        .bind(run.0.clone())
-        .fetch_one(&self.pool)
-        .await;
-        match row {
-            Ok(r) => Ok(JobId(r.try_get::<i64, _>("id")?)),
+        match jobs::insert_reproduction(self.db.pool(), job, run, self.now()).await {
+            Ok(id) => Ok(id),
             // Two requests at once: the unique index lets one through.
             Err(e) => match self.open_reproduction_of(run).await? {
                 Some(open) => Err(QueueError::AlreadyOpen {
@@ -799,14 +628,7 @@ impl Queue {
 
     /// The reproduction job of `run` that is waiting or running, if any.
     pub async fn open_reproduction_of(&self, run: &RunId) -> Result<Option<Job>, QueueError> {
-        let row = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM jobs WHERE kind = 'reproduction' AND reproduces = $1 \
-             AND state IN ('queued', 'held', 'leased', 'running') ORDER BY id DESC LIMIT 1"
-        ))
-        .bind(run.0.clone())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| decode(&r)).transpose()
+        jobs::open_reproduction_of(self.db.pool(), run).await
     }
 
     /// The newest reproduction job of an experiment that is waiting or running, if any.
@@ -814,25 +636,12 @@ impl Queue {
         &self,
         experiment: &ExperimentId,
     ) -> Result<Option<Job>, QueueError> {
-        let row = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM jobs WHERE kind = 'reproduction' AND experiment = $1 \
-             AND state IN ('queued', 'held', 'leased', 'running') ORDER BY id DESC LIMIT 1"
-        ))
-        .bind(experiment.0.clone())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| decode(&r)).transpose()
+        jobs::open_reproduction_of_experiment(self.db.pool(), experiment).await
     }
 
     /// The job, of any kind, whose approval is ledger entry `entry`, if any.
     pub async fn job_with_approval(&self, entry: u64) -> Result<Option<Job>, QueueError> {
-        let row = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM jobs WHERE approval_entry = $1 ORDER BY id DESC LIMIT 1"
-        ))
-        .bind(entry as i64)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| decode(&r)).transpose()
+        jobs::with_approval(self.db.pool(), entry).await
     }
 
     /// Claims one given job for `worker` if it is queued (a local `glassbox run` trains the job
@@ -843,20 +652,15 @@ impl Queue {
         worker: &WorkerId,
         lease_for: Duration,
     ) -> Result<Option<Job>, QueueError> {
-        let now = self.clock.now_ms();
-        let row = sqlx::query(&format!(
-            "UPDATE jobs SET state = 'leased', lease_owner = $1, lease_expires_at = $2, \
-             attempts = attempts + 1, updated_at = $3 \
-             WHERE id = $4 AND state = 'queued' AND attempts < max_attempts \
-             RETURNING {COLUMNS}"
-        ))
-        .bind(worker.0.clone())
-        .bind(now + lease_for.as_millis() as i64)
-        .bind(now)
-        .bind(job.0)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| decode(&r)).transpose()
+        let now = self.now();
+        jobs::lease_one(
+            self.db.pool(),
+            job,
+            worker,
+            now + lease_for.as_millis() as i64,
+            now,
+        )
+        .await
     }
 
     /// The newest run job of an experiment, if any (reproductions of its runs are not its
@@ -865,19 +669,7 @@ impl Queue {
         &self,
         experiment: &ExperimentId,
     ) -> Result<Option<Job>, QueueError> {
-        let row = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM jobs WHERE experiment = $1 AND kind = 'run' \
-             ORDER BY id DESC LIMIT 1"
-        ))
-        .bind(experiment.0.clone())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| decode(&r)).transpose()
-    }
-
-    /// The pool, for the flow's own tables in the same database.
-    pub(crate) fn pool(&self) -> &AnyPool {
-        &self.pool
+        jobs::latest_run_of(self.db.pool(), experiment).await
     }
 
     /// Renews the lease; tells the worker whether a cancel was requested.
@@ -887,22 +679,10 @@ impl Queue {
         worker: &WorkerId,
         lease_for: Duration,
     ) -> Result<Heartbeat, QueueError> {
-        let now = self.clock.now_ms();
-        let row = sqlx::query(
-            "UPDATE jobs SET lease_expires_at = $1, updated_at = $2 \
-             WHERE id = $3 AND lease_owner = $4 AND state IN ('leased', 'running') \
-             RETURNING cancel_requested",
-        )
-        .bind(now + lease_for.as_millis() as i64)
-        .bind(now)
-        .bind(job.0)
-        .bind(worker.0.clone())
-        .fetch_optional(&self.pool)
-        .await?;
-        match row {
-            Some(r) => Ok(Heartbeat {
-                cancel_requested: r.try_get::<i64, _>("cancel_requested")? != 0,
-            }),
+        let now = self.now();
+        let expires = now + lease_for.as_millis() as i64;
+        match jobs::renew(self.db.pool(), job, worker, expires, now).await? {
+            Some(cancel_requested) => Ok(Heartbeat { cancel_requested }),
             None => Err(QueueError::LeaseLost {
                 job,
                 worker: worker.clone(),
@@ -917,21 +697,11 @@ impl Queue {
         worker: &WorkerId,
         run_id: &RunId,
     ) -> Result<(), QueueError> {
-        let now = self.clock.now_ms();
-        let done = sqlx::query(
-            "UPDATE jobs SET state = 'running', run_id = $1, updated_at = $2 \
-             WHERE id = $3 AND lease_owner = $4 AND state IN ('leased', 'running')",
-        )
-        .bind(run_id.0.clone())
-        .bind(now)
-        .bind(job.0)
-        .bind(worker.0.clone())
-        .execute(&self.pool)
-        .await?;
-        self.require_lease(done.rows_affected(), job, worker)
+        let rows = jobs::set_running(self.db.pool(), job, worker, run_id, self.now()).await?;
+        self.require_lease(rows, job, worker)
     }
 
-    /// Records the latest checkpoint, so a worker that takes over can resume from it.
+    /// Records the latest training snapshot, so a worker that takes over can resume from it.
     pub async fn record_checkpoint(
         &self,
         job: JobId,
@@ -939,19 +709,8 @@ impl Queue {
         step: u64,
         blob: &BlobHash,
     ) -> Result<(), QueueError> {
-        let now = self.clock.now_ms();
-        let done = sqlx::query(
-            "UPDATE jobs SET checkpoint_step = $1, checkpoint_blob = $2, updated_at = $3 \
-             WHERE id = $4 AND lease_owner = $5 AND state = 'running'",
-        )
-        .bind(step as i64)
-        .bind(blob.to_string())
-        .bind(now)
-        .bind(job.0)
-        .bind(worker.0.clone())
-        .execute(&self.pool)
-        .await?;
-        self.require_lease(done.rows_affected(), job, worker)
+        let rows = jobs::set_snapshot(self.db.pool(), job, worker, step, blob, self.now()).await?;
+        self.require_lease(rows, job, worker)
     }
 
     /// Ends a job with a run outcome. Fails with [`QueueError::LeaseLost`] when the worker no
@@ -968,7 +727,7 @@ impl Queue {
             worker: worker.clone(),
             state: JobState::from(status),
             reason: reason.map(str::to_string),
-            now: self.clock.now_ms(),
+            now: self.now(),
         });
         match self.submit(op).await? {
             Done::Finished(rows) => self.require_lease(rows, job, worker),
@@ -989,7 +748,7 @@ impl Queue {
         reason: Option<&str>,
         lease_for: Duration,
     ) -> Result<Option<Job>, QueueError> {
-        let now = self.clock.now_ms();
+        let now = self.now();
         let op = Op::FinishAndLease {
             finish: Finish {
                 job,
@@ -1020,44 +779,17 @@ impl Queue {
     /// Gives a leased job that has not started back to the queue as it was (its attempt is not
     /// counted): a worker that stops with a job it leased ahead of time.
     pub async fn release(&self, job: JobId, worker: &WorkerId) -> Result<(), QueueError> {
-        let done = sqlx::query(
-            "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL, \
-             attempts = attempts - 1, updated_at = $1 \
-             WHERE id = $2 AND lease_owner = $3 AND state = 'leased'",
-        )
-        .bind(self.clock.now_ms())
-        .bind(job.0)
-        .bind(worker.0.clone())
-        .execute(&self.pool)
-        .await?;
-        self.require_lease(done.rows_affected(), job, worker)
+        let rows = jobs::unlease(self.db.pool(), job, worker, self.now()).await?;
+        self.require_lease(rows, job, worker)
     }
 
     /// Cancels a job: at once if it has not started, at its next step if it runs.
     pub async fn cancel(&self, job: JobId, reason: &str) -> Result<CancelOutcome, QueueError> {
-        let now = self.clock.now_ms();
-        let done = sqlx::query(
-            "UPDATE jobs SET state = 'cancelled', reason = $1, updated_at = $2 \
-             WHERE id = $3 AND state IN ('queued', 'held')",
-        )
-        .bind(reason.to_string())
-        .bind(now)
-        .bind(job.0)
-        .execute(&self.pool)
-        .await?;
-        if done.rows_affected() == 1 {
+        let now = self.now();
+        if jobs::cancel_waiting(self.db.pool(), job, reason, now).await? == 1 {
             return Ok(CancelOutcome::Cancelled);
         }
-        let done = sqlx::query(
-            "UPDATE jobs SET cancel_requested = 1, reason = $1, updated_at = $2 \
-             WHERE id = $3 AND state IN ('leased', 'running')",
-        )
-        .bind(reason.to_string())
-        .bind(now)
-        .bind(job.0)
-        .execute(&self.pool)
-        .await?;
-        if done.rows_affected() == 1 {
+        if jobs::request_cancel(self.db.pool(), job, reason, now).await? == 1 {
             return Ok(CancelOutcome::Requested);
         }
         let current = self.get(job).await?;
@@ -1084,15 +816,7 @@ impl Queue {
         action: &'static str,
         needs: &'static str,
     ) -> Result<(), QueueError> {
-        let done =
-            sqlx::query("UPDATE jobs SET state = $1, updated_at = $2 WHERE id = $3 AND state = $4")
-                .bind(to.as_str())
-                .bind(self.clock.now_ms())
-                .bind(job.0)
-                .bind(from.as_str())
-                .execute(&self.pool)
-                .await?;
-        if done.rows_affected() == 1 {
+        if jobs::move_state(self.db.pool(), job, from, to, self.now()).await? == 1 {
             return Ok(());
         }
         let current = self.get(job).await?;
@@ -1106,38 +830,14 @@ impl Queue {
 
     /// One job.
     pub async fn get(&self, job: JobId) -> Result<Job, QueueError> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE id = $1"))
-            .bind(job.0)
-            .fetch_optional(&self.pool)
-            .await?;
-        match row {
-            Some(r) => decode(&r),
-            None => Err(QueueError::NotFound(job)),
-        }
+        jobs::get(self.db.pool(), job)
+            .await?
+            .ok_or(QueueError::NotFound(job))
     }
 
     /// Jobs, newest first, optionally only those in `state`; at most `limit`.
     pub async fn list(&self, state: Option<JobState>, limit: u32) -> Result<Vec<Job>, QueueError> {
-        let rows = match state {
-            Some(s) => {
-                sqlx::query(&format!(
-                    "SELECT {COLUMNS} FROM jobs WHERE state = $1 ORDER BY id DESC LIMIT $2"
-                ))
-                .bind(s.as_str())
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?
-            }
-            None => {
-                sqlx::query(&format!(
-                    "SELECT {COLUMNS} FROM jobs ORDER BY id DESC LIMIT $1"
-                ))
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?
-            }
-        };
-        rows.iter().map(decode).collect()
+        jobs::list(self.db.pool(), state, limit).await
     }
 
     /// How many queued jobs run before this one (0 = next); `None` if it is not queued.
@@ -1146,44 +846,24 @@ impl Queue {
         if j.state != JobState::Queued {
             return Ok(None);
         }
-        let row = sqlx::query(
-            "SELECT COUNT(*) AS n FROM jobs WHERE state = 'queued' \
-             AND (priority > $1 OR (priority = $1 AND id < $2))",
-        )
-        .bind(j.priority)
-        .bind(j.id.0)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(Some(row.try_get::<i64, _>("n")? as u64))
+        Ok(Some(
+            jobs::queued_ahead_of(self.db.pool(), j.priority, j.id).await?,
+        ))
     }
 
     /// Jobs of `author` not yet over (for per-author quotas).
     pub async fn open_jobs_of(&self, author: &str) -> Result<u64, QueueError> {
-        let row = sqlx::query(
-            "SELECT COUNT(*) AS n FROM jobs WHERE author = $1 \
-             AND state IN ('queued', 'held', 'leased', 'running')",
-        )
-        .bind(author.to_string())
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(row.try_get::<i64, _>("n")? as u64)
+        jobs::open_of_author(self.db.pool(), author).await
+    }
+
+    /// Jobs of `author` waiting to start (queued or held).
+    pub async fn waiting_jobs_of(&self, author: &str) -> Result<u64, QueueError> {
+        jobs::waiting_of_author(self.db.pool(), author).await
     }
 
     /// Number of jobs in each state (for `/metrics` and `glassbox jobs`).
     pub async fn counts(&self) -> Result<Vec<(JobState, u64)>, QueueError> {
-        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
-            .fetch_all(&self.pool)
-            .await?;
-        let mut out = Vec::new();
-        for r in rows {
-            let state: String = r.try_get("state")?;
-            let n: i64 = r.try_get("n")?;
-            let state = state
-                .parse()
-                .map_err(|detail| QueueError::Corrupt { job: 0, detail })?;
-            out.push((state, n as u64));
-        }
-        Ok(out)
+        jobs::count_by_state(self.db.pool()).await
     }
 
     fn require_lease(&self, rows: u64, job: JobId, worker: &WorkerId) -> Result<(), QueueError> {
@@ -1205,42 +885,4 @@ fn mismatched(asked: &str, got: Done) -> QueueError {
         job: 0,
         detail: format!("group commit answered {asked} with {got:?}"),
     }
-}
-
-fn decode(r: &AnyRow) -> Result<Job, QueueError> {
-    let id: i64 = r.try_get("id")?;
-    let corrupt = |detail: String| QueueError::Corrupt { job: id, detail };
-    let state: String = r.try_get("state")?;
-    let kind: String = r.try_get("kind")?;
-    let spec_hash: String = r.try_get("spec_hash")?;
-    let opt_u64 = |name: &str| -> Result<Option<u64>, QueueError> {
-        Ok(r.try_get::<Option<i64>, _>(name)?.map(|v| v as u64))
-    };
-    Ok(Job {
-        id: JobId(id),
-        kind: kind.parse().map_err(corrupt)?,
-        experiment: ExperimentId(r.try_get("experiment")?),
-        spec_hash: spec_hash.parse().map_err(|e| corrupt(format!("{e}")))?,
-        author: r.try_get("author")?,
-        proposal_entry: opt_u64("proposal_entry")?,
-        approval_entry: opt_u64("approval_entry")?,
-        priority: r.try_get("priority")?,
-        state: state.parse().map_err(corrupt)?,
-        attempts: r.try_get::<i64, _>("attempts")? as u32,
-        max_attempts: r.try_get::<i64, _>("max_attempts")? as u32,
-        lease_owner: r.try_get::<Option<String>, _>("lease_owner")?.map(WorkerId),
-        lease_expires_at: r.try_get("lease_expires_at")?,
-        cancel_requested: r.try_get::<i64, _>("cancel_requested")? != 0,
-        checkpoint_step: opt_u64("checkpoint_step")?,
-        checkpoint_blob: r
-            .try_get::<Option<String>, _>("checkpoint_blob")?
-            .map(|h| h.parse::<BlobHash>())
-            .transpose()
-            .map_err(|e| corrupt(format!("checkpoint_blob: {e}")))?,
-        run_id: r.try_get::<Option<String>, _>("run_id")?.map(RunId),
-        reproduces: r.try_get::<Option<String>, _>("reproduces")?.map(RunId),
-        reason: r.try_get("reason")?,
-        created_at: r.try_get("created_at")?,
-        updated_at: r.try_get("updated_at")?,
-    })
 }

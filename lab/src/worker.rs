@@ -1236,22 +1236,7 @@ pub async fn registered_forecast(
     queue: &Queue,
     spec_hash: &SpecHash,
 ) -> Result<Option<Forecast>, LabError> {
-    use sqlx::Row;
-    let row = sqlx::query(
-        "SELECT metric, value, tolerance FROM forecasts WHERE spec_hash = $1 ORDER BY entry DESC LIMIT 1",
-    )
-    .bind(spec_hash.to_string())
-    .fetch_optional(queue.pool())
-    .await?;
-    row.map(|r| {
-        Ok(Forecast {
-            metric: r.try_get("metric")?,
-            value: r.try_get("value")?,
-            tolerance: r.try_get("tolerance")?,
-        })
-    })
-    .transpose()
-    .map_err(|e: sqlx::Error| e.into())
+    crate::db::forecasts::newest_for(queue.db().pool(), spec_hash).await
 }
 
 /// Forecast against outcome: a hit when the metric exists and is within the tolerance.

@@ -31,10 +31,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyConnection, Connection, Row};
+use sqlx::{Any, AnyConnection, Connection};
 use tokio::sync::oneshot;
 
-use super::{COLUMNS, Engine, Job, JobId, JobState, NewJob, Queue, QueueError, WorkerId, decode};
+use super::{Engine, Job, JobId, NewJob, Queue, QueueError, WorkerId};
+use crate::db::jobs::{self, Finish};
 
 /// At most this many writes share one transaction (a bound on lock hold time, not a target).
 const MAX_BATCH: usize = 64;
@@ -57,16 +58,6 @@ pub(super) enum Op {
         finish: Finish,
         expires: i64,
     },
-}
-
-/// Ending a job the worker holds.
-#[derive(Debug)]
-pub(super) struct Finish {
-    pub job: JobId,
-    pub worker: WorkerId,
-    pub state: JobState,
-    pub reason: Option<String>,
-    pub now: i64,
 }
 
 /// What a hot write did.
@@ -209,14 +200,14 @@ impl Queue {
             }
             // Broken (a restarted database): dropping it lets the pool discard it.
         }
-        Ok(self.pool.acquire().await?)
+        Ok(self.db.pool().acquire().await?)
     }
 
     /// Keeps `conn` for the next hot write, or gives it back to the pool when enough are kept
     /// or the pool is closing (which waits for it).
     fn keep_connection(&self, conn: PoolConnection<Any>) {
         let mut idle = self.group.held.lock();
-        if idle.len() < self.group.held.max && !self.pool.is_closed() {
+        if idle.len() < self.group.held.max && !self.db.pool().is_closed() {
             idle.push((conn, Instant::now()));
         }
     }
@@ -231,7 +222,7 @@ impl Queue {
 
     /// Runs `op` in the next group commit and waits for its outcome.
     pub(super) async fn submit(&self, op: Op) -> Result<Done, QueueError> {
-        if self.engine == Engine::Postgres {
+        if self.engine() == Engine::Postgres {
             // PostgreSQL already shares WAL flushes between concurrent commits, and a shared
             // transaction costs it two more round trips (BEGIN, COMMIT): measured slower.
             return self.apply_alone(&op).await;
@@ -312,16 +303,16 @@ impl Queue {
     /// on its return and discards it if broken.
     async fn apply_alone(&self, op: &Op) -> Result<Done, QueueError> {
         let mut conn = self.take_connection().await?;
-        let done = if self.engine == Engine::Sqlite && matches!(op, Op::FinishAndLease { .. }) {
+        let done = if self.engine() == Engine::Sqlite && matches!(op, Op::FinishAndLease { .. }) {
             // Two statements on SQLite: one transaction, so one commit.
             let mut tx = conn.begin().await?;
-            let done = apply(&mut tx, self.engine, op).await?;
+            let done = apply(&mut tx, self.engine(), op).await?;
             tx.commit()
                 .await
                 .map_err(|e| QueueError::CommitFailed(e.to_string()))?;
             done
         } else {
-            apply(&mut conn, self.engine, op).await?
+            apply(&mut conn, self.engine(), op).await?
         };
         self.keep_connection(conn);
         self.group.writes.fetch_add(1, Ordering::Relaxed);
@@ -333,7 +324,7 @@ impl Queue {
         let Ok(mut conn) = self.take_connection().await else {
             return Together::RolledBack;
         };
-        let together = Self::apply_in_one_transaction(&mut conn, self.engine, batch).await;
+        let together = Self::apply_in_one_transaction(&mut conn, self.engine(), batch).await;
         if let Together::Committed(results) = &together {
             self.keep_connection(conn);
             self.group
@@ -380,224 +371,25 @@ enum Together {
 /// One hot write on `conn` (inside a transaction or on its own).
 async fn apply(conn: &mut AnyConnection, engine: Engine, op: &Op) -> Result<Done, QueueError> {
     match op {
-        Op::Enqueue { job, now } => {
-            let row = sqlx::query(
-                "INSERT INTO jobs (experiment, spec_hash, author, proposal_entry, approval_entry, \
-                 priority, state, max_attempts, created_at, updated_at, kind) \
-                 VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $8, $9) RETURNING id",
-            )
-            .bind(job.experiment.0.clone())
-            .bind(job.spec_hash.to_string())
-            .bind(job.author.clone())
-            .bind(job.proposal_entry.map(|v| v as i64))
-            .bind(job.approval_entry.map(|v| v as i64))
-            .bind(job.priority)
-            .bind(i64::from(job.max_attempts.max(1)))
-            .bind(*now)
-            .bind(job.kind.as_str())
-            .fetch_one(&mut *conn)
-            .await?;
-            Ok(Done::Enqueued(JobId(row.try_get::<i64, _>("id")?)))
-        }
+        Op::Enqueue { job, now } => Ok(Done::Enqueued(jobs::insert(&mut *conn, job, *now).await?)),
         Op::Lease {
             worker,
             expires,
             now,
         } => Ok(Done::Leased(
-            lease(conn, engine, worker, *expires, *now).await?,
+            jobs::lease(&mut *conn, engine, worker, *expires, *now).await?,
         )),
-        Op::Finish(f) => Ok(Done::Finished(finish(conn, f).await?)),
+        Op::Finish(f) => Ok(Done::Finished(jobs::finish(&mut *conn, f).await?)),
         Op::FinishAndLease { finish: f, expires } => match engine {
             Engine::Sqlite => {
-                let rows = finish(conn, f).await?;
-                let next = lease(conn, engine, &f.worker, *expires, f.now).await?;
+                let rows = jobs::finish(&mut *conn, f).await?;
+                let next = jobs::lease(&mut *conn, engine, &f.worker, *expires, f.now).await?;
                 Ok(Done::FinishedAndLeased(rows, next))
             }
-            Engine::Postgres => finish_and_lease_in_one_statement(conn, f, *expires).await,
+            Engine::Postgres => {
+                let (rows, next) = jobs::finish_and_lease_postgres(&mut *conn, f, *expires).await?;
+                Ok(Done::FinishedAndLeased(rows, next))
+            }
         },
-    }
-}
-
-/// The claiming `UPDATE`: the highest-priority, oldest job that is queued or whose lease ran
-/// out with attempts left. Also excludes `except` (a job being finished in the same statement).
-/// Its first condition is the predicate of PostgreSQL's partial index `jobs_open`
-/// (migrations/postgres/0003), so the pick never reads finished jobs.
-fn lease_sql(engine: Engine, except: bool) -> String {
-    let skip_locked = match engine {
-        Engine::Postgres => " FOR UPDATE SKIP LOCKED",
-        Engine::Sqlite => "",
-    };
-    let except = if except { " AND id <> $4" } else { "" };
-    format!(
-        "UPDATE jobs SET state = 'leased', lease_owner = $1, lease_expires_at = $2, \
-         attempts = attempts + 1, updated_at = $3 \
-         WHERE id = (SELECT id FROM jobs \
-             WHERE state IN ('queued', 'leased', 'running') \
-               AND (state = 'queued' OR lease_expires_at < $3) \
-               AND attempts < max_attempts AND cancel_requested = 0{except} \
-             ORDER BY priority DESC, id ASC LIMIT 1{skip_locked}) \
-         RETURNING {COLUMNS}"
-    )
-}
-
-pub(super) async fn lease(
-    conn: &mut AnyConnection,
-    engine: Engine,
-    worker: &WorkerId,
-    expires: i64,
-    now: i64,
-) -> Result<Option<Box<Job>>, QueueError> {
-    let row = sqlx::query(&lease_sql(engine, false))
-        .bind(worker.0.clone())
-        .bind(expires)
-        .bind(now)
-        .fetch_optional(&mut *conn)
-        .await?;
-    row.map(|r| decode(&r).map(Box::new)).transpose()
-}
-
-pub(super) async fn finish(conn: &mut AnyConnection, f: &Finish) -> Result<u64, QueueError> {
-    let done = sqlx::query(
-        "UPDATE jobs SET state = $1, reason = $2, lease_owner = NULL, \
-         lease_expires_at = NULL, updated_at = $3 \
-         WHERE id = $4 AND lease_owner = $5 AND state IN ('leased', 'running')",
-    )
-    .bind(f.state.as_str())
-    .bind(f.reason.clone())
-    .bind(f.now)
-    .bind(f.job.0)
-    .bind(f.worker.0.clone())
-    .execute(&mut *conn)
-    .await?;
-    Ok(done.rows_affected())
-}
-
-/// PostgreSQL: the finish and the next lease as one statement (data-modifying CTEs), so one
-/// round trip and one commit. Both parts see the same snapshot, so the job being finished is
-/// excluded from the lease explicitly.
-async fn finish_and_lease_in_one_statement(
-    conn: &mut AnyConnection,
-    f: &Finish,
-    expires: i64,
-) -> Result<Done, QueueError> {
-    // Parameters: $1 state, $2 reason, $3 now, $4 job, $5 worker, $6 lease expiry.
-    let sql = format!(
-        "WITH finished AS (\
-             UPDATE jobs SET state = $1, reason = $2, lease_owner = NULL, \
-             lease_expires_at = NULL, updated_at = $3 \
-             WHERE id = $4 AND lease_owner = $5 AND state IN ('leased', 'running') RETURNING id), \
-         next AS ({}) \
-         SELECT (SELECT COUNT(*) FROM finished) AS finished_rows, next.* \
-         FROM (SELECT 1) AS one LEFT JOIN next ON TRUE",
-        lease_sql(Engine::Postgres, true)
-            .replace("$1", "$5")
-            .replace("$2", "$6")
-    );
-    let row = sqlx::query(&sql)
-        .bind(f.state.as_str())
-        .bind(f.reason.clone())
-        .bind(f.now)
-        .bind(f.job.0)
-        .bind(f.worker.0.clone())
-        .bind(expires)
-        .fetch_one(&mut *conn)
-        .await?;
-    let rows = row.try_get::<i64, _>("finished_rows")? as u64;
-    let next = match row.try_get::<Option<i64>, _>("id")? {
-        Some(_) => Some(Box::new(decode(&row)?)),
-        None => None,
-    };
-    Ok(Done::FinishedAndLeased(rows, next))
-}
-
-#[cfg(test)]
-mod tests {
-    //! The pick's query plans: neither engine reads finished jobs to find the next one.
-    //! PostgreSQL is a real server (`GLASSBOX_TEST_POSTGRES_URL`, or the local default); the
-    //! test fails, never skips, without it.
-
-    use super::*;
-    use crate::queue::{Clock, Durability};
-
-    /// PostgreSQL caches a generic plan for a prepared statement, possibly made while the
-    /// table was empty, when a scan of the whole table looks cheapest and stays cached as the
-    /// finished jobs pile up. The pick must use the partial index of open jobs in that plan.
-    #[tokio::test]
-    async fn postgres_pick_reads_only_open_jobs_in_a_generic_plan() {
-        let base = std::env::var("GLASSBOX_TEST_POSTGRES_URL")
-            .expect("GLASSBOX_TEST_POSTGRES_URL is not set: run the tests with `cargo xtask test`, which provides a PostgreSQL server (`cargo xtask env` prints the variables for running one test by hand)");
-        let schema = format!("lab_pick_plan_{}", std::process::id());
-        sqlx::any::install_default_drivers();
-        let admin = sqlx::AnyPool::connect(&base)
-            .await
-            .unwrap_or_else(|e| panic!("PostgreSQL at {base} is required: {e}"));
-        for ddl in [
-            format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-            format!("CREATE SCHEMA {schema}"),
-        ] {
-            sqlx::query(&ddl).execute(&admin).await.unwrap();
-        }
-        let sep = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
-        let q = Queue::connect_with(&url, Clock::System, Durability::PowerLoss)
-            .await
-            .unwrap();
-
-        let mut conn = q.pool.acquire().await.unwrap();
-        sqlx::query("SET plan_cache_mode = force_generic_plan")
-            .execute(&mut *conn)
-            .await
-            .unwrap();
-        for except in [false, true] {
-            let (name, types) = if except {
-                ("pick_except", "text, bigint, bigint, bigint")
-            } else {
-                ("pick", "text, bigint, bigint")
-            };
-            let sql = lease_sql(Engine::Postgres, except);
-            sqlx::query(&format!("PREPARE {name}({types}) AS {sql}"))
-                .execute(&mut *conn)
-                .await
-                .unwrap();
-            let args = if except { "'w', 0, 0, 0" } else { "'w', 0, 0" };
-            let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE {name}({args})"))
-                .fetch_all(&mut *conn)
-                .await
-                .unwrap();
-            let plan = plan.join("\n");
-            assert!(plan.contains("jobs_open"), "{plan}");
-            assert!(!plan.contains("Seq Scan"), "{plan}");
-        }
-        drop(conn);
-        q.close().await;
-        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-            .execute(&admin)
-            .await
-            .unwrap();
-    }
-
-    /// SQLite probes the state index for the three open states, never scanning the table.
-    #[tokio::test]
-    async fn sqlite_pick_searches_the_open_states() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("queue.db").display());
-        let q = Queue::connect(&url).await.unwrap();
-        let rows = sqlx::query(&format!(
-            "EXPLAIN QUERY PLAN {}",
-            lease_sql(Engine::Sqlite, false)
-        ))
-        .fetch_all(&q.pool)
-        .await
-        .unwrap();
-        let plan: Vec<String> = rows
-            .iter()
-            .map(|r| r.try_get::<String, _>("detail").unwrap())
-            .collect();
-        assert!(
-            plan.iter().any(|d| d.contains("USING INDEX jobs_pick")),
-            "{plan:?}"
-        );
-        assert!(!plan.iter().any(|d| d.starts_with("SCAN jobs")), "{plan:?}");
-        q.close().await;
     }
 }

@@ -1,0 +1,217 @@
+//! The lab's database: one owner for its tables, bors-style. [`Db`] is the connection (SQLite
+//! in `<lab>/queue.db` on one machine, PostgreSQL for many, through sqlx's `Any` driver), its
+//! migrations and its durability; each table family has one module holding every statement
+//! on it as a function:
+//!
+//! - [`jobs`] — the job queue's rows (the rules of a job's life are [`crate::queue`]'s);
+//! - [`proposals`] — the flow's state per experiment (`proposals`) and the per-author count
+//!   of proposal entries (`proposal_entries`);
+//! - [`forecasts`] — forecasts registered for a spec hash, for the worker to score;
+//! - [`notifications`] — the outbox (what [`crate::outbox`] delivers to the bot).
+//!
+//! Every statement is written once, in the `$N` placeholder form both engines accept, and
+//! binds every value. The tables are operational state: ids, hashes and times; the record
+//! itself is the ledger's. Not here: what a change means (the queue, the flow, the worker
+//! decide), or the ledger.
+
+pub mod forecasts;
+pub mod jobs;
+pub mod notifications;
+pub mod proposals;
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyPool, Row};
+
+use crate::clock::Clock;
+use crate::queue::QueueError;
+
+static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Which engine the lab's database runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// Embedded, one machine.
+    Sqlite,
+    /// Shared by many machines.
+    Postgres,
+}
+
+impl Engine {
+    /// `sqlite` or `postgresql`, for messages (never the URL: it may hold a password).
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Sqlite => "sqlite",
+            Engine::Postgres => "postgresql",
+        }
+    }
+
+    /// The row-locking suffix of a claiming `SELECT`: PostgreSQL skips rows another worker
+    /// holds; SQLite has one writer, so its claiming `UPDATE` is atomic already.
+    pub(crate) fn skip_locked(self) -> &'static str {
+        match self {
+            Engine::Postgres => " FOR UPDATE SKIP LOCKED",
+            Engine::Sqlite => "",
+        }
+    }
+}
+
+/// What a committed change survives (the lab config's `queue.durability`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// A power cut or an OS crash: a commit returns once it is on disk (SQLite
+    /// `synchronous = FULL`; PostgreSQL `synchronous_commit = on`). The default.
+    #[default]
+    PowerLoss,
+    /// A crash of a glassbox process (a killed worker or server), not of the machine: a commit
+    /// returns once the database has it, before the disk flush. SQLite `synchronous = NORMAL`
+    /// (the WAL reaches the OS at commit and is fsynced at checkpoints); PostgreSQL
+    /// `synchronous_commit = off` (the WAL writer flushes within about three
+    /// `wal_writer_delay`s, so a crash of the database server or the machine can lose the last
+    /// fraction of a second of queue changes, an approval's job included).
+    ProcessCrash,
+}
+
+/// An open lab database: the pool, its engine and the clock every row's time comes from.
+/// Cheap to clone (the pool is shared).
+#[derive(Debug, Clone)]
+pub struct Db {
+    pool: AnyPool,
+    engine: Engine,
+    clock: Clock,
+    max_connections: u32,
+}
+
+impl Db {
+    /// Opens (creating if needed) the database at `url` — `sqlite://PATH` or
+    /// `postgres://...` — with `durability`, and applies the embedded migrations.
+    pub async fn connect(
+        url: &str,
+        clock: Clock,
+        durability: Durability,
+    ) -> Result<Self, QueueError> {
+        sqlx::any::install_default_drivers();
+        let engine = if url.starts_with("sqlite:") {
+            Engine::Sqlite
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Engine::Postgres
+        } else {
+            return Err(QueueError::UnsupportedUrl(url.to_string()));
+        };
+        let url = match engine {
+            // Create the file if missing.
+            Engine::Sqlite if !url.contains("mode=") => {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                format!("{url}{sep}mode=rwc")
+            }
+            _ => url.to_string(),
+        };
+        let max_connections = match engine {
+            Engine::Sqlite => 4,
+            Engine::Postgres => 8,
+        };
+        let options = AnyPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(30))
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    match (engine, durability) {
+                        (Engine::Sqlite, _) => {
+                            // WAL lets readers run beside the writer.
+                            sqlx::query("PRAGMA journal_mode = WAL")
+                                .execute(&mut *conn)
+                                .await?;
+                            let sync = match durability {
+                                Durability::PowerLoss => "PRAGMA synchronous = FULL",
+                                Durability::ProcessCrash => "PRAGMA synchronous = NORMAL",
+                            };
+                            sqlx::query(sync).execute(&mut *conn).await?;
+                            sqlx::query("PRAGMA busy_timeout = 10000")
+                                .execute(&mut *conn)
+                                .await?;
+                        }
+                        (Engine::Postgres, Durability::ProcessCrash) => {
+                            sqlx::query("SET synchronous_commit = off")
+                                .execute(&mut *conn)
+                                .await?;
+                        }
+                        (Engine::Postgres, Durability::PowerLoss) => {}
+                    }
+                    Ok(())
+                })
+            });
+        let pool = options.connect(&url).await?;
+        match engine {
+            Engine::Sqlite => SQLITE_MIGRATOR.run(&pool).await?,
+            Engine::Postgres => POSTGRES_MIGRATOR.run(&pool).await?,
+        }
+        Ok(Self {
+            pool,
+            engine,
+            clock,
+            max_connections,
+        })
+    }
+
+    /// The pool, for this module's statements.
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// The engine in use.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// The clock every row's time comes from.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Now, by [`Db::clock`], in Unix milliseconds.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// The pool's size.
+    pub fn max_connections(&self) -> u32 {
+        self.max_connections
+    }
+
+    /// The durability the database reports for a pooled connection (read back from the
+    /// engine: `PRAGMA synchronous` / `SHOW synchronous_commit`, not from the request).
+    pub async fn durability_in_effect(&self) -> Result<Durability, QueueError> {
+        Ok(match self.engine {
+            Engine::Sqlite => {
+                let row = sqlx::query("PRAGMA synchronous")
+                    .fetch_one(&self.pool)
+                    .await?;
+                // 2 = FULL, 3 = EXTRA; 1 = NORMAL, 0 = OFF.
+                if row.try_get::<i64, _>(0)? >= 2 {
+                    Durability::PowerLoss
+                } else {
+                    Durability::ProcessCrash
+                }
+            }
+            Engine::Postgres => {
+                let row = sqlx::query("SHOW synchronous_commit")
+                    .fetch_one(&self.pool)
+                    .await?;
+                if row.try_get::<String, _>(0)? == "off" {
+                    Durability::ProcessCrash
+                } else {
+                    Durability::PowerLoss
+                }
+            }
+        })
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
