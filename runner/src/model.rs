@@ -94,17 +94,6 @@ impl ModelDims {
                 ),
             });
         }
-        if spec.train.precision != glassbox_schemas::spec::Precision::F32 {
-            // Training in f32 while the spec (and so its hash and the ledger) says bf16 would
-            // record a different experiment than the one run: refuse instead.
-            return Err(RunnerError::Unsupported {
-                field: "train.precision",
-                value: "\"bf16\"".into(),
-                fix: "this runner trains in f32 only (bf16 comes with the CUDA backend); \
-                      use precision = \"f32\""
-                    .into(),
-            });
-        }
         if m.moe.top_k > m.moe.n_experts {
             return Err(RunnerError::Unsupported {
                 field: "model.moe.top_k",
@@ -549,7 +538,7 @@ impl Model {
             be.qkv_rope_fwd(heads.each_mut(), &qkv, rope.each_ref(), ad);
             drop(qkv);
             let mut y = be.zeros(n * c);
-            let mut probs = be.zeros(b * ad.h * t * t);
+            let mut probs = be.zeros(be.attention_cache_len(ad));
             be.attention_fwd(&mut y, &mut probs, heads.each_ref(), ad);
             let mut ym = be.zeros(n * c);
             be.merge_heads_fwd(&mut ym, &y, ad);

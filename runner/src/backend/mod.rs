@@ -24,8 +24,11 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod telemetry;
 
 use std::fmt;
+
+pub use glassbox_schemas::spec::Precision;
 
 use self::cpu::CpuBackend;
 use self::cuda::CudaBackend;
@@ -382,6 +385,31 @@ pub trait Backend: Send + Sync {
     fn take_error(&self) -> Option<String> {
         None
     }
+    /// Computes the matmuls in `precision` from now on (the trainer calls it with the spec's
+    /// `train.precision` before anything runs), or says why this backend cannot. The default
+    /// is the CPU's answer: f32 only, since the reference stays f32 (a bf16 spec trained in f32
+    /// would record an experiment that was not run). The error is the fix, for the user.
+    fn set_precision(&self, precision: Precision) -> Result<(), String> {
+        match precision {
+            Precision::F32 => Ok(()),
+            Precision::Bf16 => Err(format!(
+                "the {} backend computes in f32 only (bf16 runs on the CUDA backend: \
+                 --backend cuda); use precision = \"f32\"",
+                self.kind()
+            )),
+        }
+    }
+    /// Elements of the attention cache ([`Backend::attention_fwd`]'s `probs`) for `dims`: the
+    /// `B H T T` probabilities by default; a fused kernel keeps less (its log-sum-exps).
+    fn attention_cache_len(&self, dims: AttnDims) -> usize {
+        dims.b * dims.h * dims.t * dims.t
+    }
+    /// Hardware telemetry now, as `hw/...` metrics (see [`telemetry`]): by default this
+    /// process's resident memory and CPU time; the CUDA backend adds the GPU's (NVML) where
+    /// the library is present. Never fails: what cannot be read is left out.
+    fn telemetry(&self) -> Vec<(&'static str, f64)> {
+        telemetry::process()
+    }
 
     // ---- memory ----
     /// A zero-filled buffer of `n` elements.
@@ -488,7 +516,9 @@ pub trait Backend: Send + Sync {
         dims: AttnDims,
     );
     /// Causal softmax attention per (b, h): `P = softmax(q k^T / sqrt(D) + mask)`,
-    /// `out = P v`; q, k, v, out `[B, H, T, D]`; probs `[B, H, T, T]` cached for backward.
+    /// `out = P v`; q, k, v, out `[B, H, T, D]`; `probs` is the cache backward reads, of
+    /// [`Backend::attention_cache_len`] elements (`P [B, H, T, T]` unless a fused kernel keeps
+    /// less).
     fn attention_fwd(
         &self,
         out: &mut Self::Buf,
