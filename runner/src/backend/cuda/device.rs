@@ -298,9 +298,10 @@ pub struct CudaBackend {
     precision: AtomicU8,
     /// 0: auto, 1: fused, 2: materialized (see [`AttentionPath`]).
     attention: AtomicU8,
-    grouped: Mutex<Grouped>,
+    // Boxed, with the telemetry: `Selected` holds a backend by value, and the CPU one is small.
+    grouped: Box<Mutex<Grouped>>,
     /// GPU telemetry, or why there is none.
-    nvml: Result<Nvml, String>,
+    nvml: Box<Result<Nvml, String>>,
     _workspace: CudaSlice<u8>,
 }
 
@@ -436,8 +437,8 @@ impl CudaBackend {
             nvrtc: nv,
             precision: AtomicU8::new(0),
             attention: AtomicU8::new(0),
-            grouped: Mutex::new(grouped),
-            nvml,
+            grouped: Box::new(Mutex::new(grouped)),
+            nvml: Box::new(nvml),
             _workspace: workspace,
         })
     }
@@ -500,7 +501,7 @@ impl CudaBackend {
 
     /// The GPU's NVML session, or why there is none.
     pub fn nvml(&self) -> Result<&Nvml, &str> {
-        self.nvml.as_ref().map_err(String::as_str)
+        self.nvml.as_ref().as_ref().map_err(String::as_str)
     }
 
     /// The device name, e.g. `NVIDIA H200`.
