@@ -162,7 +162,9 @@ impl<'a, B: Backend> Trainer<'a, B> {
                 },
                 fix,
             })?;
-        let model = Model::new(dims);
+        let mut model = Model::new(dims);
+        // Only quantile balancing reads the per-expert offsets (a host-side sort per layer).
+        model.quantile_stats = matches!(spec.model.moe.balancing, Balancing::Quantile { .. });
         let spec_hash = glassbox_schemas::spec_hash(&spec)
             .map(|h| h.to_string())
             .map_err(|e| RunnerError::Unsupported {

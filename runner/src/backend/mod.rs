@@ -329,6 +329,17 @@ pub struct Routing<B: Backend + ?Sized> {
     pub dropped: u64,
 }
 
+/// Router statistics of one layer (see [`Backend::router_stats`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouterStats {
+    /// `P_i`: the mean over tokens of expert i's score.
+    pub p_mean: Vec<f64>,
+    /// Mean over tokens of the entropy (nats) of the normalised scores.
+    pub entropy_mean: f64,
+    /// Per-expert quantile offsets, when asked for (quantile balancing).
+    pub quantile_offset: Option<Vec<f64>>,
+}
+
 /// Marker in [`Routing::token_slot`] for a dropped assignment.
 pub const DROPPED: u32 = u32::MAX;
 
@@ -585,6 +596,19 @@ pub trait Backend: Send + Sync {
         combine_scale: f64,
         capacity: Option<usize>,
     ) -> Routing<Self>;
+    /// Router statistics of one layer's `scores [N, E]` (`E = bias.len()`): mean score per
+    /// expert, mean routing entropy and, when `quantile`, the quantile-balancing offsets (see
+    /// [`cpu::router::router_stats`], the reference). The default downloads the scores and runs
+    /// the reference; a device backend may reduce on the device and copy back `E + 1` values.
+    fn router_stats(
+        &self,
+        scores: &Self::Buf,
+        bias: &[f64],
+        top_k: usize,
+        quantile: bool,
+    ) -> RouterStats {
+        cpu::router::router_stats(&self.download(scores), bias, top_k, quantile)
+    }
     /// Backward of the combine weights: `dscores +=` the gradient through the
     /// renormalisation, from `dweights [N*K]`.
     fn route_weights_bwd(

@@ -734,6 +734,20 @@ fn ops_moe_loss_optim<B: Backend<F = f32>>(
     run.buf("router_z_loss_grad", &dlz, TOL_SAME_ORDER)?;
     let mut scores = be.zeros(n * e);
     be.router_scores_fwd(&mut scores, &logits, e, ScoreKind::Softmax);
+    for quantile in [false, true] {
+        let st = be.router_stats(&scores, &bias, k, quantile);
+        let tag = if quantile { "quantile" } else { "device" };
+        let mut v: Vec<f32> = st.p_mean.iter().map(|&p| p as f32).collect();
+        v.push(st.entropy_mean as f32);
+        run.put(&format!("router_stats_{tag}"), v, TOL_REORDERED)?;
+        if let Some(q) = st.quantile_offset {
+            run.put(
+                "router_stats_quantile_offset",
+                q.iter().map(|&x| x as f32).collect(),
+                TOL_REORDERED,
+            )?;
+        }
+    }
     for (tag, cap) in [("dropless", None), ("capacity", Some(n * k / e))] {
         let rt = be.route(&scores, &bias, k, 1.0, cap);
         let as_f = |ids: Vec<u32>| ids.into_iter().map(|i| i as f32).collect::<Vec<_>>();

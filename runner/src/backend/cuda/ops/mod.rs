@@ -28,7 +28,7 @@ use super::device::{CudaBackend, CudaBuf, CudaIds};
 use super::sources;
 use crate::backend::{
     Accumulate, AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource,
-    Precision, Qkv, RmsNormSaved, RopeTables, Routing, ScoreKind, telemetry,
+    Precision, Qkv, RmsNormSaved, RopeTables, RouterStats, Routing, ScoreKind, telemetry,
 };
 
 impl Backend for CudaBackend {
@@ -254,6 +254,15 @@ impl Backend for CudaBackend {
             expert_rows: sorted.expert_rows,
             expert_load: sorted.expert_load,
         }
+    }
+    fn router_stats(
+        &self,
+        scores: &CudaBuf,
+        bias: &[f64],
+        top_k: usize,
+        quantile: bool,
+    ) -> RouterStats {
+        router::router_stats(self, scores, bias, top_k, quantile)
     }
     fn route_weights_bwd(
         &self,
