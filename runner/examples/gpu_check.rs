@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! gpu_check [--out DIR] [--spec examples/tiny.toml] [--steps 20]
-//!           [--rung bench/configs/ladder-rung.toml] [--rung-batch 4] [--bench-steps 6]
+//!           [--rung bench/configs/ladder-rung.toml] [--rung-batch 2] [--bench-steps 6]
 //!           [--bench-wall-seconds S] [--skip-bench] [--no-gpu] [--threads N]
 //! gpu_check --compile-kernels sm_90
 //! ```
@@ -53,7 +53,7 @@ fn parse_flags() -> Result<Flags, String> {
         spec: PathBuf::from("examples/tiny.toml"),
         steps: 20,
         rung: PathBuf::from("bench/configs/ladder-rung.toml"),
-        rung_batch: 4,
+        rung_batch: 2,
         bench_steps: 6,
         bench_wall_seconds: None,
         skip_bench: false,
