@@ -1,5 +1,6 @@
-"""PyTorch eager twin of the glassbox runner's MoE model and training step, for the issue-5
-GPU benchmark (glassbox CUDA tokens/s vs PyTorch eager on the same GPU, same script).
+"""PyTorch eager twin of the glassbox runner's MoE model and training step, for the GPU
+benchmark of issues 5 and 24 (glassbox CUDA tokens/s vs PyTorch eager on the same GPU, run by
+scripts/gpu-check.sh in the same script).
 
 Same model and step as bench/moe_jax.py (and runner/src/model.rs): token embedding, per layer
 RMSNorm -> causal MHA with RoPE (pairs (i, i + D/2)) -> residual -> RMSNorm -> MoE (router
@@ -8,11 +9,19 @@ renormalised, dropless dispatch by a stable sort by expert, one matmul per exper
 contiguous rows, each token's k slots summed) + shared experts -> residual, final RMSNorm,
 untied lm_head, cross-entropy; AdamW (no decay on norm gains), global-norm clip 1.0,
 aux-loss-free bias update. Eager mode, no torch.compile, no fused/flash attention: the
-explicit T x T softmax like the runner's. Not a training script: it measures tokens/s only.
+explicit T x T softmax like the runner's materialized path. Not a training script: it
+measures tokens/s only.
+
+Precision, as the runner's `precision`: float32 is true f32 (TF32 off, like the runner's
+pedantic cuBLAS math); bfloat16 is the usual eager mixed precision, as the runner's bf16 runs:
+f32 parameters and optimiser state, the forward under torch.autocast(bfloat16) (matmuls on
+bf16 operands with f32 accumulation), the loss in f32.
 
 Usage: python3 bench/moe_torch.py CONFIG.toml [STEPS] [--dtype float32|bfloat16]
   -> prints one JSON line. Needs a CUDA GPU.
 """
+
+import argparse
 
 import json
 import sys
@@ -115,12 +124,18 @@ def forward(params, bias, tokens, cfg, cos, sin, mask):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    dtype = torch.bfloat16 if "--dtype" in sys.argv and "bfloat16" in sys.argv else torch.float32
-    cfg = load(args[0])
-    steps = int(args[1]) if len(args) > 1 else 6
+    ap = argparse.ArgumentParser(description="PyTorch eager twin of the glassbox MoE step")
+    ap.add_argument("config")
+    ap.add_argument("steps", nargs="?", type=int, default=6)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    a = ap.parse_args()
+    cfg = load(a.config)
+    steps = a.steps
     dev = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = False  # true f32, like the runner
+    torch.backends.cudnn.allow_tf32 = False
+    autocast_dtype = torch.bfloat16 if a.dtype == "bfloat16" else None
+    dtype = torch.float32  # parameters and optimiser state stay f32 in both modes
     params = init(cfg, dev, dtype)
     leaves = [params["wte"], params["lnf"], params["lm_head"]]
     no_decay = {id(params["lnf"])}
@@ -146,7 +161,9 @@ def main():
     def step(i):
         nonlocal bias
         tokens, targets = data[i, :, :T], data[i, :, 1:]
-        logits, loads = forward(params, bias, tokens, cfg, cos, sin, mask)
+        with torch.autocast("cuda", dtype=autocast_dtype or torch.float32,
+                            enabled=autocast_dtype is not None):
+            logits, loads = forward(params, bias, tokens, cfg, cos, sin, mask)
         loss = Fn.cross_entropy(logits.float(), targets.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -166,8 +183,8 @@ def main():
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     print(json.dumps(dict(
-        impl="pytorch-eager", config=args[0], torch=torch.__version__,
-        dtype=str(dtype).replace("torch.", ""), device=torch.cuda.get_device_name(),
+        impl="pytorch-eager", config=a.config, torch=torch.__version__,
+        dtype=a.dtype, device=torch.cuda.get_device_name(),
         steps=steps, tokens_per_second=steps * B * T / dt, seconds_per_step=dt / steps,
         final_loss=float(loss), peak_memory_gib=torch.cuda.max_memory_allocated() / 2**30,
     )))

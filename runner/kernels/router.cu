@@ -7,6 +7,12 @@
 // serially in the CPU reference's order (cpu/router.rs) — no cross-thread reductions, bitwise
 // equal to the CPU up to the device's expf/logf. The z-loss's scalar sum over tokens is done
 // by reduce.cu (fixed tree), not here.
+// Router statistics (the model's per-layer P_i and routing entropy) are reduced on the device
+// so a step copies back E + 1 doubles instead of the N x E scores: chunks of 256 rows, one
+// block each; in a block the per-row entropies meet in a fixed shared-memory tree and each
+// expert's column is summed by one thread over the chunk's rows in order; then one block adds
+// the chunks' partials in chunk order. All in double, as the CPU reference (cpu/router.rs
+// router_stats) computes them.
 
 // scores = softmax(logits) per row. One thread per row.
 extern "C" __global__ void router_softmax_fwd_f32(float* __restrict__ scores,
@@ -105,4 +111,50 @@ extern "C" __global__ void route_weights_bwd_f32(float* __restrict__ dscores,
     }
     z = fmaxf(z, 1e-30f);
     for (int j = 0; j < k; ++j) ds[te[j]] += scale * (dw[j] / z - dot / (z * z));
+}
+
+#define RS_ROWS 256
+
+// part[b, 0..E) = sum over chunk b's rows of scores[r, i]; part[b, E] = sum over them of the
+// entropy of the normalised row. Grid: ceil(N / RS_ROWS) blocks of RS_ROWS threads.
+extern "C" __global__ void router_stats_partial(double* __restrict__ part, const float* __restrict__ scores,
+                                                int n, int e) {
+    __shared__ double ent[RS_ROWS];
+    const int r0 = blockIdx.x * RS_ROWS;
+    const int r = r0 + threadIdx.x;
+    double h = 0.0;
+    if (r < n) {
+        const float* s = scores + (unsigned long long)r * e;
+        double z = 0.0;
+        for (int i = 0; i < e; ++i) z += (double)s[i];
+        z = fmax(z, 1e-30);
+        for (int i = 0; i < e; ++i) {
+            double p = (double)s[i] / z;
+            if (p > 0.0) h -= p * log(p);
+        }
+    }
+    ent[threadIdx.x] = h;
+    __syncthreads();
+    for (int w = RS_ROWS / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) ent[threadIdx.x] += ent[threadIdx.x + w];
+        __syncthreads();
+    }
+    double* out = part + (unsigned long long)blockIdx.x * (e + 1);
+    if (threadIdx.x == 0) out[e] = ent[0];
+    const int r1 = min(n, r0 + RS_ROWS);
+    for (int i = threadIdx.x; i < e; i += blockDim.x) {
+        double acc = 0.0;
+        for (int rr = r0; rr < r1; ++rr) acc += (double)scores[(unsigned long long)rr * e + i];
+        out[i] = acc;
+    }
+}
+
+// out[i] = sum over chunks b in order of part[b, i], i = 0..=E. One block.
+extern "C" __global__ void router_stats_finish(double* __restrict__ out, const double* __restrict__ part,
+                                               int nchunks, int e) {
+    for (int i = threadIdx.x; i <= e; i += blockDim.x) {
+        double acc = 0.0;
+        for (int b = 0; b < nchunks; ++b) acc += part[(unsigned long long)b * (e + 1) + i];
+        out[i] = acc;
+    }
 }

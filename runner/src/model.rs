@@ -21,7 +21,8 @@
 use glassbox_schemas::spec::{Balancing, ExperimentSpec, ScoreFn, Tokenizer};
 
 use crate::backend::{
-    Accumulate, AttnDims, Backend, Groups, Qkv, RmsNormSaved, RopeTables, Routing, ScoreKind,
+    Accumulate, AttnDims, Backend, Groups, Qkv, RmsNormSaved, RopeTables, RouterStats, Routing,
+    ScoreKind,
 };
 use crate::error::RunnerError;
 use crate::rng::{SplitMix64, derive};
@@ -92,17 +93,6 @@ impl ModelDims {
                     "n_heads must divide d_model = {} into an even head size",
                     m.d_model
                 ),
-            });
-        }
-        if spec.train.precision != glassbox_schemas::spec::Precision::F32 {
-            // Training in f32 while the spec (and so its hash and the ledger) says bf16 would
-            // record a different experiment than the one run: refuse instead.
-            return Err(RunnerError::Unsupported {
-                field: "train.precision",
-                value: "\"bf16\"".into(),
-                fix: "this runner trains in f32 only (bf16 comes with the CUDA backend); \
-                      use precision = \"f32\""
-                    .into(),
             });
         }
         if m.moe.top_k > m.moe.n_experts {
@@ -198,6 +188,10 @@ pub struct Model {
     pub dims: ModelDims,
     /// Parameter layout, in checkpoint order.
     pub params: Vec<ParamInfo>,
+    /// Whether each forward computes the quantile-balancing offsets (a per-expert sort over
+    /// the tokens, on the host): on by default; the trainer turns it off unless the spec
+    /// balances by quantile.
+    pub quantile_stats: bool,
     layers: Vec<LayerIx>,
     wte: usize,
     lnf: usize,
@@ -380,6 +374,7 @@ impl Model {
         Self {
             dims,
             params,
+            quantile_stats: true,
             layers,
             wte,
             lnf,
@@ -549,7 +544,7 @@ impl Model {
             be.qkv_rope_fwd(heads.each_mut(), &qkv, rope.each_ref(), ad);
             drop(qkv);
             let mut y = be.zeros(n * c);
-            let mut probs = be.zeros(b * ad.h * t * t);
+            let mut probs = be.zeros(be.attention_cache_len(ad));
             be.attention_fwd(&mut y, &mut probs, heads.each_ref(), ad);
             let mut ym = be.zeros(n * c);
             be.merge_heads_fwd(&mut ym, &y, ad);
@@ -629,8 +624,8 @@ impl Model {
             // --- router statistics and auxiliary losses (host side, O(N E)) ---
             let rz = be.router_z_loss(None, &router_logits, e, 0.0) / n as f64;
             router_z_total += d.router_z_loss * rz;
-            let host_scores = be.download(&scores);
-            let (ls, aux_grad) = self.layer_stats(&host_scores, &bias[li], &routing, rz);
+            let rs = be.router_stats(&scores, &bias[li], k, self.quantile_stats);
+            let (ls, aux_grad) = self.layer_stats(rs, &routing, rz, n);
             if let Some(coef) = d.switch_coef {
                 aux_total += coef * ls.load_balancing;
             }
@@ -688,42 +683,16 @@ impl Model {
     }
 
     /// Router statistics of one layer, and the switch loss's per-expert score gradient.
-    fn layer_stats<F: Real, B: Backend>(
+    fn layer_stats<B: Backend>(
         &self,
-        scores: &[F],
-        bias: &[f64],
+        rs: RouterStats,
         routing: &Routing<B>,
         router_z: f64,
+        n: usize,
     ) -> (LayerStats, Vec<f64>) {
         let d = &self.dims;
-        let (e, k) = (d.n_experts, d.top_k);
-        let n = scores.len() / e;
-        // P_i: mean score; entropy of the normalised scores; threshold = K-th biased score.
-        let mut p_mean = vec![0.0f64; e];
-        let mut entropy = 0.0;
-        let mut offsets: Vec<Vec<f64>> = vec![Vec::with_capacity(n); e];
-        let mut biased = vec![0.0f64; e];
-        for row in scores.chunks(e) {
-            let z: f64 = row.iter().map(|s| s.to_f64()).sum::<f64>().max(1e-30);
-            for i in 0..e {
-                let s = row[i].to_f64();
-                p_mean[i] += s;
-                let p = s / z;
-                if p > 0.0 {
-                    entropy -= p * p.ln();
-                }
-                biased[i] = s + bias[i];
-            }
-            let mut sorted = biased.clone();
-            sorted.sort_by(|a, b| b.total_cmp(a));
-            let threshold = sorted[k - 1];
-            for i in 0..e {
-                offsets[i].push(biased[i] - threshold);
-            }
-        }
-        for p in &mut p_mean {
-            *p /= n as f64;
-        }
+        let e = d.n_experts;
+        let p_mean = rs.p_mean;
         let total: u64 = routing.expert_load.iter().sum();
         let frac: Vec<f64> = routing
             .expert_load
@@ -731,21 +700,7 @@ impl Model {
             .map(|&l| l as f64 / total.max(1) as f64)
             .collect();
         let load_balancing = e as f64 * frac.iter().zip(&p_mean).map(|(f, p)| f * p).sum::<f64>();
-        // Quantile method: the value with round(N K / E) tokens above it, i.e. the midpoint of
-        // the two sorted values around that rank, so a balanced expert has offset ~0.
-        let want = ((n * k) as f64 / e as f64).round() as usize;
-        let quantile_offset = offsets
-            .into_iter()
-            .map(|mut col| {
-                col.sort_by(|a, b| a.total_cmp(b));
-                let hi = n.saturating_sub(want).min(n - 1);
-                if hi == 0 {
-                    col[0]
-                } else {
-                    0.5 * (col[hi - 1] + col[hi])
-                }
-            })
-            .collect();
+        let quantile_offset = rs.quantile_offset.unwrap_or_default();
         let aux_grad = match d.switch_coef {
             Some(coef) => frac
                 .iter()
@@ -757,7 +712,7 @@ impl Model {
             LayerStats {
                 load: routing.expert_load.clone(),
                 dropped: routing.dropped,
-                routing_entropy: entropy / n as f64,
+                routing_entropy: rs.entropy_mean,
                 load_balancing,
                 router_z,
                 quantile_offset,

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use glassbox_schemas::metrics as mn;
 use glassbox_schemas::record::RunEnding;
-use glassbox_schemas::spec::{Balancing, ExperimentSpec, Schedule};
+use glassbox_schemas::spec::{Balancing, ExperimentSpec, Precision, Schedule};
 use glassbox_schemas::{RunStatus, cost};
 
 use crate::backend::{AdamW, Backend};
@@ -151,7 +151,20 @@ impl<'a, B: Backend> Trainer<'a, B> {
         opts: &RunOptions,
     ) -> Result<Self, RunnerError> {
         let dims = ModelDims::from_spec(&spec)?;
-        let model = Model::new(dims);
+        // The backend computes in the spec's precision or refuses it (the CPU keeps f32):
+        // never a run recorded as bf16 that trained in f32.
+        be.set_precision(spec.train.precision)
+            .map_err(|fix| RunnerError::Unsupported {
+                field: "train.precision",
+                value: match spec.train.precision {
+                    Precision::F32 => "\"f32\"".into(),
+                    Precision::Bf16 => "\"bf16\"".into(),
+                },
+                fix,
+            })?;
+        let mut model = Model::new(dims);
+        // Only quantile balancing reads the per-expert offsets (a host-side sort per layer).
+        model.quantile_stats = matches!(spec.model.moe.balancing, Balancing::Quantile { .. });
         let spec_hash = glassbox_schemas::spec_hash(&spec)
             .map(|h| h.to_string())
             .map_err(|e| RunnerError::Unsupported {

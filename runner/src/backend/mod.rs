@@ -24,8 +24,11 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod telemetry;
 
 use std::fmt;
+
+pub use glassbox_schemas::spec::Precision;
 
 use self::cpu::CpuBackend;
 use self::cuda::CudaBackend;
@@ -326,6 +329,17 @@ pub struct Routing<B: Backend + ?Sized> {
     pub dropped: u64,
 }
 
+/// Router statistics of one layer (see [`Backend::router_stats`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouterStats {
+    /// `P_i`: the mean over tokens of expert i's score.
+    pub p_mean: Vec<f64>,
+    /// Mean over tokens of the entropy (nats) of the normalised scores.
+    pub entropy_mean: f64,
+    /// Per-expert quantile offsets, when asked for (quantile balancing).
+    pub quantile_offset: Option<Vec<f64>>,
+}
+
 /// Marker in [`Routing::token_slot`] for a dropped assignment.
 pub const DROPPED: u32 = u32::MAX;
 
@@ -381,6 +395,31 @@ pub trait Backend: Send + Sync {
     /// step and ends the run `failed` with this message. The CPU backend never fails so.
     fn take_error(&self) -> Option<String> {
         None
+    }
+    /// Computes the matmuls in `precision` from now on (the trainer calls it with the spec's
+    /// `train.precision` before anything runs), or says why this backend cannot. The default
+    /// is the CPU's answer: f32 only, since the reference stays f32 (a bf16 spec trained in f32
+    /// would record an experiment that was not run). The error is the fix, for the user.
+    fn set_precision(&self, precision: Precision) -> Result<(), String> {
+        match precision {
+            Precision::F32 => Ok(()),
+            Precision::Bf16 => Err(format!(
+                "the {} backend computes in f32 only (bf16 runs on the CUDA backend: \
+                 --backend cuda); use precision = \"f32\"",
+                self.kind()
+            )),
+        }
+    }
+    /// Elements of the attention cache ([`Backend::attention_fwd`]'s `probs`) for `dims`: the
+    /// `B H T T` probabilities by default; a fused kernel keeps less (its log-sum-exps).
+    fn attention_cache_len(&self, dims: AttnDims) -> usize {
+        dims.b * dims.h * dims.t * dims.t
+    }
+    /// Hardware telemetry now, as `hw/...` metrics (see [`telemetry`]): by default this
+    /// process's resident memory and CPU time; the CUDA backend adds the GPU's (NVML) where
+    /// the library is present. Never fails: what cannot be read is left out.
+    fn telemetry(&self) -> Vec<(&'static str, f64)> {
+        telemetry::process()
     }
 
     // ---- memory ----
@@ -488,7 +527,9 @@ pub trait Backend: Send + Sync {
         dims: AttnDims,
     );
     /// Causal softmax attention per (b, h): `P = softmax(q k^T / sqrt(D) + mask)`,
-    /// `out = P v`; q, k, v, out `[B, H, T, D]`; probs `[B, H, T, T]` cached for backward.
+    /// `out = P v`; q, k, v, out `[B, H, T, D]`; `probs` is the cache backward reads, of
+    /// [`Backend::attention_cache_len`] elements (`P [B, H, T, T]` unless a fused kernel keeps
+    /// less).
     fn attention_fwd(
         &self,
         out: &mut Self::Buf,
@@ -555,6 +596,19 @@ pub trait Backend: Send + Sync {
         combine_scale: f64,
         capacity: Option<usize>,
     ) -> Routing<Self>;
+    /// Router statistics of one layer's `scores [N, E]` (`E = bias.len()`): mean score per
+    /// expert, mean routing entropy and, when `quantile`, the quantile-balancing offsets (see
+    /// [`cpu::router::router_stats`], the reference). The default downloads the scores and runs
+    /// the reference; a device backend may reduce on the device and copy back `E + 1` values.
+    fn router_stats(
+        &self,
+        scores: &Self::Buf,
+        bias: &[f64],
+        top_k: usize,
+        quantile: bool,
+    ) -> RouterStats {
+        cpu::router::router_stats(&self.download(scores), bias, top_k, quantile)
+    }
     /// Backward of the combine weights: `dscores +=` the gradient through the
     /// renormalisation, from `dweights [N*K]`.
     fn route_weights_bwd(

@@ -1,6 +1,7 @@
 //! glassbox-runner's integration tests (gradients per op, training, learning, the kernels'
-//! NVRTC compile), in one test binary.
+//! NVRTC compile, the GPU check's no-GPU mode), in one test binary.
 
+mod gpu_check;
 mod gradcheck;
 mod kernels_nvrtc;
 mod learning;

@@ -264,13 +264,18 @@ fn aux_loss_free_bias_stays_centred_and_moves() {
     assert!((load.iter().sum::<f64>() - 1.0).abs() < 1e-9);
 }
 
-/// A bf16 spec is refused rather than silently trained in f32 (its hash says bf16).
+/// A bf16 spec is refused by the CPU backend rather than silently trained in f32 (its hash
+/// says bf16); the model itself accepts it (the CUDA backend runs it).
 #[test]
-fn bf16_is_refused_not_silently_run_in_f32() {
+fn bf16_is_refused_by_the_cpu_not_silently_run_in_f32() {
     let s = spec(10, r#"{ method = "none" }"#, "precision = \"bf16\"");
-    let err = glassbox_runner::model::ModelDims::from_spec(&s).unwrap_err();
+    assert!(glassbox_runner::model::ModelDims::from_spec(&s).is_ok());
+    let be = CpuBackend::<f32>::new(1).expect("pool");
+    let data = DataPipeline::new(&s, &DirCorpusStore::new("/nonexistent")).expect("data");
+    let err = Trainer::new(&be, s, data, &opts(None, None)).unwrap_err();
     let text = err.to_string();
     assert!(text.contains("train.precision = \"bf16\""), "{text}");
+    assert!(text.contains("computes in f32 only"), "{text}");
     assert!(text.contains("use precision = \"f32\""), "{text}");
 }
 

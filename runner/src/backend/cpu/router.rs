@@ -1,5 +1,5 @@
 //! CPU reference kernels of the MoE router: scores (softmax or sigmoid), the router z-loss,
-//! and the backward of the renormalised combine weights.
+//! the backward of the renormalised combine weights, and the per-layer router statistics.
 //!
 //! Shapes: `N` tokens, `E` experts, `K` choices per token; `logits, scores, dscores,
 //! dlogits [N, E]`, `dweights [N*K]`. Each row's E experts are visited serially; the z-loss's
@@ -10,7 +10,7 @@
 use rayon::prelude::*;
 
 use super::{CpuBackend, ROW_BLOCK};
-use crate::backend::{Routing, ScoreKind};
+use crate::backend::{RouterStats, Routing, ScoreKind};
 use crate::scalar::Real;
 
 /// Forward scores: softmax over each row of `logits [N, E]`, or sigmoid elementwise.
@@ -139,4 +139,66 @@ pub fn route_weights_bwd<F: Real>(
                 }
             }
         });
+}
+
+/// Router statistics of `scores [N, E]` (`E = bias.len()`), rows in ascending order, in f64:
+/// the mean score per expert `P_i`, the mean entropy (nats) of each row's normalised scores,
+/// and, when `quantile`, each expert's quantile offset: with `threshold_n` the K-th largest
+/// biased score `s + bias` of row n, the value of `s + bias - threshold` with `round(N K / E)`
+/// rows above it (the midpoint of the two sorted values around that rank, so a balanced
+/// expert has offset ~0).
+pub fn router_stats<F: Real>(scores: &[F], bias: &[f64], k: usize, quantile: bool) -> RouterStats {
+    let e = bias.len().max(1);
+    let n = scores.len() / e;
+    let mut p_mean = vec![0.0f64; e];
+    let mut entropy = 0.0;
+    let mut offsets: Vec<Vec<f64>> = if quantile {
+        vec![Vec::with_capacity(n); e]
+    } else {
+        Vec::new()
+    };
+    let mut biased = vec![0.0f64; e];
+    for row in scores.chunks(e) {
+        let z: f64 = row.iter().map(|s| s.to_f64()).sum::<f64>().max(1e-30);
+        for i in 0..e {
+            let s = row[i].to_f64();
+            p_mean[i] += s;
+            let p = s / z;
+            if p > 0.0 {
+                entropy -= p * p.ln();
+            }
+            biased[i] = s + bias[i];
+        }
+        if quantile {
+            let mut sorted = biased.clone();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            let threshold = sorted[k - 1];
+            for i in 0..e {
+                offsets[i].push(biased[i] - threshold);
+            }
+        }
+    }
+    for p in &mut p_mean {
+        *p /= n as f64;
+    }
+    let want = ((n * k) as f64 / e as f64).round() as usize;
+    let quantile_offset = quantile.then(|| {
+        offsets
+            .into_iter()
+            .map(|mut col| {
+                col.sort_by(|a, b| a.total_cmp(b));
+                let hi = n.saturating_sub(want).min(n - 1);
+                if hi == 0 {
+                    col[0]
+                } else {
+                    0.5 * (col[hi - 1] + col[hi])
+                }
+            })
+            .collect()
+    });
+    RouterStats {
+        p_mean,
+        entropy_mean: entropy / n as f64,
+        quantile_offset,
+    }
 }

@@ -16,18 +16,34 @@
 //! layer's routing (the grouped matmuls' shapes, as the trait specifies), and the router scores
 //! the model downloads for its statistics. Everything else stays on the device.
 //!
+//! Settings fixed at start: cudarc's per-buffer event tracking is off (one stream, so stream
+//! order is the only synchronisation needed, and the per-argument event records cost host time
+//! on every launch); cuBLAS runs in pedantic f32 math (no TF32: f32 products are true f32 like
+//! the CPU reference's) until [`Backend::set_precision`](crate::backend::Backend::set_precision)
+//! asks for bf16, which switches to default math with f32 reductions
+//! (`CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION`). The check mode
+//! ([`CudaBackend::set_sync_each_op`]) waits for the stream after every op, so an asynchronous
+//! failure is charged to the op that caused it (what `gpu_check` runs in).
+//!
 //! Not here: the ops — the [`Backend`](crate::backend::Backend) impl and its launchers are `cuda/ops/` (one file per op
 //! family).
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
+use cudarc::cublas::sys::cublasMath_t;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, ValidAsZeroBits,
 };
+use glassbox_schemas::spec::Precision;
 
+use super::AttentionPath;
+use super::blas::Grouped;
+use super::compat::{self, FoundVersions};
+use super::nvml::{self as nvml_lib, Nvml};
 use super::nvrtc;
 use super::sources::KERNEL_FILES;
 use crate::error::RunnerError;
@@ -69,8 +85,12 @@ macro_rules! launch {
 }
 pub(super) use launch;
 
-/// Checks, without any call that could panic, whether CUDA can run here.
+/// Checks, without any call that could panic, whether CUDA can run here: the environment
+/// (`NVIDIA_TF32_OVERRIDE`), the libraries' presence, a device, and the versions
+/// ([`compat::check_versions`]: CUDA 13 NVRTC and cuBLAS, a driver that loads NVRTC's PTX).
 pub fn probe() -> Result<String, String> {
+    let tf32 = std::env::var_os("NVIDIA_TF32_OVERRIDE").map(|v| v.to_string_lossy().into_owned());
+    compat::check_tf32_override(tf32.as_deref())?;
     // cudarc's dynamic loader panics when a library is missing; its presence checks (read in
     // cudarc 0.19.10: a `dlopen` by each candidate name) do not, but catch any unwind anyway.
     // (No panic-hook juggling: the hook is process-global and tests probe concurrently.)
@@ -98,9 +118,53 @@ pub fn probe() -> Result<String, String> {
                     .into(),
             );
         }
-        Ok(format!("{n} CUDA device(s)"))
+        let found = FoundVersions {
+            driver: driver_version()?,
+            nvrtc: nvrtc::version()?,
+            cublas: cublas_version()?,
+        };
+        compat::check_versions(found)?;
+        Ok(format!(
+            "{n} CUDA device(s); driver CUDA {}, NVRTC {}.{}, cuBLAS {}.{}",
+            compat::driver_version_text(found.driver),
+            found.nvrtc.0,
+            found.nvrtc.1,
+            found.cublas.0,
+            found.cublas.1
+        ))
     });
     r.unwrap_or_else(|_| Err("loading the CUDA libraries failed (cudarc panicked)".into()))
+}
+
+/// `cuDriverGetVersion` (libcuda checked present by the caller).
+fn driver_version() -> Result<i32, String> {
+    let mut v = 0;
+    // SAFETY: a plain out-parameter; needs no cuInit.
+    let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+    if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+        Ok(v)
+    } else {
+        Err(format!("cuDriverGetVersion failed: {r:?}"))
+    }
+}
+
+/// cuBLAS's `(major, minor)` (libcublas checked present by the caller).
+fn cublas_version() -> Result<(i32, i32), String> {
+    use cudarc::cublas::sys::{cublasGetProperty, cublasStatus_t, libraryPropertyType};
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: plain out-parameters; no handle needed.
+    let r = unsafe {
+        (
+            cublasGetProperty(libraryPropertyType::MAJOR_VERSION, &mut major),
+            cublasGetProperty(libraryPropertyType::MINOR_VERSION, &mut minor),
+        )
+    };
+    match r {
+        (cublasStatus_t::CUBLAS_STATUS_SUCCESS, cublasStatus_t::CUBLAS_STATUS_SUCCESS) => {
+            Ok((major, minor))
+        }
+        other => Err(format!("cublasGetProperty failed: {other:?}")),
+    }
 }
 
 /// What a new buffer holds.
@@ -126,11 +190,13 @@ fn capacity(n: usize) -> usize {
 /// every element type).
 type FreeList = HashMap<(TypeId, usize), Vec<Box<dyn Any + Send>>>;
 
-/// What every buffer shares with the backend: the stream, the pool, the sticky error.
+/// What every buffer shares with the backend: the stream, the pool, the sticky error, and
+/// whether ops wait for the stream (check mode).
 struct Shared {
     stream: Arc<CudaStream>,
     free: Mutex<FreeList>,
     error: Mutex<Option<String>>,
+    sync_each_op: AtomicBool,
 }
 
 impl Shared {
@@ -161,7 +227,8 @@ impl Shared {
     }
 }
 
-/// Element types a device buffer can hold (`f32`, `u32`, `f64`).
+/// Element types a device buffer can hold (`f32`, `u32`, `f64`; `u16` for bf16 copies of
+/// matmul operands, `u64` for device pointer arrays).
 pub trait Pooled:
     DeviceRepr + ValidAsZeroBits + Default + Clone + Unpin + Send + Sync + 'static
 {
@@ -169,6 +236,8 @@ pub trait Pooled:
 impl Pooled for f32 {}
 impl Pooled for u32 {}
 impl Pooled for f64 {}
+impl Pooled for u16 {}
+impl Pooled for u64 {}
 
 /// A device buffer of `len` elements (its allocation may be larger); returned to the pool on
 /// drop. `None` only after a device failure (the sticky error says which).
@@ -222,15 +291,25 @@ pub struct CudaBackend {
     ctx: Arc<CudaContext>,
     blas: CudaBlas,
     funcs: HashMap<&'static str, CudaFunction>,
-    description: String,
+    name: String,
     arch: String,
+    nvrtc: (i32, i32),
+    /// 0: f32, 1: bf16 (see [`CudaBackend::precision`]).
+    precision: AtomicU8,
+    /// 0: auto, 1: fused, 2: materialized (see [`AttentionPath`]).
+    attention: AtomicU8,
+    // Boxed, with the telemetry: `Selected` holds a backend by value, and the CPU one is small.
+    grouped: Box<Mutex<Grouped>>,
+    /// GPU telemetry, or why there is none.
+    nvml: Box<Result<Nvml, String>>,
     _workspace: CudaSlice<u8>,
 }
 
 impl std::fmt::Debug for CudaBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CudaBackend")
-            .field("device", &self.description)
+            .field("device", &self.name)
+            .field("arch", &self.arch)
             .finish()
     }
 }
@@ -258,6 +337,24 @@ fn e(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> String {
     move |err| format!("{what}: {err:?}")
 }
 
+/// cuBLAS math mode for `p`: pedantic f32 (no TF32, standard f32 arithmetic in every phase)
+/// or, for bf16 inputs, default math without reduced-precision reductions (split-K partial
+/// sums stay f32).
+fn set_math_mode(blas: &CudaBlas, p: Precision) -> Result<(), String> {
+    let mode = match p {
+        Precision::F32 => cublasMath_t::CUBLAS_PEDANTIC_MATH,
+        Precision::Bf16 => cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION,
+    };
+    // SAFETY: a live handle owned by the backend; no work is in flight on it that the mode
+    // could affect (callers switch between runs).
+    let r = unsafe { cudarc::cublas::sys::cublasSetMathMode(*blas.handle(), mode) };
+    if r == cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("cublasSetMathMode({mode:?}): {r:?}"))
+    }
+}
+
 impl CudaBackend {
     /// Opens device `ordinal`, compiles (or loads from the cache) every kernel for its
     /// architecture, and sets up the stream, cuBLAS and the pool. Fails with
@@ -275,6 +372,10 @@ impl CudaBackend {
 
     fn build(ordinal: usize) -> Result<Self, String> {
         let ctx = CudaContext::new(ordinal).map_err(e("cannot open the GPU"))?;
+        // SAFETY: before any buffer exists; the backend uses one stream (this one) for every
+        // kernel, copy and cuBLAS call, so stream order alone orders every use of a buffer,
+        // and a buffer is freed (returned to the pool, reused) only in stream order too.
+        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(e("cannot create a stream"))?;
         let (major, minor) = ctx
             .compute_capability()
@@ -314,20 +415,98 @@ impl CudaBackend {
                 return Err(format!("cublasSetWorkspace: {r:?}"));
             }
         }
+        set_math_mode(&blas, Precision::F32)?;
         let nv = nvrtc::version()?;
+        let grouped = Grouped::new(&ctx, &stream)?;
+        let nvml = ctx
+            .uuid()
+            .map_err(|err| format!("no device UUID: {err:?}"))
+            .and_then(|u| Nvml::open(&nvml_lib::uuid_text(&u.bytes.map(|b| b as u8))));
         Ok(Self {
             shared: Arc::new(Shared {
                 stream,
                 free: Mutex::new(HashMap::new()),
                 error: Mutex::new(None),
+                sync_each_op: AtomicBool::new(false),
             }),
             ctx,
             blas,
             funcs,
-            description: format!("cuda ({name}, {arch}, f32, NVRTC {}.{})", nv.0, nv.1),
+            name,
             arch,
+            nvrtc: nv,
+            precision: AtomicU8::new(0),
+            attention: AtomicU8::new(0),
+            grouped: Box::new(Mutex::new(grouped)),
+            nvml: Box::new(nvml),
             _workspace: workspace,
         })
+    }
+
+    /// The precision of the matmuls (f32 until [`CudaBackend::switch_precision`]).
+    pub fn precision(&self) -> Precision {
+        match self.precision.load(Ordering::Relaxed) {
+            0 => Precision::F32,
+            _ => Precision::Bf16,
+        }
+    }
+
+    /// Switches the matmuls to `p` and sets cuBLAS's math mode to match (pedantic f32, or
+    /// default math with f32 reductions for bf16 inputs).
+    pub(super) fn switch_precision(&self, p: Precision) -> Result<(), String> {
+        set_math_mode(&self.blas, p)?;
+        self.precision.store(
+            match p {
+                Precision::F32 => 0,
+                Precision::Bf16 => 1,
+            },
+            Ordering::Relaxed,
+        );
+        Ok(())
+    }
+
+    /// How attention runs from now on (the check runs both paths against the CPU).
+    pub fn set_attention_path(&self, path: AttentionPath) {
+        let v = match path {
+            AttentionPath::Auto => 0,
+            AttentionPath::Fused => 1,
+            AttentionPath::Materialized => 2,
+        };
+        self.attention.store(v, Ordering::Relaxed);
+    }
+
+    /// The attention path asked for.
+    pub fn attention_path(&self) -> AttentionPath {
+        match self.attention.load(Ordering::Relaxed) {
+            0 => AttentionPath::Auto,
+            1 => AttentionPath::Fused,
+            _ => AttentionPath::Materialized,
+        }
+    }
+
+    /// Check mode: wait for the stream after every op, so an asynchronous failure (a bad
+    /// launch, an illegal address) becomes the sticky error of the op that caused it instead
+    /// of a later one. Slow; for `gpu_check`.
+    pub fn set_sync_each_op(&self, on: bool) {
+        self.shared.sync_each_op.store(on, Ordering::Relaxed);
+    }
+
+    /// The grouped-GEMM state: pinned pointer staging and whether
+    /// `cublasGemmGroupedBatchedEx` works here.
+    pub(super) fn grouped(&self) -> std::sync::MutexGuard<'_, Grouped> {
+        self.grouped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The GPU's NVML session, or why there is none.
+    pub fn nvml(&self) -> Result<&Nvml, &str> {
+        self.nvml.as_ref().as_ref().map_err(String::as_str)
+    }
+
+    /// The device name, e.g. `NVIDIA H200`.
+    pub fn device_name(&self) -> &str {
+        &self.name
     }
 
     /// The device architecture kernels were compiled for, e.g. `sm_90`.
@@ -426,15 +605,35 @@ impl CudaBackend {
         &self.blas
     }
 
-    /// The run-record description, e.g. `cuda (NVIDIA H200, sm_90, f32, NVRTC 13.0)`.
-    pub(super) fn description(&self) -> &str {
-        &self.description
+    /// The run-record description, e.g.
+    /// `cuda (NVIDIA H200, sm_90, bf16 matmuls, NVRTC 13.0, grouped GEMM: one call)`.
+    pub(super) fn description(&self) -> String {
+        let prec = match self.precision() {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16 matmuls (f32 accumulation, f32 master weights)",
+        };
+        format!(
+            "cuda ({}, {}, {prec}, NVRTC {}.{}, grouped GEMM: {})",
+            self.name,
+            self.arch,
+            self.nvrtc.0,
+            self.nvrtc.1,
+            self.grouped().describe()
+        )
     }
 
-    /// Waits for the stream, then takes the sticky error (see [`Backend::take_error`](crate::backend::Backend::take_error)).
+    /// Waits for the stream, then takes the sticky error (see [`Backend::take_error`](crate::backend::Backend::take_error)),
+    /// or else an error cudarc recorded on the context where it could not return one (a
+    /// failed free or event in a `Drop`).
     pub(super) fn take_sticky_error(&self) -> Option<String> {
         if let Err(err) = self.shared.stream.synchronize() {
             self.shared.record("cuda", format!("{err:?}"));
+        }
+        if let Err(err) = self.ctx.check_err() {
+            self.shared.record(
+                "cuda (recorded by cudarc on the context)",
+                format!("{err:?}"),
+            );
         }
         self.shared.error.lock().ok().and_then(|mut e| e.take())
     }
@@ -472,13 +671,24 @@ impl CudaBackend {
         }
     }
 
-    /// Runs one op; a failure becomes the sticky error, and nothing runs after one.
+    /// Runs one op; a failure becomes the sticky error, and nothing runs after one. In check
+    /// mode it then waits for the stream, so a failure surfacing asynchronously is charged to
+    /// this op.
     pub(super) fn op(&self, name: &str, f: impl FnOnce() -> Result<(), String>) {
         if self.shared.failed() {
             return;
         }
         if let Err(err) = f() {
             self.shared.record(name, err);
+            return;
+        }
+        if self.shared.sync_each_op.load(Ordering::Relaxed) {
+            if let Err(err) = self.shared.stream.synchronize() {
+                self.shared.record(
+                    name,
+                    format!("{err:?} (surfaced at the stream sync after it)"),
+                );
+            }
         }
     }
 

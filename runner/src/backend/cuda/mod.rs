@@ -6,12 +6,18 @@
 //! - [`sources`] — the embedded `.cu` texts and their BLAKE3 (always built);
 //! - `probe` — library-presence checks (cudarc's loader panics on a missing library; we check
 //!   first and also catch any unwind), device count;
+//! - [`compat`] — the version and environment rules the probe applies (always built, tested
+//!   without a GPU);
+//! - [`check`] — the GPU check harness behind `examples/gpu_check.rs` (always built: its
+//!   no-GPU mode runs the CPU twin against itself, so CI tests the harness);
 //! - `nvrtc` — compile a kernel file for an architecture, with an on-disk cache keyed by
 //!   BLAKE3(source, options, NVRTC version); the log is returned so tests fail on warnings;
-//! - `blas` — row-major (grouped and strided-batched) SGEMM on cuBLAS (the transpose trick);
+//! - `blas` — row-major dense, grouped (one `cublasGemmGroupedBatchedEx`) and strided-batched
+//!   products on cuBLAS, f32 or bf16 operands with f32 accumulation (the transpose trick);
 //! - `device` — [`CudaBackend`]: one context, one stream, one cuBLAS handle with a fixed
-//!   workspace, module loading, a caching buffer pool (allocate once per run, reuse every
-//!   step), and the `launch!` macro;
+//!   workspace and an explicit math mode, module loading, a caching buffer pool (allocate once
+//!   per run, reuse every step), the check mode, and the `launch!` macro;
+//! - `nvml` — GPU telemetry (`hw/gpu/...`) where the driver's NVML is present;
 //! - `ops` — the [`Backend`](crate::backend::Backend) impl, one file per op family, named as
 //!   the family's kernel file (`runner/kernels/<family>.cu`) and its CPU twin
 //!   (`backend/cpu/<family>.rs`).
@@ -24,15 +30,22 @@
 //! Built without the feature, `stub` stands in: [`CudaBackend`] still exists (so callers need
 //! no `cfg`), its constructor fails with the reason, and it can never be constructed.
 //!
-//! Not here: bf16 storage (`precision = "bf16"` is still refused by `ModelDims::from_spec`),
-//! NVML telemetry, fused flash attention.
+//! Precision: `precision = "bf16"` runs the matmuls on bf16 copies of their operands (tensor
+//! cores, f32 accumulation) and keeps every buffer — activations, master weights, gradients,
+//! optimiser state — in f32; attention runs the fused kernels (f32). Not here: bf16 storage
+//! of activations between ops, router statistics computed on the device (the model still
+//! downloads each layer's scores for them).
 
+pub mod check;
+pub mod compat;
 pub mod sources;
 
 #[cfg(feature = "cuda")]
 mod blas;
 #[cfg(feature = "cuda")]
 mod device;
+#[cfg(feature = "cuda")]
+pub mod nvml;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
 #[cfg(feature = "cuda")]
@@ -45,6 +58,18 @@ mod stub;
 pub use device::{CudaBackend, CudaBuf, CudaIds, DevBuf, Pooled};
 #[cfg(not(feature = "cuda"))]
 pub use stub::{CudaBackend, CudaBuf, CudaIds};
+
+/// How attention runs (see `ops/attention.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionPath {
+    /// The fused flash-style kernels when the head size has one (16, 32, 64, 128) and the run
+    /// is bf16; the cuBLAS path otherwise.
+    Auto,
+    /// The fused kernels (head sizes 16, 32, 64, 128; the cuBLAS path for any other).
+    Fused,
+    /// cuBLAS strided-batched products around the causal softmax kernels (`T x T` scores).
+    Materialized,
+}
 
 /// Why CUDA cannot run in a binary built without it (the probe's answer and the stub's error).
 #[cfg(not(feature = "cuda"))]

@@ -8,7 +8,7 @@
 
 use std::convert::Infallible;
 
-use super::NOT_BUILT;
+use super::{AttentionPath, NOT_BUILT};
 use crate::backend::{
     Accumulate, AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource, Qkv,
     RmsNormSaved, RopeTables, Routing, ScoreKind,
@@ -55,6 +55,21 @@ impl CudaBackend {
 
     /// Measured f32 SGEMM throughput (FLOP/s).
     pub fn measure_sgemm_peak(&self, _n: usize, _reps: usize) -> Result<f64, RunnerError> {
+        match self.0 {}
+    }
+
+    /// Measured matmul throughput in the current precision (FLOP/s).
+    pub fn measure_matmul_peak(&self, _n: usize, _reps: usize) -> Result<f64, RunnerError> {
+        match self.0 {}
+    }
+
+    /// Check mode: wait for the stream after every op.
+    pub fn set_sync_each_op(&self, _on: bool) {
+        match self.0 {}
+    }
+
+    /// How attention runs from now on.
+    pub fn set_attention_path(&self, _path: AttentionPath) {
         match self.0 {}
     }
 

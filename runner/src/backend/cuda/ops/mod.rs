@@ -27,8 +27,8 @@ mod topk;
 use super::device::{CudaBackend, CudaBuf, CudaIds};
 use super::sources;
 use crate::backend::{
-    Accumulate, AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource, Qkv,
-    RmsNormSaved, RopeTables, Routing, ScoreKind,
+    Accumulate, AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource,
+    Precision, Qkv, RmsNormSaved, RopeTables, RouterStats, Routing, ScoreKind, telemetry,
 };
 
 impl Backend for CudaBackend {
@@ -50,6 +50,22 @@ impl Backend for CudaBackend {
 
     fn take_error(&self) -> Option<String> {
         self.take_sticky_error()
+    }
+
+    fn set_precision(&self, precision: Precision) -> Result<(), String> {
+        self.switch_precision(precision)
+    }
+
+    fn attention_cache_len(&self, dims: AttnDims) -> usize {
+        attention::cache_len(self, dims)
+    }
+
+    fn telemetry(&self) -> Vec<(&'static str, f64)> {
+        let mut v = telemetry::process();
+        if let Ok(nvml) = self.nvml() {
+            v.extend(nvml.sample());
+        }
+        v
     }
 
     // ---- memory (cuda/device.rs) ----
@@ -238,6 +254,15 @@ impl Backend for CudaBackend {
             expert_rows: sorted.expert_rows,
             expert_load: sorted.expert_load,
         }
+    }
+    fn router_stats(
+        &self,
+        scores: &CudaBuf,
+        bias: &[f64],
+        top_k: usize,
+        quantile: bool,
+    ) -> RouterStats {
+        router::router_stats(self, scores, bias, top_k, quantile)
     }
     fn route_weights_bwd(
         &self,

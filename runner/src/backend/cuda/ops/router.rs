@@ -1,13 +1,62 @@
 //! CUDA launchers of `kernels/router.cu`: router scores (softmax or sigmoid), the router
-//! z-loss, and the backward of the renormalised combine weights.
+//! z-loss, the backward of the renormalised combine weights, and the router statistics
+//! reduced on the device (`E + 1` doubles copied back instead of the `N x E` scores).
 //!
 //! Shapes: `N` tokens, `E` experts, `K` choices. One thread per token row (E is small); the
 //! z-loss's scalar is summed by [`super::reduce`]'s fixed tree.
 //! Not here: the top-k choice ([`super::topk`]) and the sort by expert ([`super::permute`]).
 
-use super::super::device::{CudaBackend, CudaBuf, grid_for, launch};
+use super::super::device::{CudaBackend, CudaBuf, blocks_of, grid_for, launch};
 use super::reduce;
-use crate::backend::{Routing, ScoreKind};
+use crate::backend::{RouterStats, Routing, ScoreKind, cpu};
+
+/// Rows per block of the statistics kernel (the kernel's `RS_ROWS`).
+const RS_ROWS: usize = 256;
+
+/// The launcher of [`Backend::router_stats`](crate::backend::Backend::router_stats): the mean
+/// scores and entropy on the device; the quantile offsets (a per-expert sort over the tokens)
+/// still on the host, from downloaded scores, when asked for.
+pub(super) fn router_stats(
+    be: &CudaBackend,
+    scores: &CudaBuf,
+    bias: &[f64],
+    top_k: usize,
+    quantile: bool,
+) -> RouterStats {
+    if quantile {
+        return cpu::router::router_stats(&be.download_any(scores), bias, top_k, true);
+    }
+    let e_ = bias.len().max(1);
+    let n = scores.len / e_;
+    let nchunks = n.div_ceil(RS_ROWS).max(1);
+    let mut part = be.scratch::<f64>(nchunks * (e_ + 1));
+    let mut out = be.scratch::<f64>(e_ + 1);
+    let (ni, ei, nc) = (n as i32, e_ as i32, nchunks as i32);
+    be.op("router_stats", || {
+        // One block of RS_ROWS threads per chunk of rows.
+        launch!(
+            be,
+            "router_stats_partial",
+            blocks_of(nchunks, RS_ROWS as u32),
+            [part.get_mut()?, scores.get()?, &ni, &ei]
+        )?;
+        // One block: a thread per column.
+        launch!(
+            be,
+            "router_stats_finish",
+            blocks_of(1, 256),
+            [out.get_mut()?, part.get()?, &nc, &ei]
+        )?;
+        Ok(())
+    });
+    let sums = be.download_any(&out);
+    let nf = n.max(1) as f64;
+    RouterStats {
+        p_mean: sums[..e_].iter().map(|s| s / nf).collect(),
+        entropy_mean: sums[e_] / nf,
+        quantile_offset: None,
+    }
+}
 
 /// The launcher of [`Backend::router_scores_fwd`](crate::backend::Backend::router_scores_fwd).
 pub(super) fn router_scores_fwd(
