@@ -2,8 +2,9 @@
 //! in `.cargo/config.toml`).
 //!
 //! `cargo xtask test [ARGS]` is the README's test command. It provides what the test suites
-//! need, then runs `cargo test --workspace ARGS` with the environment pointing at it, and says
-//! what it provided:
+//! need while the tests compile (`cargo test --no-run` in the background: providing waits on
+//! the network and the disk, compiling on the CPUs), then runs `cargo test --workspace ARGS`
+//! with the environment pointing at it, and says what it provided:
 //!
 //! - **PostgreSQL**: a cluster of its own (`initdb` and `pg_ctl` from the system's PostgreSQL
 //!   server binaries) in `target/xtask/pg`, on a free port on 127.0.0.1, trust auth, database
@@ -62,8 +63,11 @@ fn fail<T>(message: impl Into<String>) -> Result<T> {
 const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
-  test [ARGS]   provide PostgreSQL, the Python wheels and Chromium, then run
-                `cargo test --workspace ARGS` against them (the README's test command)
+  test [--isolated] [ARGS]
+                provide PostgreSQL, the Python wheels and Chromium, then run
+                `cargo test --workspace ARGS` against them (the README's test command);
+                --isolated (root, Linux): the tests run in a network namespace of their
+                own, where only what this task provides is reachable (CI uses it)
   env           provide the same and print `export` lines; PostgreSQL keeps running
   stop          stop the PostgreSQL cluster `env` left running
 ";
@@ -74,6 +78,8 @@ fn main() -> ExitCode {
     let rest: Vec<OsString> = args.collect();
     let result = match task.as_deref() {
         Some("test") => test(rest),
+        // The second half of `test --isolated`, run by it inside the new network namespace.
+        Some(INSIDE) => tests_inside(rest),
         Some("env") => env_task(),
         Some("stop") => {
             Paths::find().and_then(|p| Cluster::stop_dir(&p).map(|_| ExitCode::SUCCESS))
@@ -166,21 +172,11 @@ impl Provided {
     }
 }
 
-fn test(cargo_args: Vec<OsString>) -> Result<ExitCode> {
-    let paths = Paths::find()?;
-    let started = Instant::now();
-    let mut provided = Provided::default();
-    // Browsers first: the one thing that may stop us and ask the user, so it stops at once.
-    provide_browser(&mut provided)?;
-    provide_python(&paths, &mut provided)?;
-    let cluster = provide_postgres(&paths, &mut provided)?;
-    println!(
-        "xtask: provided in {:.0} s:",
-        started.elapsed().as_secs_f64()
-    );
-    for line in &provided.report {
-        println!("  - {line}");
-    }
+/// The task `test --isolated` runs itself as, inside the network namespace.
+const INSIDE: &str = "__tests-in-namespace";
+
+/// `cargo test [--workspace]` in the workspace root.
+fn cargo_test(paths: &Paths, cargo_args: &[OsString]) -> Command {
     let names_a_package = cargo_args
         .iter()
         .any(|a| a == "-p" || a == "--package" || a.to_string_lossy().starts_with("--package="));
@@ -189,28 +185,160 @@ fn test(cargo_args: Vec<OsString>) -> Result<ExitCode> {
     if !names_a_package {
         cargo.arg("--workspace");
     }
-    cargo.args(&cargo_args);
+    cargo
+}
+
+fn test(mut cargo_args: Vec<OsString>) -> Result<ExitCode> {
+    let paths = Paths::find()?;
+    let started = Instant::now();
+    let isolated = cargo_args.first().is_some_and(|a| a == "--isolated");
+    if isolated {
+        cargo_args.remove(0);
+    }
+    // Compile while providing: apt and pip wait on the network and the disk, the compiler on
+    // the CPUs. The build needs nothing that is provided (no test runs in it), and the run
+    // below finds it done.
+    let mut build = cargo_test(&paths, &cargo_args)
+        .arg("--no-run")
+        .args(&cargo_args)
+        .stdin(Stdio::null())
+        .spawn()
+        .or_else(|e| fail(format!("cannot start cargo: {e}")))?;
+    let provided = (|| {
+        let mut provided = Provided::default();
+        // Browsers first: the one thing that may stop us and ask the user, so it stops at once.
+        provide_browser(&mut provided)?;
+        provide_python(&paths, &mut provided)?;
+        Ok(provided)
+    })();
+    let provided = match provided {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = build.kill();
+            let _ = build.wait();
+            return Err(e);
+        }
+    };
+    println!(
+        "xtask: provided in {:.0} s:",
+        started.elapsed().as_secs_f64()
+    );
+    for line in &provided.report {
+        println!("  - {line}");
+    }
+    let built = build
+        .wait()
+        .or_else(|e| fail(format!("cannot wait for cargo: {e}")))?;
+    if !built.success() {
+        // The compiler's errors are on the screen already.
+        return Ok(exit_code(built));
+    }
+    println!("xtask: built in {:.0} s", started.elapsed().as_secs_f64());
+    let status = if isolated {
+        match namespace_support() {
+            Ok(()) => {
+                // Everything is built and provided: the tests need no network but loopback.
+                let exe = std::env::current_exe()
+                    .or_else(|e| fail(format!("cannot find this program: {e}")))?;
+                let mut inside = Command::new("unshare");
+                inside
+                    .args(["--net", "--"])
+                    .arg(exe)
+                    .arg(INSIDE)
+                    .args(&cargo_args)
+                    .env("CARGO_NET_OFFLINE", "true");
+                for (k, v) in provided.all_vars() {
+                    inside.env(k, v);
+                }
+                exit_code(
+                    inside
+                        .status()
+                        .or_else(|e| fail(format!("cannot run unshare: {e}")))?,
+                )
+            }
+            Err(why) => {
+                println!("xtask: --isolated: {why}; the tests share this machine's network");
+                run_tests(&paths, Provided::default(), &cargo_args)?
+            }
+        }
+    } else {
+        run_tests(&paths, Provided::default(), &cargo_args)?
+    };
+    println!(
+        "xtask: {:.0} s in all; the tests ran against:",
+        started.elapsed().as_secs_f64()
+    );
+    for line in &provided.report {
+        println!("  - {line}");
+    }
+    Ok(status)
+}
+
+/// Why `--isolated` cannot make a network namespace here, if it cannot.
+fn namespace_support() -> std::result::Result<(), String> {
+    if !is_root() {
+        return Err("a network namespace needs root".into());
+    }
+    for tool in ["unshare", "ip"] {
+        if find_program(&[tool], &["/usr/sbin", "/sbin"]).is_none() {
+            return Err(format!("`{tool}` is not installed"));
+        }
+    }
+    match Command::new("unshare")
+        .args(["--net", "true"])
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(s) if s.success() => Ok(()),
+        _ => Err("`unshare --net` is not permitted here".into()),
+    }
+}
+
+/// Inside the namespace of `test --isolated`: loopback up, then the tests as always. Proves
+/// first that nothing answers on PostgreSQL's default port, so a test that leaned on the
+/// machine's own server would fail here.
+fn tests_inside(cargo_args: Vec<OsString>) -> Result<ExitCode> {
+    let paths = Paths::find()?;
+    run(
+        "bringing up loopback",
+        Command::new(find_program(&["ip"], &["/usr/sbin", "/sbin"]).unwrap_or("ip".into()))
+            .args(["link", "set", "lo", "up"]),
+    )?;
+    if std::net::TcpStream::connect(("127.0.0.1", 5432)).is_ok() {
+        return fail("isolation failed: something answers on 127.0.0.1:5432 inside the namespace");
+    }
+    let mut provided = Provided::default();
+    provided
+        .report
+        .push("a network namespace of its own: loopback only, nothing on 127.0.0.1:5432".into());
+    run_tests(&paths, provided, &cargo_args)
+}
+
+/// Provides PostgreSQL, runs `cargo test` with `provided` and the cluster, stops the cluster.
+fn run_tests(paths: &Paths, mut provided: Provided, cargo_args: &[OsString]) -> Result<ExitCode> {
+    let cluster = provide_postgres(paths, &mut provided)?;
+    for line in &provided.report {
+        println!("xtask: {line}");
+    }
+    let mut cargo = cargo_test(paths, cargo_args);
+    cargo.args(cargo_args);
     for (k, v) in provided.all_vars() {
         cargo.env(k, v);
     }
-    println!(
-        "xtask: cargo test {}",
-        if names_a_package { "" } else { "--workspace" }
-    );
     let status = cargo.status();
     if let Some(c) = cluster {
         c.stop()?;
     }
     let status = status.or_else(|e| fail(format!("cannot run cargo: {e}")))?;
-    println!("xtask: the tests ran against:");
-    for line in &provided.report {
-        println!("  - {line}");
-    }
-    Ok(match status.code() {
+    Ok(exit_code(status))
+}
+
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    match status.code() {
         Some(0) => ExitCode::SUCCESS,
         Some(code) => ExitCode::from(code.clamp(1, 255) as u8),
         None => ExitCode::FAILURE,
-    })
+    }
 }
 
 fn env_task() -> Result<ExitCode> {

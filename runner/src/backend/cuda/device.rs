@@ -59,7 +59,7 @@ const CUBLAS_WORKSPACE_BYTES: usize = 32 << 20;
 /// views), scalars by reference, each of the parameter's C type (`int` = `i32`,
 /// `unsigned long long` = `u64`, `float` = `f32`):
 ///
-/// ```ignore
+/// ```text
 /// launch!(be, "add_assign_f32", grid_for(n), [a.get_mut()?, b.get()?, &n])?;
 /// ```
 ///
