@@ -259,7 +259,9 @@ pub struct SeriesQuery {
     pub from: Option<u64>,
     /// Last step (inclusive).
     pub to: Option<u64>,
-    /// Points at most, LTTB-downsampled (default 2000, at most 100000).
+    /// Points at most, LTTB-downsampled within the range (default 2000; at least 3, at most
+    /// 100000: a request for more is answered with 100000). Ask for the chart's pixel width:
+    /// zoomed in far enough, the range holds fewer points than that and every one is returned.
     pub max_points: Option<usize>,
 }
 
@@ -294,20 +296,50 @@ async fn metric_series(
     let max = q
         .max_points
         .unwrap_or(MAX_POINTS_PER_LINE)
-        .clamp(3, 100_000);
-    let pts = series::one_series(&st.index, &st.live, &run, &name, from, to).await?;
-    if pts.is_empty() {
+        .clamp(3, MAX_POINTS_CAP);
+    // A finished run's series is read whole once and kept (zooming asks for many ranges).
+    let finished = {
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        cat.runs
+            .get(&run)
+            .filter(|r| r.status != "running")
+            .map(|_| cat.touched_runs.get(&run).copied().unwrap_or(0))
+    };
+    let (total_points, points) = match finished {
+        Some(touched) => {
+            let whole = match st.series.get(&run, &name, touched) {
+                Some(p) => p,
+                None => {
+                    let p = std::sync::Arc::new(
+                        series::one_series(&st.index, &st.live, &run, &name, 0, u64::MAX).await?,
+                    );
+                    st.series.put(&run, &name, touched, p.clone());
+                    p
+                }
+            };
+            let pts = crate::series_cache::range(&whole, from, to);
+            (pts.len(), series::downsample(pts, max))
+        }
+        None => {
+            let pts = series::one_series(&st.index, &st.live, &run, &name, from, to).await?;
+            (pts.len(), series::downsample(&pts, max))
+        }
+    };
+    if total_points == 0 {
         return Err(WebError::not_found(format!(
             "metric {name:?} of run {run:?} in steps {from}..={to}"
         )));
     }
     Ok(Json(MetricSeries {
-        total_points: pts.len(),
-        points: series::downsample(&pts, max),
+        total_points,
+        points,
         run,
         name,
     }))
 }
+
+/// The most points one metric request returns, whatever it asks for.
+pub const MAX_POINTS_CAP: usize = 100_000;
 
 /// Live updates of a run.
 #[utoipa::path(get, path = "/api/v1/runs/{run}/live", params(("run" = String, Path)),

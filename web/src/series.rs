@@ -51,8 +51,24 @@ pub async fn run_series(
     from: u64,
     to: u64,
 ) -> Result<RunSeries, WebError> {
-    let mut out = packed_series(index, run, None, from, to).await?;
+    let mut out = packed_series(index, run, Names::All, from, to).await?;
     merge_live(&mut out, live, run, from, to);
+    Ok(out)
+}
+
+/// The series of `run` whose names start with `prefix` (one layer's expert loads), with
+/// `from <= step <= to`, plus the hub's newer live points.
+pub async fn prefixed_series(
+    index: &Index,
+    live: &LiveHub,
+    run: &str,
+    prefix: &str,
+    from: u64,
+    to: u64,
+) -> Result<RunSeries, WebError> {
+    let mut out = packed_series(index, run, Names::Prefix(prefix), from, to).await?;
+    merge_live(&mut out, live, run, from, to);
+    out.retain(|n, _| n.starts_with(prefix));
     Ok(out)
 }
 
@@ -65,7 +81,7 @@ pub async fn one_series(
     from: u64,
     to: u64,
 ) -> Result<Vec<(u64, f64)>, WebError> {
-    let mut one = packed_series(index, run, Some(name), from, to).await?;
+    let mut one = packed_series(index, run, Names::One(name), from, to).await?;
     merge_live(&mut one, live, run, from, to);
     Ok(one.remove(name).unwrap_or_default())
 }
@@ -85,7 +101,7 @@ pub async fn one_series(
 async fn packed_series(
     index: &Index,
     run: &str,
-    name: Option<&str>,
+    names: Names<'_>,
     from: u64,
     to: u64,
 ) -> Result<RunSeries, WebError> {
@@ -94,7 +110,13 @@ async fn packed_series(
     } else {
         "printf('%!.17g', value)"
     };
-    let one = if name.is_some() { "AND name = $4 " } else { "" };
+    // A prefix is a range of the primary key (run, name, step): names >= the prefix and below
+    // the prefix with its last byte incremented.
+    let one = match names {
+        Names::All => "",
+        Names::One(_) => "AND name = $4 ",
+        Names::Prefix(_) => "AND name >= $4 AND name < $5 ",
+    };
     let sql = format!(
         "SELECT name, string_agg(CAST(step AS TEXT) || ':' || {value}, ';') AS pts \
          FROM metric_points WHERE run = $1 AND step >= $2 AND step <= $3 {one}\
@@ -104,8 +126,20 @@ async fn packed_series(
         .bind(run.to_string())
         .bind(from.min(i64::MAX as u64) as i64)
         .bind(to.min(i64::MAX as u64) as i64);
-    if let Some(n) = name {
-        query = query.bind(n.to_string());
+    match names {
+        Names::All => {}
+        Names::One(n) => query = query.bind(n.to_string()),
+        Names::Prefix(p) => {
+            let mut end = p.as_bytes().to_vec();
+            match end.last_mut() {
+                // ASCII below 0x7F (our names); anything else is a full scan of the run.
+                Some(b) if *b < 0x7F => *b += 1,
+                _ => end = vec![0x7F],
+            }
+            query = query
+                .bind(p.to_string())
+                .bind(String::from_utf8(end).unwrap_or_default());
+        }
     }
     let rows = query.fetch_all(index.pool()).await?;
     let mut out = RunSeries::new();
@@ -124,6 +158,14 @@ async fn packed_series(
         out.insert(name, pts);
     }
     Ok(out)
+}
+
+/// Which series of a run [`packed_series`] reads.
+#[derive(Debug, Clone, Copy)]
+enum Names<'a> {
+    All,
+    One(&'a str),
+    Prefix(&'a str),
 }
 
 /// Parses `step:value;step:value;...` (see [`packed_series`]); `None` if any part is malformed.
