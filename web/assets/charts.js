@@ -65,6 +65,13 @@
     return splits.map(function (v) { return fmtTick(v, step); });
   }
 
+  // A y axis as wide as its longest label (about 7 px a character at 12 px) and its title.
+  function axisSize(u, values) {
+    var n = 4;
+    (values || []).forEach(function (v) { n = Math.max(n, String(v).length); });
+    return 28 + 7 * n;
+  }
+
   function fmtTick(v, step) {
     var a = Math.abs(v);
     if (v === 0) { return '0'; }
@@ -89,6 +96,44 @@
       if (r.status === 404) { return { points: [], total_points: 0 }; }
       if (!r.ok) { throw new Error(url + ': HTTP ' + r.status); }
       return r.json();
+    });
+  }
+
+  // Requests for one run and range made in the same tick travel as one batch request
+  // (/api/v1/runs/{run}/series?name=...): a page of twelve charts zooms with one request per
+  // run instead of twelve.
+  var batches = {};
+  function batched(run, name, from, to, maxPoints) {
+    var key = [run, from, to, maxPoints].join('\n');
+    var b = batches[key];
+    if (!b) {
+      b = batches[key] = { run: run, from: from, to: to, max: maxPoints, names: [], waiters: {} };
+      Promise.resolve().then(function () { flush(key); });
+    }
+    return new Promise(function (resolve, reject) {
+      if (!b.waiters[name]) { b.waiters[name] = []; b.names.push(name); }
+      b.waiters[name].push([resolve, reject]);
+    });
+  }
+
+  function flush(key) {
+    var b = batches[key];
+    delete batches[key];
+    var p = new URLSearchParams();
+    b.names.forEach(function (n) { p.append('name', n); });
+    if (b.from !== null) { p.set('from', String(b.from)); }
+    if (b.to !== null) { p.set('to', String(b.to)); }
+    p.set('max_points', String(b.max));
+    var url = '/api/v1/runs/' + encodeURIComponent(b.run) + '/series?' + p;
+    fetch(url, { headers: { Accept: 'application/json' } }).then(function (r) {
+      if (!r.ok) { throw new Error(url + ': HTTP ' + r.status); }
+      return r.json();
+    }).then(function (got) {
+      got.series.forEach(function (s) {
+        (b.waiters[s.name] || []).forEach(function (w) { w[0](s); });
+      });
+    }).catch(function (e) {
+      Object.keys(b.waiters).forEach(function (n) { b.waiters[n].forEach(function (w) { w[1](e); }); });
     });
   }
 
@@ -205,7 +250,7 @@
     var seq = ++this.seq;
     var maxPoints = Math.min(4000, Math.max(100, Math.round(this.width())));
     return Promise.all(this.lines.map(function (l) {
-      return series(l.run, l.name, from, to, maxPoints).catch(function () { return { points: [] }; });
+      return batched(l.run, l.name, from, to, maxPoints).catch(function () { return { points: [] }; });
     })).then(function (got) {
       if (seq !== self.seq) { return null; }
       var old = self.raw;
@@ -284,8 +329,7 @@
       scales: { x: { time: false }, y: { distr: view.logy ? 3 : 1 } },
       axes: [
         { label: X_LABEL[view.x], values: ticks },
-        { label: this.unit + (view.logy ? ' (log)' : ''), size: 64,
-          values: ticks }
+        { label: this.unit + (view.logy ? ' (log)' : ''), size: axisSize, values: ticks }
       ],
       cursor: { sync: { key: 'glassbox' }, drag: { x: true, y: false, setScale: false } },
       legend: { live: true },
@@ -386,7 +430,7 @@
       series: series,
       scales: { x: { time: false, distr: log ? 3 : 1 }, y: { distr: log ? 3 : 1 } },
       axes: [{ label: el.dataset.x || 'x', values: ticks },
-        { label: el.dataset.unit || '', size: 64, values: ticks }],
+        { label: el.dataset.unit || '', size: axisSize, values: ticks }],
       cursor: { drag: { x: true, y: false, setScale: true } }
     }, data, holder);
     el.classList.add('interactive');

@@ -4,7 +4,8 @@
 //!
 //! Vector metrics are stored one component per name (`train/router/layer_0/expert_load/3`);
 //! this module returns them as separate series and leaves grouping to the charts. It does not
-//! draw anything.
+//! draw anything. [`ranges`] serves the API: finished runs' series come from the
+//! [`crate::series_cache`].
 
 use std::collections::BTreeMap;
 
@@ -193,6 +194,51 @@ fn merge_live(out: &mut RunSeries, live: &LiveHub, run: &str, from: u64, to: u64
         );
     }
     out.retain(|_, v| !v.is_empty());
+}
+
+/// Each of `names` of `run` with `from <= step <= to`: (points in the range, the range
+/// downsampled to at most `max`). A finished run's series is read whole once and kept in the
+/// [`crate::series_cache`] (zooming asks for many ranges of it); a running run's range is read
+/// from the index and the live hub each time.
+pub async fn ranges(
+    st: &crate::WebState,
+    run: &str,
+    names: &[String],
+    from: u64,
+    to: u64,
+    max: usize,
+) -> Result<Vec<(usize, Vec<(u64, f64)>)>, WebError> {
+    let finished = {
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        cat.runs
+            .get(run)
+            .filter(|r| r.status != "running")
+            .map(|_| cat.touched_runs.get(run).copied().unwrap_or(0))
+    };
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        out.push(match finished {
+            Some(touched) => {
+                let whole = match st.series.get(run, name, touched) {
+                    Some(p) => p,
+                    None => {
+                        let p = std::sync::Arc::new(
+                            one_series(&st.index, &st.live, run, name, 0, u64::MAX).await?,
+                        );
+                        st.series.put(run, name, touched, p.clone());
+                        p
+                    }
+                };
+                let pts = crate::series_cache::range(&whole, from, to);
+                (pts.len(), downsample(pts, max))
+            }
+            None => {
+                let pts = one_series(&st.index, &st.live, run, name, from, to).await?;
+                (pts.len(), downsample(&pts, max))
+            }
+        });
+    }
+    Ok(out)
 }
 
 /// Downsamples a series to at most `max` points (LTTB over step, value).

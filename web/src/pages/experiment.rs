@@ -495,6 +495,17 @@ pub async fn page(
     let flops_per_token = exp.spec.as_ref().map(|s| s.flops_per_token);
     let charts_markup = match selected {
         Some(r) => {
+            // Read before the points, so a series kept below is never newer than its stamp.
+            let run_touched = match r.status.as_str() {
+                "running" => None,
+                _ => st
+                    .catalog
+                    .read(st.index.pool(), st.blobs.as_ref())
+                    .await?
+                    .touched_runs
+                    .get(&r.id)
+                    .copied(),
+            };
             let all = series::run_series(
                 &st.index,
                 &st.live,
@@ -503,6 +514,14 @@ pub async fn page(
                 view.to.unwrap_or(u64::MAX),
             )
             .await?;
+            // The whole series of a finished run, just read: the page's script asks for them
+            // next (through the series cache).
+            if let (Some(t), None, None) = (run_touched, view.from, view.to) {
+                for (name, pts) in &all {
+                    st.series
+                        .put(&r.id, name, t, std::sync::Arc::new(pts.clone()));
+                }
+            }
             Some(charts(&r.id, &all, &view, flops_per_token))
         }
         None => None,

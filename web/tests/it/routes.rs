@@ -494,6 +494,7 @@ async fn openapi_lists_every_api_route() {
         "/api/v1/runs/{run}",
         "/api/v1/runs/{run}/metrics",
         "/api/v1/runs/{run}/metrics/{name}",
+        "/api/v1/runs/{run}/series",
         "/api/v1/runs/{run}/live",
         "/api/v1/entries",
         "/api/v1/entries/{idx}",
@@ -941,6 +942,56 @@ async fn a_finished_runs_series_is_read_once_for_all_its_ranges() {
     assert_eq!(pts.len(), 21);
     assert_eq!(pts[0][0], 140);
     assert_eq!(pts[0][1], crate::fixture::loss_at(140));
+    // Several metrics in one request, in the order asked; one without points in the range.
+    let batch = json(
+        &st,
+        "/api/v1/runs/run-1/series?name=grad%2Fnorm%2Ftotal&name=train%2Floss&name=nope&from=100&to=199&max_points=10",
+    )
+    .await;
+    let series = batch["series"].as_array().unwrap();
+    assert_eq!(series.len(), 3);
+    assert_eq!(series[0]["name"], "grad/norm/total");
+    assert_eq!(series[0]["total_points"], 100);
+    assert_eq!(series[0]["points"].as_array().unwrap().len(), 10);
+    assert!(
+        series[0]["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p[0] == 150 && p[1] == 9.0),
+        "the spike survives downsampling"
+    );
+    assert_eq!(series[1]["name"], "train/loss");
+    assert_eq!(
+        (
+            series[2]["name"].as_str(),
+            series[2]["total_points"].as_u64()
+        ),
+        (Some("nope"), Some(0))
+    );
+    for (bad, says) in [
+        ("/api/v1/runs/run-1/series", "1 to 64"),
+        ("/api/v1/runs/run-1/series?name=a&from=x", "from=\"x\""),
+        ("/api/v1/runs/run-1/series?name=a&from=9&to=3", "after"),
+        (
+            "/api/v1/runs/run-1/series?name=a&colour=red",
+            "unknown parameter",
+        ),
+    ] {
+        let (status, _, body) = get(&st, bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+        assert!(body.contains(says), "{bad}: {body}");
+    }
+    let many = (0..65)
+        .map(|i| format!("name=m{i}"))
+        .collect::<Vec<_>>()
+        .join("&");
+    assert_eq!(
+        get(&st, &format!("/api/v1/runs/run-1/series?{many}"))
+            .await
+            .0,
+        StatusCode::BAD_REQUEST
+    );
     // More than the hard cap is answered with the cap, not refused.
     let capped = json(
         &st,
