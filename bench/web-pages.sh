@@ -31,6 +31,9 @@ cargo build --release -p glassbox-web --features bench --example web_load
 BIN="$TARGET/release/examples/web_load"
 
 rm -rf "$DIR/static"
+# Emptied here, not by the redirection below: that happens in the child, possibly after the
+# wait loop has read the previous run's log.
+: >"$DIR/web_load.log"
 "$BIN" --runs "$RUNS" --points "$POINTS" --dir "$DIR/lab" --export "$DIR/static" \
   --serve "127.0.0.1:$GB_PORT" 2>"$DIR/web_load.log" &
 GB_PID=$!
