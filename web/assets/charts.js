@@ -492,7 +492,9 @@
     if (from !== null) { p.set('from', String(from)); }
     if (to !== null) { p.set('to', String(to)); }
     return fetch(this.src + (String(p) ? '?' + p : '')).then(function (r) {
-      return r.ok ? r.text() : null;
+      // A range without points answers 404 with a picture saying so.
+      var svgType = (r.headers.get('content-type') || '').indexOf('image/svg+xml') === 0;
+      return r.ok || svgType ? r.text() : null;
     }).then(function (svg) {
       if (svg === null || seq !== self.seq) { return; }
       var old = self.el.querySelector('svg');

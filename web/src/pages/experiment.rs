@@ -272,12 +272,27 @@ pub async fn heatmap_svg(
         .iter()
         .filter_map(|(n, pts)| Some((expert_load_component(n)?.1, pts)))
         .collect();
-    if experts.is_empty() {
-        return Err(WebError::not_found(format!(
-            "expert load of layer {layer} of run {run:?} in steps {from}..={to}"
-        )));
-    }
     let title = format!("Router: expert load, layer {layer}");
+    if experts.is_empty() {
+        // A 404 that is still a picture: the chart script shows it in place of the old range.
+        let shown_to = if to == u64::MAX {
+            "the end".to_string()
+        } else {
+            to.to_string()
+        };
+        return Ok((
+            axum::http::StatusCode::NOT_FOUND,
+            [
+                (header::CONTENT_TYPE, "image/svg+xml"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            chart::placeholder(
+                &title,
+                &format!("no expert-load points of run {run} in steps {from} to {shown_to}"),
+            ),
+        )
+            .into_response());
+    }
     let svg = chart::heatmap(
         &title,
         "expert",

@@ -308,6 +308,23 @@ async fn charts_zoom_smooth_scale_compare_and_fall_back_without_javascript() {
         url.as_str().contains("from="),
         "the zoom is in the URL: {url}"
     );
+    // The heatmap was redrawn for the zoomed range (its hover values name the steps).
+    eventually("the heatmap to follow the zoom", || async {
+        let steps = js(
+            &c,
+            "return Array.from(document.querySelectorAll('figure.heatmap circle.hp title'))\
+             .map(t => Number(/steps (\\d+)-/.exec(t.textContent)[1]))",
+        )
+        .await;
+        let steps: Vec<f64> = steps
+            .as_array()?
+            .iter()
+            .filter_map(|s| s.as_f64())
+            .collect();
+        (!steps.is_empty() && steps.iter().all(|s| (620_000.0..690_000.0).contains(s)))
+            .then_some(())
+    })
+    .await;
     drag(&c, "train/loss", SPIKE as f64 - 250.0, SPIKE as f64 + 250.0).await;
     let d2 = zoomed_to(
         &c,

@@ -156,9 +156,12 @@ async fn pages_render_and_escape_proposer_text() {
         svg.contains("<title>layer 0, expert 3, steps 100-"),
         "{svg}"
     );
-    assert_eq!(
-        get(&st, "/runs/run-1/heatmap/7").await.0,
-        StatusCode::NOT_FOUND
+    let (status, h, svg) = get(&st, "/runs/run-1/heatmap/7").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(h["content-type"], "image/svg+xml");
+    assert!(
+        svg.contains("no expert-load points of run run-1 in steps 0 to the end"),
+        "{svg}"
     );
 
     let cmp = ok(&st, "/compare?run=run-1&run=run-2").await;
