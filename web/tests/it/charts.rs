@@ -1,10 +1,10 @@
 //! Interactive charts in real headless Chromium (issue 20's "done when"): drag-zoom then
 //! double-click reset; a one-step spike in a 1M-point series found at full resolution after
 //! zooming (the test reads the chart's data); smoothing changes the drawn values; log-y; x by
-//! FLOPs; three runs overlaid on compare with the crosshair showing three values; parallel
-//! coordinates brushing filtering lines and the table; expert-load heatmap hover values and
-//! zoom; no Content-Security-Policy violation; and the pages without JavaScript still showing
-//! every chart. Screenshots go to `target/screenshots/charts-*.png`.
+//! FLOPs; three runs overlaid on compare with the crosshair showing three values and legend
+//! toggles; parallel coordinates brushing filtering lines and the table; expert-load heatmap
+//! hover values and zoom; no Content-Security-Policy violation; and the pages without
+//! JavaScript still showing every chart. Screenshots go to `target/screenshots/charts-*.png`.
 //!
 //! The same session measures, with the Performance API, the 12-chart 1M-step page's time to
 //! all charts drawn, the zoom round trip (request and redraw) and the script bytes the page
@@ -585,6 +585,25 @@ async fn charts_zoom_smooth_scale_compare_and_fall_back_without_javascript() {
         "the crosshair is shared"
     );
     shot(&c, "charts-compare").await;
+    // A click on a legend entry hides that run's line, a second shows it again.
+    let entry = c
+        .find(Locator::XPath(
+            "(//figure[contains(@class, 'interactive')])[1]//tr[contains(@class, 'u-series')]/th[contains(., 'run-2')]",
+        ))
+        .await
+        .unwrap();
+    let shown = || async {
+        js(
+            &c,
+            "const ch = window.glassboxCharts.find(c => c.lines.some(l => l.name === 'train/loss'));\
+             return ch.plot.series.map(s => s.show);",
+        )
+        .await
+    };
+    entry.click().await.unwrap();
+    assert_eq!(shown().await, serde_json::json!([true, true, false, true]));
+    entry.click().await.unwrap();
+    assert_eq!(shown().await, serde_json::json!([true, true, true, true]));
 
     // 7. Parallel coordinates: brushing the top of model.d_model keeps run-1 (64) only.
     js(
