@@ -12,6 +12,11 @@
 //! Run: `cargo run --release -p glassbox-web --features bench --example web_load -- [--runs 10000]
 //! [--points 10000000] [--conns 64] [--seconds 20] [--sse 1000] [--dir PATH]`. With `--dir` an
 //! existing generated lab is reused. Not a test: it prints figures and asserts nothing.
+//!
+//! For a comparison with nginx (`bench/web-pages.sh`): `--export DIR` asks the server for every
+//! experiment page once (which also draws each once, as a first view does) and writes them as
+//! files `DIR/experiments/load/lab#<k>`; `--serve ADDR` then serves the lab on ADDR until the
+//! process is killed, instead of running the load itself.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -47,6 +52,8 @@ struct Args {
     sse: usize,
     events: u64,
     dir: Option<std::path::PathBuf>,
+    export: Option<std::path::PathBuf>,
+    serve: Option<std::net::SocketAddr>,
 }
 
 fn args() -> Args {
@@ -58,6 +65,8 @@ fn args() -> Args {
         sse: 1000,
         events: 40,
         dir: None,
+        export: None,
+        serve: None,
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -71,6 +80,8 @@ fn args() -> Args {
             "--sse" => a.sse = x.parse().expect("--sse N"),
             "--events" => a.events = x.parse().expect("--events N"),
             "--dir" => a.dir = Some(x.into()),
+            "--export" => a.export = Some(x.into()),
+            "--serve" => a.serve = Some(x.parse().expect("--serve HOST:PORT")),
             other => panic!("unknown flag {other}"),
         }
         i += 2;
@@ -225,6 +236,45 @@ fn splitmix(x: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Asks for every experiment page once, 8 at a time, and writes each as a file nginx can serve
+/// at the same path (`%23` decodes to `#`).
+async fn export(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Body>,
+    addr: std::net::SocketAddr,
+    runs: u64,
+    dir: &std::path::Path,
+) {
+    let t = Instant::now();
+    let out = dir.join("experiments/load");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut bytes = 0usize;
+    let mut k = 0;
+    while k < runs {
+        let batch: Vec<_> = (k..(k + 8).min(runs))
+            .map(|k| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let uri = format!("http://{addr}/experiments/load/lab%23{k}");
+                    let resp = client.get(uri.parse().unwrap()).await.unwrap();
+                    assert!(resp.status().is_success(), "{uri}: {}", resp.status());
+                    (k, resp.into_body().collect().await.unwrap().to_bytes())
+                })
+            })
+            .collect();
+        for t in batch {
+            let (k, body) = t.await.unwrap();
+            bytes += body.len();
+            std::fs::write(out.join(format!("lab#{k}")), &body).unwrap();
+        }
+        k += 8;
+    }
+    eprintln!(
+        "exported {runs} pages ({:.1} KB each on average) in {:.1}s",
+        bytes as f64 / runs.max(1) as f64 / 1024.0,
+        t.elapsed().as_secs_f64()
+    );
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let a = args();
@@ -253,7 +303,12 @@ async fn main() {
 
     let live = LiveHub::new(4096);
     let state = WebState::new(lab, index, live.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind(
+        a.serve
+            .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+    )
+    .await
+    .unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(glassbox_web::serve_on(
@@ -280,6 +335,17 @@ async fn main() {
         runs * 3,
         t.elapsed().as_secs_f64()
     );
+
+    if let Some(dir) = &a.export {
+        export(&client, addr, runs, dir).await;
+    }
+    if a.serve.is_some() {
+        eprintln!(
+            "serving http://{addr}/ until killed (pid {})",
+            std::process::id()
+        );
+        std::future::pending::<()>().await;
+    }
 
     // 1. Experiment page + metric API.
     let stop = Arc::new(AtomicBool::new(false));

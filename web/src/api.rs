@@ -45,6 +45,7 @@ pub fn routes() -> Router<WebState> {
         .route("/api/v1/runs/{run}", get(run))
         .route("/api/v1/runs/{run}/metrics", get(metric_names))
         .route("/api/v1/runs/{run}/metrics/{*name}", get(metric_series))
+        .route("/api/v1/runs/{run}/series", get(series_batch))
         .route("/api/v1/runs/{run}/live", get(live))
         .route("/api/v1/entries", get(entries))
         .route("/api/v1/entries/{idx}", get(entry))
@@ -70,6 +71,7 @@ pub fn routes() -> Router<WebState> {
         run,
         metric_names,
         metric_series,
+        series_batch,
         live,
         entries,
         entry,
@@ -93,6 +95,7 @@ pub fn routes() -> Router<WebState> {
         ForecastCheck,
         MetricNames,
         MetricSeries,
+        SeriesBatch,
         EntryRow,
         InclusionProof,
         DatasetRow,
@@ -259,7 +262,9 @@ pub struct SeriesQuery {
     pub from: Option<u64>,
     /// Last step (inclusive).
     pub to: Option<u64>,
-    /// Points at most, LTTB-downsampled (default 2000, at most 100000).
+    /// Points at most, LTTB-downsampled within the range (default 2000; at least 3, at most
+    /// 100000: a request for more is answered with 100000). Ask for the chart's pixel width:
+    /// zoomed in far enough, the range holds fewer points than that and every one is returned.
     pub max_points: Option<usize>,
 }
 
@@ -294,20 +299,103 @@ async fn metric_series(
     let max = q
         .max_points
         .unwrap_or(MAX_POINTS_PER_LINE)
-        .clamp(3, 100_000);
-    let pts = series::one_series(&st.index, &st.live, &run, &name, from, to).await?;
-    if pts.is_empty() {
+        .clamp(3, MAX_POINTS_CAP);
+    let (total_points, points) =
+        series::ranges(&st, &run, std::slice::from_ref(&name), from, to, max)
+            .await?
+            .pop()
+            .unwrap_or_default();
+    if total_points == 0 {
         return Err(WebError::not_found(format!(
             "metric {name:?} of run {run:?} in steps {from}..={to}"
         )));
     }
     Ok(Json(MetricSeries {
-        total_points: pts.len(),
-        points: series::downsample(&pts, max),
+        total_points,
+        points,
         run,
         name,
     }))
 }
+
+/// Several metrics of one run over one step range (what a page of charts asks for at once).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SeriesBatch {
+    /// Run.
+    pub run: String,
+    /// One per name asked for, in that order; a metric with no point in the range has
+    /// `total_points` 0.
+    pub series: Vec<MetricSeries>,
+}
+
+/// Metrics asked for at most in one batch.
+pub const MAX_BATCH_NAMES: usize = 64;
+
+/// Several metrics of a run over a step range, each downsampled (`?name=a&name=b&from=&to=&max_points=`).
+#[utoipa::path(get, path = "/api/v1/runs/{run}/series",
+    params(("run" = String, Path), ("name" = Vec<String>, Query, description = "repeat for each metric, at most 64"),
+        ("from" = Option<u64>, Query), ("to" = Option<u64>, Query), ("max_points" = Option<usize>, Query, description = "per metric, as for one metric")),
+    responses((status = 200, body = SeriesBatch), (status = 400)))]
+async fn series_batch(
+    State(st): State<WebState>,
+    Path(run): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<SeriesBatch>, WebError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw.as_deref().unwrap_or(""))
+        .map_err(|e| WebError::BadRequest(format!("query string: {e}")))?;
+    let mut names = Vec::new();
+    let mut q = SeriesQuery::default();
+    let number = |k: &str, v: &str| -> Result<u64, WebError> {
+        v.parse()
+            .map_err(|_| WebError::BadRequest(format!("{k}={v:?}: use a whole number")))
+    };
+    for (k, v) in &pairs {
+        match k.as_str() {
+            "name" => names.push(v.clone()),
+            "from" => q.from = Some(number(k, v)?),
+            "to" => q.to = Some(number(k, v)?),
+            "max_points" => q.max_points = Some(number(k, v)?.min(usize::MAX as u64) as usize),
+            other => {
+                return Err(WebError::BadRequest(format!(
+                    "unknown parameter {other:?}: use name, from, to, max_points"
+                )));
+            }
+        }
+    }
+    if names.is_empty() || names.len() > MAX_BATCH_NAMES {
+        return Err(WebError::BadRequest(format!(
+            "{} names asked for: ask for 1 to {MAX_BATCH_NAMES}",
+            names.len()
+        )));
+    }
+    let (from, to) = (q.from.unwrap_or(0), q.to.unwrap_or(u64::MAX));
+    if from > to {
+        return Err(WebError::BadRequest(format!(
+            "from={from} is after to={to}"
+        )));
+    }
+    let max = q
+        .max_points
+        .unwrap_or(MAX_POINTS_PER_LINE)
+        .clamp(3, MAX_POINTS_CAP);
+    let got = series::ranges(&st, &run, &names, from, to, max).await?;
+    Ok(Json(SeriesBatch {
+        series: names
+            .into_iter()
+            .zip(got)
+            .map(|(name, (total_points, points))| MetricSeries {
+                run: run.clone(),
+                name,
+                total_points,
+                points,
+            })
+            .collect(),
+        run,
+    }))
+}
+
+/// The most points one metric request returns, whatever it asks for.
+pub const MAX_POINTS_CAP: usize = 100_000;
 
 /// Live updates of a run.
 #[utoipa::path(get, path = "/api/v1/runs/{run}/live", params(("run" = String, Path)),

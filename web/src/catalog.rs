@@ -52,6 +52,9 @@ pub struct SpecFacts {
     pub mixture: Vec<MixtureRow>,
     /// Training FLOPs of the full run (the schemas cost model).
     pub train_flops: f64,
+    /// Training FLOPs per token (the schemas cost model, as the runner counts them): charts
+    /// plot `throughput/total_tokens` times this against FLOPs.
+    pub flops_per_token: f64,
     /// Training steps asked for.
     pub steps: u64,
     /// The forecast pre-registered in the spec.
@@ -211,6 +214,12 @@ pub struct CatalogData {
     pub datasets: Vec<DatasetRow>,
     /// By entry index.
     pub forecasts: BTreeMap<u64, ForecastRow>,
+    /// The last entry about each experiment or one of its runs, of any kind (metric chunks,
+    /// checkpoints and artifacts included): a page about it drawn after that entry stays true
+    /// until this grows (see `page_cache`).
+    pub touched_experiments: HashMap<String, u64>,
+    /// The last entry about each run, of any kind.
+    pub touched_runs: HashMap<String, u64>,
     specs: HashMap<String, Option<Arc<SpecFacts>>>,
 }
 
@@ -283,9 +292,11 @@ impl Catalog {
             .try_get("n")?;
         loop {
             let next = self.data.read().unwrap_or_else(|p| p.into_inner()).next;
+            // Every entry, for what it is about; the text only of the kinds folded.
             let rows = sqlx::query(
-                "SELECT idx, entry FROM entries WHERE idx >= $1 AND kind IN \
+                "SELECT idx, experiment, run, CASE WHEN kind IN \
                  ('dataset', 'proposal', 'approval', 'rejection', 'forecast', 'run_started', 'result') \
+                 THEN entry ELSE NULL END AS entry FROM entries WHERE idx >= $1 \
                  ORDER BY idx LIMIT $2",
             )
             .bind(next as i64)
@@ -293,10 +304,16 @@ impl Catalog {
             .fetch_all(pool)
             .await?;
             let mut parsed = Vec::with_capacity(rows.len());
+            let mut about = Vec::with_capacity(rows.len());
             for r in &rows {
                 let idx: i64 = r.try_get("idx")?;
-                let text: String = r.try_get("entry")?;
-                parsed.push((idx as u64, text));
+                let text: Option<String> = r.try_get("entry")?;
+                let experiment: Option<String> = r.try_get("experiment")?;
+                let run: Option<String> = r.try_get("run")?;
+                about.push((idx as u64, experiment, run));
+                if let Some(text) = text {
+                    parsed.push((idx as u64, text));
+                }
             }
             // Specs are read outside the lock (file I/O).
             let mut new_specs: Vec<(String, Option<Arc<SpecFacts>>)> = Vec::new();
@@ -324,9 +341,13 @@ impl Catalog {
             for (idx, e) in &entries {
                 data.fold(*idx, e);
             }
+            for (idx, experiment, run) in about {
+                data.touch(idx, experiment, run);
+            }
             let last = rows.len() as i64;
-            if let Some((idx, _)) = entries.last() {
-                data.next = data.next.max(idx + 1);
+            if let Some(r) = rows.last() {
+                let idx: i64 = r.try_get("idx")?;
+                data.next = data.next.max(idx as u64 + 1);
             }
             if last < FETCH_BATCH {
                 data.indexed = data.indexed.max(indexed as u64);
@@ -390,6 +411,7 @@ fn spec_facts(spec: &ExperimentSpec) -> SpecFacts {
             })
             .collect(),
         train_flops: cost.train_flops,
+        flops_per_token: cost.flops_per_token,
         steps: spec.train.steps,
         forecast: spec.forecast.as_ref().map(|f| SpecForecast {
             metric: f.metric.clone(),
@@ -405,6 +427,26 @@ fn rfc3339(t: &time::OffsetDateTime) -> String {
 }
 
 impl CatalogData {
+    /// Notes that entry `idx` is about `experiment` and `run` (and so about the run's
+    /// experiment).
+    fn touch(&mut self, idx: u64, experiment: Option<String>, run: Option<String>) {
+        let run_experiment = run
+            .as_ref()
+            .and_then(|r| self.runs.get(r))
+            .and_then(|r| r.experiment.clone());
+        if let Some(r) = run {
+            self.touched_runs.insert(r, idx);
+        }
+        for x in [experiment, run_experiment].into_iter().flatten() {
+            self.touched_experiments.insert(x, idx);
+        }
+    }
+
+    /// The last entry about experiment `id` or one of its runs (0 when none is known).
+    pub fn touched(&self, id: &str) -> u64 {
+        self.touched_experiments.get(id).copied().unwrap_or(0)
+    }
+
     fn experiment(&mut self, id: &str, idx: u64, time: &str) -> &mut ExperimentRow {
         let e = self
             .experiments

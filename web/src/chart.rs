@@ -291,8 +291,15 @@ fn viridis(t: f64) -> RGBColor {
 }
 
 /// A heatmap: `columns` are (step from, step to, one value per row); row `r` is labelled
-/// `row_label(r)`. Colour runs from the smallest to the largest value.
-pub fn heatmap(title: &str, row_desc: &str, columns: &[(f64, f64, Vec<f64>)]) -> String {
+/// `row_desc r`. Colour runs from the smallest to the largest value. Each hover target's title
+/// reads `{hover_prefix}{row_desc} r, steps a-b: {value_desc} v`.
+pub fn heatmap(
+    title: &str,
+    row_desc: &str,
+    hover_prefix: &str,
+    value_desc: &str,
+    columns: &[(f64, f64, Vec<f64>)],
+) -> String {
     let rows = columns.iter().map(|c| c.2.len()).max().unwrap_or(0);
     if columns.is_empty() || rows == 0 {
         return placeholder(title, "no data yet");
@@ -353,10 +360,12 @@ pub fn heatmap(title: &str, row_desc: &str, columns: &[(f64, f64, Vec<f64>)]) ->
                 let (px, py) = chart.backend_coord(&((a + b) / 2.0, r as f64 + 0.5));
                 let _ = write!(
                     hover,
-                    "<circle class=\"hp\" cx=\"{px}\" cy=\"{py}\" r=\"5\"><title>{} {r}, steps {:.0}-{:.0}: {}</title></circle>",
+                    "<circle class=\"hp\" cx=\"{px}\" cy=\"{py}\" r=\"5\"><title>{}{} {r}, steps {:.0}-{:.0}: {} {}</title></circle>",
+                    escape_xml(hover_prefix),
                     escape_xml(row_desc),
                     a,
                     b,
+                    escape_xml(value_desc),
                     fmt_value(*v)
                 );
             }
@@ -418,9 +427,19 @@ mod tests {
             },
         );
         assert!(one.starts_with("<svg"));
-        assert!(heatmap("h", "expert", &[]).contains("no data yet"));
-        let h = heatmap("h", "expert", &[(0.0, 10.0, vec![0.25, 0.75])]);
+        assert!(heatmap("h", "expert", "", "load", &[]).contains("no data yet"));
+        let h = heatmap(
+            "h",
+            "expert",
+            "layer 2, ",
+            "load",
+            &[(0.0, 10.0, vec![0.25, 0.75])],
+        );
         assert!(h.contains("<rect"));
+        assert!(
+            h.contains("<title>layer 2, expert 1, steps 0-10: load 0.75000</title>"),
+            "{h}"
+        );
     }
 
     #[test]

@@ -11,9 +11,12 @@
 //!   and body deadlines, bounded graceful shutdown) until a shutdown future resolves.
 //!
 //! Pages are rendered on the server (maud templates escape everything interpolated) with charts
-//! drawn by plotters as inline SVG, each line downsampled by [`lttb`]; they need no JavaScript
-//! except `/assets/live.js`, which follows a live run over Server-Sent Events. A strict
-//! Content-Security-Policy forbids inline scripts and styles.
+//! drawn by plotters as inline SVG, each line downsampled by [`lttb`], so every chart shows
+//! without JavaScript. With it, `/assets/charts.js` redraws each line chart with the vendored
+//! uPlot from the metric API (zoom to full resolution, smoothing, log-y, x by tokens, FLOPs or
+//! time, live points over Server-Sent Events). A strict Content-Security-Policy forbids inline
+//! scripts and styles. Finished experiments' pages are drawn once and kept on disk
+//! ([`page_cache`]); finished runs' series are kept in memory for zooming ([`series_cache`]).
 //!
 //! The key design choice: the dashboard is read-only. It never writes the log, the blob store
 //! or the index, and it does not know the lab's queue or workers (this crate depends on
@@ -30,9 +33,11 @@ pub mod listener;
 pub mod live;
 pub mod lttb;
 pub mod ops;
+pub mod page_cache;
 pub mod pages;
 pub mod render_cache;
 pub mod series;
+pub mod series_cache;
 pub mod static_log;
 
 use std::future::Future;
@@ -72,6 +77,10 @@ pub struct WebState {
     pub(crate) catalog: Arc<catalog::Catalog>,
     /// Rendered experiment pages and live charts (bounded; see [`render_cache`]).
     pub(crate) renders: Arc<render_cache::RenderCache>,
+    /// Finished experiments' pages on disk (see [`page_cache`]).
+    pub(crate) pages: Arc<page_cache::PageCache>,
+    /// Finished runs' whole series, for zooming (see [`series_cache`]).
+    pub(crate) series: Arc<series_cache::SeriesCache>,
     pub(crate) metrics: Arc<ops::RequestMetrics>,
     /// Set when the server starts shutting down, so endless responses (SSE) end and the
     /// graceful shutdown can complete.
@@ -91,9 +100,16 @@ impl std::fmt::Debug for WebState {
 }
 
 impl WebState {
-    /// State for a lab and its index, without a queue or extra routes.
+    /// State for a lab and its index, without a queue or extra routes; finished pages are kept
+    /// in `<lab>/web-cache/` ([`WebState::with_page_cache`] to change that).
     pub fn new(lab: Lab, index: Index, live: LiveHub) -> Self {
         WebState {
+            pages: Arc::new(page_cache::PageCache::new(Some(
+                lab.root().join("web-cache"),
+            ))),
+            series: Arc::new(series_cache::SeriesCache::new(
+                series_cache::DEFAULT_MAX_POINTS,
+            )),
             blobs: Arc::new(lab.blobs()),
             lab,
             index,
@@ -107,6 +123,12 @@ impl WebState {
             metrics: Arc::new(ops::RequestMetrics::default()),
             closing: tokio::sync::watch::Sender::new(false),
         }
+    }
+
+    /// Keeps finished pages in `dir` instead of `<lab>/web-cache/`, or nowhere (`None`).
+    pub fn with_page_cache(mut self, dir: Option<std::path::PathBuf>) -> Self {
+        self.pages = Arc::new(page_cache::PageCache::new(dir));
+        self
     }
 
     /// Serves blobs from `blobs` (an object store shared with the workers) instead of the lab

@@ -5,8 +5,8 @@
 //! need a metrics library): requests by route and status with their total duration, whatever
 //! the caller's [`MetricsSource`]s add (the binary adds the lab's queue: depth per job state,
 //! running jobs, each leasing worker's seconds until its lease expires), live tokens/s from the
-//! [`crate::LiveHub`], SSE subscribers, the render cache's hits, misses and size, and the log
-//! size.
+//! [`crate::LiveHub`], SSE subscribers, the render cache's hits, misses and size, the page
+//! cache's reads and writes, the series cache's size, and the log size.
 //! This module does not serve pages or data.
 
 use std::collections::BTreeMap;
@@ -175,6 +175,12 @@ async fn metrics(State(st): State<WebState>) -> Result<Response, WebError> {
     let _ = writeln!(
         out,
         "# HELP glassbox_render_cache_requests_total Cached pages asked for, by whether the render cache answered.\n# TYPE glassbox_render_cache_requests_total counter\nglassbox_render_cache_requests_total{{result=\"hit\"}} {hits}\nglassbox_render_cache_requests_total{{result=\"miss\"}} {misses}\n# HELP glassbox_render_cache_bytes Bytes held by the render cache (bodies and keys).\n# TYPE glassbox_render_cache_bytes gauge\nglassbox_render_cache_bytes {bytes}\n# HELP glassbox_render_cache_entries Pages held by the render cache.\n# TYPE glassbox_render_cache_entries gauge\nglassbox_render_cache_entries {entries}"
+    );
+    let (disk_hits, disk_misses, disk_writes) = st.pages.counts();
+    let (series, points) = st.series.size();
+    let _ = writeln!(
+        out,
+        "# HELP glassbox_page_cache_reads_total Finished pages looked up on disk, by whether they were there and current.\n# TYPE glassbox_page_cache_reads_total counter\nglassbox_page_cache_reads_total{{result=\"hit\"}} {disk_hits}\nglassbox_page_cache_reads_total{{result=\"miss\"}} {disk_misses}\n# HELP glassbox_page_cache_writes_total Finished pages written to disk.\n# TYPE glassbox_page_cache_writes_total counter\nglassbox_page_cache_writes_total {disk_writes}\n# HELP glassbox_series_cache_points Metric points of finished runs held for zooming.\n# TYPE glassbox_series_cache_points gauge\nglassbox_series_cache_points {points}\n# HELP glassbox_series_cache_series Series of finished runs held for zooming.\n# TYPE glassbox_series_cache_series gauge\nglassbox_series_cache_series {series}"
     );
     let n: i64 = sqlx::query("SELECT COUNT(*) AS n FROM entries")
         .fetch_one(st.index.pool())

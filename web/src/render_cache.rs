@@ -1,12 +1,9 @@
 //! [`RenderCache`]: rendered HTML kept between requests, so a page whose data has not changed
 //! is sent again instead of drawn again (an experiment page draws several SVG charts).
 //!
-//! Each entry carries the [`Stamp`] it was rendered at: how many entries the index held, and
-//! the live hub's version of the run it draws. The caller decides whether an entry is still
-//! true: same live version, and nothing the page shows indexed since `Stamp::indexed` (for the
-//! experiment page, one indexed query over the entries added since; see
-//! `pages::experiment`). An entry found still true is re-stamped, so that query runs once per
-//! growth of the index, not once per request.
+//! Each entry carries the [`Stamp`] it was rendered at: the index position of the last entry
+//! about what the page shows, and the live hub's version of the run it draws. The caller
+//! serves an entry only while both are what it would render now (`pages::experiment`).
 //!
 //! Memory is bounded: bodies and keys take at most `max_bytes` together ([`DEFAULT_MAX_BYTES`],
 //! 64 MiB, in the server); storing past that evicts the least recently used entries first, and
@@ -25,7 +22,7 @@ pub const DEFAULT_MAX_BYTES: usize = 64 * 1024 * 1024;
 /// What a rendering depended on that can change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp {
-    /// Entries in the index (one past the highest index) when the data was read.
+    /// The last entry about what the page shows (the catalog's `touched`) when it was drawn.
     pub indexed: u64,
     /// The live hub's version of the run drawn (`None`: the hub holds nothing of it).
     pub live: Option<u64>,
@@ -124,17 +121,6 @@ impl RenderCache {
         lru.entries.insert(key, Slot { body, stamp, used });
     }
 
-    /// Moves the entry under `key` from stamp `was` to `now` (its caller found nothing changed
-    /// in between); does nothing if the entry changed meanwhile.
-    pub fn restamp(&self, key: &str, was: Stamp, now: Stamp) {
-        let mut lru = self.lock();
-        if let Some(slot) = lru.entries.get_mut(key) {
-            if slot.stamp == was {
-                slot.stamp = now;
-            }
-        }
-    }
-
     /// Counts a request answered from the cache (`hit`) or rendered.
     pub fn count(&self, hit: bool) {
         let c = if hit { &self.hits } else { &self.misses };
@@ -190,18 +176,11 @@ mod tests {
     }
 
     #[test]
-    fn oversized_bodies_are_not_kept_and_restamp_checks_the_old_stamp() {
+    fn oversized_bodies_are_not_kept() {
         let c = RenderCache::new(800);
         c.put("big".into(), body(101), S);
         assert!(c.get("big").is_none());
         c.put("k".into(), body(10), S);
-        let later = Stamp {
-            indexed: 5,
-            live: None,
-        };
-        c.restamp("k", later, later);
-        assert_eq!(c.get("k").map(|e| e.1), Some(S), "stamp changed meanwhile");
-        c.restamp("k", S, later);
-        assert_eq!(c.get("k").map(|e| e.1), Some(later));
+        assert_eq!(c.get("k").map(|e| e.1), Some(S));
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! Vector metrics are stored one component per name (`train/router/layer_0/expert_load/3`);
 //! this module returns them as separate series and leaves grouping to the charts. It does not
-//! draw anything.
+//! draw anything. [`ranges`] serves the API: finished runs' series come from the
+//! [`crate::series_cache`].
 
 use std::collections::BTreeMap;
 
@@ -51,8 +52,24 @@ pub async fn run_series(
     from: u64,
     to: u64,
 ) -> Result<RunSeries, WebError> {
-    let mut out = packed_series(index, run, None, from, to).await?;
+    let mut out = packed_series(index, run, Names::All, from, to).await?;
     merge_live(&mut out, live, run, from, to);
+    Ok(out)
+}
+
+/// The series of `run` whose names start with `prefix` (one layer's expert loads), with
+/// `from <= step <= to`, plus the hub's newer live points.
+pub async fn prefixed_series(
+    index: &Index,
+    live: &LiveHub,
+    run: &str,
+    prefix: &str,
+    from: u64,
+    to: u64,
+) -> Result<RunSeries, WebError> {
+    let mut out = packed_series(index, run, Names::Prefix(prefix), from, to).await?;
+    merge_live(&mut out, live, run, from, to);
+    out.retain(|n, _| n.starts_with(prefix));
     Ok(out)
 }
 
@@ -65,7 +82,7 @@ pub async fn one_series(
     from: u64,
     to: u64,
 ) -> Result<Vec<(u64, f64)>, WebError> {
-    let mut one = packed_series(index, run, Some(name), from, to).await?;
+    let mut one = packed_series(index, run, Names::One(name), from, to).await?;
     merge_live(&mut one, live, run, from, to);
     Ok(one.remove(name).unwrap_or_default())
 }
@@ -85,7 +102,7 @@ pub async fn one_series(
 async fn packed_series(
     index: &Index,
     run: &str,
-    name: Option<&str>,
+    names: Names<'_>,
     from: u64,
     to: u64,
 ) -> Result<RunSeries, WebError> {
@@ -94,7 +111,13 @@ async fn packed_series(
     } else {
         "printf('%!.17g', value)"
     };
-    let one = if name.is_some() { "AND name = $4 " } else { "" };
+    // A prefix is a range of the primary key (run, name, step): names >= the prefix and below
+    // the prefix with its last byte incremented.
+    let one = match names {
+        Names::All => "",
+        Names::One(_) => "AND name = $4 ",
+        Names::Prefix(_) => "AND name >= $4 AND name < $5 ",
+    };
     let sql = format!(
         "SELECT name, string_agg(CAST(step AS TEXT) || ':' || {value}, ';') AS pts \
          FROM metric_points WHERE run = $1 AND step >= $2 AND step <= $3 {one}\
@@ -104,8 +127,20 @@ async fn packed_series(
         .bind(run.to_string())
         .bind(from.min(i64::MAX as u64) as i64)
         .bind(to.min(i64::MAX as u64) as i64);
-    if let Some(n) = name {
-        query = query.bind(n.to_string());
+    match names {
+        Names::All => {}
+        Names::One(n) => query = query.bind(n.to_string()),
+        Names::Prefix(p) => {
+            let mut end = p.as_bytes().to_vec();
+            match end.last_mut() {
+                // ASCII below 0x7F (our names); anything else is a full scan of the run.
+                Some(b) if *b < 0x7F => *b += 1,
+                _ => end = vec![0x7F],
+            }
+            query = query
+                .bind(p.to_string())
+                .bind(String::from_utf8(end).unwrap_or_default());
+        }
     }
     let rows = query.fetch_all(index.pool()).await?;
     let mut out = RunSeries::new();
@@ -124,6 +159,14 @@ async fn packed_series(
         out.insert(name, pts);
     }
     Ok(out)
+}
+
+/// Which series of a run [`packed_series`] reads.
+#[derive(Debug, Clone, Copy)]
+enum Names<'a> {
+    All,
+    One(&'a str),
+    Prefix(&'a str),
 }
 
 /// Parses `step:value;step:value;...` (see [`packed_series`]); `None` if any part is malformed.
@@ -151,6 +194,51 @@ fn merge_live(out: &mut RunSeries, live: &LiveHub, run: &str, from: u64, to: u64
         );
     }
     out.retain(|_, v| !v.is_empty());
+}
+
+/// Each of `names` of `run` with `from <= step <= to`: (points in the range, the range
+/// downsampled to at most `max`). A finished run's series is read whole once and kept in the
+/// [`crate::series_cache`] (zooming asks for many ranges of it); a running run's range is read
+/// from the index and the live hub each time.
+pub async fn ranges(
+    st: &crate::WebState,
+    run: &str,
+    names: &[String],
+    from: u64,
+    to: u64,
+    max: usize,
+) -> Result<Vec<(usize, Vec<(u64, f64)>)>, WebError> {
+    let finished = {
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        cat.runs
+            .get(run)
+            .filter(|r| r.status != "running")
+            .map(|_| cat.touched_runs.get(run).copied().unwrap_or(0))
+    };
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        out.push(match finished {
+            Some(touched) => {
+                let whole = match st.series.get(run, name, touched) {
+                    Some(p) => p,
+                    None => {
+                        let p = std::sync::Arc::new(
+                            one_series(&st.index, &st.live, run, name, 0, u64::MAX).await?,
+                        );
+                        st.series.put(run, name, touched, p.clone());
+                        p
+                    }
+                };
+                let pts = crate::series_cache::range(&whole, from, to);
+                (pts.len(), downsample(pts, max))
+            }
+            None => {
+                let pts = one_series(&st.index, &st.live, run, name, from, to).await?;
+                (pts.len(), downsample(&pts, max))
+            }
+        });
+    }
+    Ok(out)
 }
 
 /// Downsamples a series to at most `max` points (LTTB over step, value).

@@ -8,14 +8,17 @@
 //! others step for step. Expert load (one series per expert) is a heatmap per layer.
 //!
 //! The experiment page and the live chart block are kept in the [`crate::render_cache`]: an
-//! entry is sent again while the run's live version is the same and no entry about the
-//! experiment or its runs has been indexed since it was drawn ([`cached`]); a page that could
-//! not show a blob (not stored here yet) is not kept.
+//! entry is sent again while the run's live version is the same and the last entry about the
+//! experiment or its runs (the catalog's `touched`) is the one it was drawn after ([`fresh`]).
+//! A finished experiment's page in the default view is also kept on disk
+//! ([`crate::page_cache`]), so it is drawn once per change, not once per eviction. A page that
+//! could not show a blob (not stored here yet) is not kept.
 
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
+use axum::http::header;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use glassbox_schemas::metrics as m;
 use maud::{Markup, PreEscaped, html};
@@ -28,6 +31,7 @@ use crate::WebState;
 use crate::catalog::{ExperimentRow, ForecastRow, RunRow, parse_spec_text};
 use crate::chart::{self, Axes, Line};
 use crate::error::WebError;
+use crate::pages::controls::{self, LineRef, View, ViewQuery, line_figure};
 use crate::render_cache::Stamp;
 use crate::series::{self, MAX_POINTS_PER_LINE, RunSeries};
 
@@ -161,8 +165,10 @@ fn heatmap_columns(experts: &BTreeMap<u32, &Vec<(u64, f64)>>) -> Vec<(f64, f64, 
         .collect()
 }
 
-/// The chart panels of one run's series (already restricted to the step range).
-pub fn charts(all: &RunSeries) -> Markup {
+/// The chart panels of `run`'s series (already restricted to the view's step range): a line
+/// chart per panel (server-drawn, made interactive by the chart script) and an expert-load
+/// heatmap per layer (server-drawn, redrawn for the zoomed range by the script).
+pub fn charts(run: &str, all: &RunSeries, view: &View, flops_per_token: Option<f64>) -> Markup {
     let (mut lo, mut hi) = (u64::MAX, 0u64);
     for pts in all.values() {
         if let (Some(a), Some(b)) = (pts.first(), pts.last()) {
@@ -173,21 +179,24 @@ pub fn charts(all: &RunSeries) -> Markup {
     let x_range = (lo <= hi).then_some((lo as f64, hi.max(lo + 1) as f64));
     let mut out = Vec::new();
     for p in PANELS {
-        let lines: Vec<Line> = all
-            .iter()
-            .filter(|(n, _)| (p.pick)(n))
-            .map(|(n, pts)| Line {
-                label: n.clone(),
-                points: series::downsample(pts, MAX_POINTS_PER_LINE)
-                    .into_iter()
-                    .map(|(s, v)| (s as f64, v))
-                    .collect(),
-                markers: pts.len() == 1,
-            })
-            .collect();
-        if lines.is_empty() {
+        let names: Vec<&String> = all.keys().filter(|n| (p.pick)(n)).collect();
+        if names.is_empty() {
             continue;
         }
+        let lines: Vec<Line> = names
+            .iter()
+            .map(|n| {
+                let pts = &all[*n];
+                Line {
+                    label: (*n).clone(),
+                    points: series::downsample(pts, MAX_POINTS_PER_LINE)
+                        .into_iter()
+                        .map(|(s, v)| (s as f64, v))
+                        .collect(),
+                    markers: pts.len() == 1,
+                }
+            })
+            .collect();
         let svg = chart::line_chart(
             p.title,
             &lines,
@@ -195,10 +204,20 @@ pub fn charts(all: &RunSeries) -> Markup {
                 x_desc: "step".into(),
                 y_desc: p.unit.into(),
                 x_range,
+                log_y: view.log_y,
                 ..Axes::default()
             },
         );
-        out.push((p.title.to_string(), svg));
+        let refs: Vec<LineRef> = names
+            .iter()
+            .map(|n| LineRef {
+                run,
+                name: n,
+                label: n,
+                flops_per_token,
+            })
+            .collect();
+        out.push(line_figure(p.title, p.unit, &refs, &svg));
     }
     type Experts<'a> = BTreeMap<u32, &'a Vec<(u64, f64)>>;
     let mut layers: BTreeMap<u32, Experts> = BTreeMap::new();
@@ -208,29 +227,106 @@ pub fn charts(all: &RunSeries) -> Markup {
         }
     }
     for (l, experts) in &layers {
-        let title = format!("Router: expert load, layer {l}");
-        let svg = chart::heatmap(&title, "expert", &heatmap_columns(experts));
-        out.push((title, svg));
+        out.push(heatmap_figure(run, *l, experts));
     }
     html! {
         @if out.is_empty() {
             p.empty { "No metric points recorded for this run yet." }
         }
-        @for (title, svg) in &out {
-            figure.chart data-title=(title) { (PreEscaped(svg)) }
-        }
+        @for figure in &out { (figure) }
     }
 }
 
-/// Step range query.
+/// One layer's expert-load heatmap, in the figure the chart script redraws on zoom.
+fn heatmap_figure(run: &str, layer: u32, experts: &BTreeMap<u32, &Vec<(u64, f64)>>) -> Markup {
+    let title = format!("Router: expert load, layer {layer}");
+    let svg = chart::heatmap(
+        &title,
+        "expert",
+        &format!("layer {layer}, "),
+        "load",
+        &heatmap_columns(experts),
+    );
+    html! {
+        figure.chart.heatmap data-title=(title)
+            data-heatmap={ "/runs/" (encode_path(run)) "/heatmap/" (layer) } { (PreEscaped(svg)) }
+    }
+}
+
+/// `GET /runs/{run}/heatmap/{layer}?from=&to=`: one layer's expert-load heatmap over a step
+/// range, as SVG (what the chart script swaps in when the page is zoomed).
+pub async fn heatmap_svg(
+    State(st): State<WebState>,
+    Path((run, layer)): Path<(String, u32)>,
+    Query(q): Query<StepRange>,
+) -> Result<Response, WebError> {
+    let (from, to) = (q.from.unwrap_or(0), q.to.unwrap_or(u64::MAX));
+    if from > to {
+        return Err(WebError::BadRequest(format!(
+            "from={from} is after to={to}"
+        )));
+    }
+    let prefix = format!("train/router/layer_{layer}/expert_load/");
+    let all = series::prefixed_series(&st.index, &st.live, &run, &prefix, from, to).await?;
+    let experts: BTreeMap<u32, &Vec<(u64, f64)>> = all
+        .iter()
+        .filter_map(|(n, pts)| Some((expert_load_component(n)?.1, pts)))
+        .collect();
+    let title = format!("Router: expert load, layer {layer}");
+    if experts.is_empty() {
+        // A 404 that is still a picture: the chart script shows it in place of the old range.
+        let shown_to = if to == u64::MAX {
+            "the end".to_string()
+        } else {
+            to.to_string()
+        };
+        return Ok((
+            axum::http::StatusCode::NOT_FOUND,
+            [
+                (header::CONTENT_TYPE, "image/svg+xml"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            chart::placeholder(
+                &title,
+                &format!("no expert-load points of run {run} in steps {from} to {shown_to}"),
+            ),
+        )
+            .into_response());
+    }
+    let svg = chart::heatmap(
+        &title,
+        "expert",
+        &format!("layer {layer}, "),
+        "load",
+        &heatmap_columns(&experts),
+    );
+    Ok((
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        svg,
+    )
+        .into_response())
+}
+
+/// A step range.
 #[derive(Debug, Default, serde::Deserialize)]
-pub struct RunQuery {
-    /// Which run's charts to show (default: the latest).
-    pub run: Option<String>,
+pub struct StepRange {
     /// First step.
     pub from: Option<u64>,
     /// Last step.
     pub to: Option<u64>,
+}
+
+/// The experiment page's query: the run shown and the chart view.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct RunQuery {
+    /// Which run's charts to show (default: the latest).
+    pub run: Option<String>,
+    /// The chart view (`smooth`, `logy`, `x`, `from`, `to`).
+    #[serde(flatten)]
+    pub view: ViewQuery,
 }
 
 /// One timeline row.
@@ -355,7 +451,7 @@ pub async fn page(
     Path(id): Path<String>,
     Query(q): Query<RunQuery>,
 ) -> Result<Html<Bytes>, WebError> {
-    let (exp, runs, forecasts, status, indexed) = {
+    let (exp, runs, forecasts, status, touched) = {
         let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
         let exp = cat
             .experiments
@@ -373,8 +469,10 @@ pub async fn page(
             .filter_map(|i| cat.forecasts.get(i).cloned())
             .collect();
         let status = exp.status(&cat);
-        (exp, runs, forecasts, status, cat.indexed)
+        let touched = cat.touched(&id);
+        (exp, runs, forecasts, status, touched)
     };
+    let view = q.view.view()?;
     let selected = match &q.run {
         Some(r) => Some(
             runs.iter()
@@ -384,30 +482,62 @@ pub async fn page(
         None => runs.last(),
     };
     let key = format!(
-        "experiment\n{id}\n{}\n{:?}\n{:?}",
+        "experiment\n{id}\n{}\n{}",
         q.run.as_deref().unwrap_or(""),
-        q.from,
-        q.to
+        view.key()
     );
     let stamp = Stamp {
-        indexed,
+        indexed: touched,
         live: selected.and_then(|r| st.live.version(&r.id)),
     };
-    let run_ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
-    if let Some(body) = cached(&st, &key, stamp, Some(&id), &run_ids).await? {
+    // Finished experiments in the default view are kept on disk too (bounded: one file per
+    // experiment and run shown).
+    // (A run the live hub still holds is drawn with the hub's points: memory only.)
+    let on_disk = runs.iter().all(|r| r.status != "running")
+        && stamp.live.is_none()
+        && view == View::default();
+    if let Some(body) = fresh(&st, &key, stamp) {
         return Ok(Html(body));
     }
+    if on_disk {
+        if let Some(body) = st.pages.get(&key, touched).await {
+            st.renders.count(true);
+            st.renders.put(key, body.clone(), stamp);
+            return Ok(Html(body));
+        }
+    }
+    st.renders.count(false);
+    let flops_per_token = exp.spec.as_ref().map(|s| s.flops_per_token);
     let charts_markup = match selected {
         Some(r) => {
+            // Read before the points, so a series kept below is never newer than its stamp.
+            let run_touched = match r.status.as_str() {
+                "running" => None,
+                _ => st
+                    .catalog
+                    .read(st.index.pool(), st.blobs.as_ref())
+                    .await?
+                    .touched_runs
+                    .get(&r.id)
+                    .copied(),
+            };
             let all = series::run_series(
                 &st.index,
                 &st.live,
                 &r.id,
-                q.from.unwrap_or(0),
-                q.to.unwrap_or(u64::MAX),
+                view.from.unwrap_or(0),
+                view.to.unwrap_or(u64::MAX),
             )
             .await?;
-            Some(charts(&all))
+            // The whole series of a finished run, just read: the page's script asks for them
+            // next (through the series cache).
+            if let (Some(t), None, None) = (run_touched, view.from, view.to) {
+                for (name, pts) in &all {
+                    st.series
+                        .put(&r.id, name, t, std::sync::Arc::new(pts.clone()));
+                }
+            }
+            Some(charts(&r.id, &all, &view, flops_per_token))
         }
         None => None,
     };
@@ -457,7 +587,8 @@ pub async fn page(
             section #charts-section {
                 h2 { "Charts: " (r.id) }
                 p.meta { "Hover a line for step and value. " a href={ "/live/" (encode_path(&r.id)) } { "Follow live" } " · " a href={ "/api/v1/runs/" (encode_path(&r.id)) "/metrics" } { "metrics as JSON" } }
-                div #charts { (c) }
+                (controls::form(&view, &[("run", r.id.as_str())]))
+                div #charts data-live=[(r.status == "running").then(|| live_list(&r.id))] { (c) }
             }
         }
         section.spec {
@@ -495,71 +626,28 @@ pub async fn page(
             }
         }
     };
-    let page = Bytes::from(frame(&title, Nav::Experiments, false, body).into_string());
+    let page = Bytes::from(frame(&title, Nav::Experiments, true, body).into_string());
     if complete {
+        if on_disk {
+            st.pages.put(&key, touched, &page).await;
+        }
         st.renders.put(key, page.clone(), stamp);
     }
     Ok(Html(page))
 }
 
-/// The body kept under `key` if it is still what a rendering at `now` would give: the same
-/// live version, and no entry about `experiment` or `runs` indexed since it was drawn (one
-/// indexed query, run only when the index has grown since). Counts the hit or miss.
-async fn cached(
-    st: &WebState,
-    key: &str,
-    now: Stamp,
-    experiment: Option<&str>,
-    runs: &[&str],
-) -> Result<Option<Bytes>, WebError> {
-    let fresh = match st.renders.get(key) {
-        Some((body, was)) if was == now => Some(body),
-        Some((body, was)) if was.live == now.live && was.indexed < now.indexed => {
-            if touched_since(st, was.indexed, experiment, runs).await? {
-                None
-            } else {
-                st.renders.restamp(key, was, now);
-                Some(body)
-            }
-        }
-        _ => None,
-    };
-    st.renders.count(fresh.is_some());
-    Ok(fresh)
-}
-
-/// Whether an entry about `experiment` or one of `runs` has index `from` or more.
-async fn touched_since(
-    st: &WebState,
-    from: u64,
-    experiment: Option<&str>,
-    runs: &[&str],
-) -> Result<bool, WebError> {
-    let mut about = Vec::new();
-    let mut n = 1;
-    if experiment.is_some() {
-        n += 1;
-        about.push(format!("experiment = ${n}"));
+/// The body kept in memory under `key` if it was drawn at `now`: the same last entry about
+/// what it shows (from the catalog, so no query) and the same live version. Counts only hits;
+/// the caller counts a miss once it has looked everywhere.
+fn fresh(st: &WebState, key: &str, now: Stamp) -> Option<Bytes> {
+    let found = st
+        .renders
+        .get(key)
+        .and_then(|(body, was)| (was == now).then_some(body));
+    if found.is_some() {
+        st.renders.count(true);
     }
-    if !runs.is_empty() {
-        let list: Vec<String> = (0..runs.len()).map(|i| format!("${}", n + 1 + i)).collect();
-        about.push(format!("run IN ({})", list.join(", ")));
-    }
-    if about.is_empty() {
-        return Ok(false);
-    }
-    let sql = format!(
-        "SELECT idx FROM entries WHERE idx >= $1 AND ({}) LIMIT 1",
-        about.join(" OR ")
-    );
-    let mut q = sqlx::query(&sql).bind(from.min(i64::MAX as u64) as i64);
-    if let Some(x) = experiment {
-        q = q.bind(x.to_string());
-    }
-    for r in runs {
-        q = q.bind(r.to_string());
-    }
-    Ok(q.fetch_optional(st.index.pool()).await?.is_some())
+    found
 }
 
 /// `GET /runs/{run}`: the run's experiment page with the run selected.
@@ -582,51 +670,83 @@ pub async fn run_page(
             query(&[("run", &run)])
         ))
         .into_response()),
-        None => Ok(live_page(State(st), Path(run)).await?.into_response()),
+        None => Ok(live_page(State(st), Path(run), Query(ViewQuery::default()))
+            .await?
+            .into_response()),
     }
 }
 
 /// The live page's chart block; kept in the render cache like the experiment page, so a
-/// thousand viewers re-fetching it after each live point cost one drawing per point.
-async fn live_markup(st: &WebState, run: &str) -> Result<Bytes, WebError> {
-    let key = format!("live\n{run}");
+/// thousand viewers opening it between two live points cost one drawing.
+async fn live_markup(
+    st: &WebState,
+    run: &str,
+    view: &View,
+    flops_per_token: Option<f64>,
+) -> Result<Bytes, WebError> {
+    let key = format!("live\n{run}\n{}", view.key());
     let stamp = Stamp {
         indexed: st
             .catalog
             .read(st.index.pool(), st.blobs.as_ref())
             .await?
-            .indexed,
+            .touched_runs
+            .get(run)
+            .copied()
+            .unwrap_or(0),
         live: st.live.version(run),
     };
-    if let Some(body) = cached(st, &key, stamp, None, &[run]).await? {
+    if let Some(body) = fresh(st, key.as_str(), stamp) {
         return Ok(body);
     }
-    let all = series::run_series(&st.index, &st.live, run, 0, u64::MAX).await?;
+    st.renders.count(false);
+    let all = series::run_series(
+        &st.index,
+        &st.live,
+        run,
+        view.from.unwrap_or(0),
+        view.to.unwrap_or(u64::MAX),
+    )
+    .await?;
     let last_step = all.values().filter_map(|p| p.last().map(|x| x.0)).max();
-    let points: usize = all.values().map(Vec::len).sum();
     let markup = html! {
         p.live-status {
             "latest step " span #last-step { (last_step.map(|s| s.to_string()).unwrap_or_else(|| "–".into())) }
-            " · " span #point-count { (points) } " points"
         }
-        (charts(&all))
+        (charts(run, &all, view, flops_per_token))
     };
     let body = Bytes::from(markup.into_string());
     st.renders.put(key, body.clone(), stamp);
     Ok(body)
 }
 
-/// `GET /live/{run}`: charts that follow the run as it trains (the live script subscribes to
-/// `/api/v1/runs/{run}/live` and refreshes `/live/{run}/charts`).
+/// The `data-live` list of runs the chart script follows over SSE.
+pub(crate) fn live_list(run: &str) -> String {
+    serde_json::to_string(&[run]).unwrap_or_else(|_| "[]".into())
+}
+
+/// `GET /live/{run}`: charts that follow the run as it trains (the chart script subscribes to
+/// `/api/v1/runs/{run}/live` and appends each point to its chart in place).
 pub async fn live_page(
     State(st): State<WebState>,
     Path(run): Path<String>,
+    Query(q): Query<ViewQuery>,
 ) -> Result<Markup, WebError> {
-    let (known, status, experiment) = {
+    let view = q.view()?;
+    let (known, status, experiment, flops_per_token) = {
         let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
         match cat.runs.get(&run) {
-            Some(r) => (true, r.status.clone(), r.experiment.clone()),
-            None => (false, String::new(), None),
+            Some(r) => (
+                true,
+                r.status.clone(),
+                r.experiment.clone(),
+                r.experiment
+                    .as_ref()
+                    .and_then(|x| cat.experiments.get(x))
+                    .and_then(|e| e.spec.as_ref())
+                    .map(|s| s.flops_per_token),
+            ),
+            None => (false, String::new(), None, None),
         }
     };
     let live = st.live.recent(&run);
@@ -636,25 +756,18 @@ pub async fn live_page(
     let status =
         live.and_then(|l| l.status)
             .unwrap_or(if known { status } else { "running".into() });
-    let inner = live_markup(&st, &run).await?;
+    let inner = live_markup(&st, &run, &view, flops_per_token).await?;
     let inner = PreEscaped(String::from_utf8_lossy(&inner).into_owned());
     let body = html! {
         h1 { "Live: " (run) " " span #run-status { (status_badge(&status)) } }
         @if let Some(x) = &experiment { p.meta { "experiment " a href=(experiment_href(x)) { (x) } } }
         p.meta #live-note { "Updates arrive over Server-Sent Events; without JavaScript, reload the page." }
-        div #live data-run=(run) data-events={ "/api/v1/runs/" (encode_path(&run)) "/live" } data-charts={ "/live/" (encode_path(&run)) "/charts" } {
+        (controls::form(&view, &[]))
+        div #live data-live=(live_list(&run)) {
             (inner)
         }
     };
     Ok(frame(&format!("Live {run}"), Nav::Other, true, body))
-}
-
-/// `GET /live/{run}/charts`: the live page's chart block alone (for the live script).
-pub async fn live_charts(
-    State(st): State<WebState>,
-    Path(run): Path<String>,
-) -> Result<Html<Bytes>, WebError> {
-    Ok(Html(live_markup(&st, &run).await?))
 }
 
 #[cfg(test)]

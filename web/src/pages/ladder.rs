@@ -254,8 +254,9 @@ pub async fn page(State(st): State<WebState>) -> Result<Markup, WebError> {
                 markers: false,
             });
         }
-        charts.push(chart::line_chart(
-            &format!("{} against training compute", l.metric),
+        let title = format!("{} against training compute", l.metric);
+        let svg = chart::line_chart(
+            &title,
             &lines,
             &Axes {
                 x_desc: "FLOPs".into(),
@@ -264,7 +265,8 @@ pub async fn page(State(st): State<WebState>) -> Result<Markup, WebError> {
                 log_y: true,
                 x_range: None,
             },
-        ));
+        );
+        charts.push(points_figure(&title, &l.metric, &lines, &svg));
     }
     let body = html! {
         h1 { "Scaling ladder" }
@@ -273,7 +275,7 @@ pub async fn page(State(st): State<WebState>) -> Result<Markup, WebError> {
         @for (l, svg) in all.iter().zip(&charts) {
             section.ladder {
                 h2 { code { (l.metric) } }
-                figure.chart { (PreEscaped(svg)) }
+                (svg)
                 @if let Some(law) = l.law {
                     p { "Fitted: E = " (num(Some(law.e))) ", A = " (num(Some(law.a))) ", α = " (num(Some(law.alpha))) }
                 }
@@ -302,7 +304,26 @@ pub async fn page(State(st): State<WebState>) -> Result<Markup, WebError> {
             }
         }
     };
-    Ok(frame("Ladder", Nav::Ladder, false, body))
+    Ok(frame("Ladder", Nav::Ladder, true, body))
+}
+
+/// A log-log chart whose points are in the page (`data-points`): the chart script draws it with
+/// uPlot (zoom by dragging, double-click to reset, values under the cursor) over the SVG.
+fn points_figure(title: &str, unit: &str, lines: &[Line], svg: &str) -> Markup {
+    let data: Vec<Value> = lines
+        .iter()
+        .map(|l| {
+            serde_json::json!({
+                "label": l.label,
+                "markers": l.markers,
+                "points": l.points.iter().filter(|p| p.0.is_finite() && p.1.is_finite()).map(|p| [p.0, p.1]).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    html! {
+        figure.chart data-title=(title) data-unit=(unit) data-x="FLOPs" data-log="1"
+            data-points=(Value::Array(data).to_string()) { (PreEscaped(svg)) }
+    }
 }
 
 #[cfg(test)]

@@ -3,12 +3,14 @@
 //!
 //! One file per page family: `experiments` (the list and negative results), `experiment`
 //! (one experiment, its charts, and the Live page), `compare`, `ladder`, `data`, `ledger`.
-//! This file holds the page frame, the routes, the two static assets (stylesheet and the live
-//! script, served from `/assets/` so the Content-Security-Policy can forbid inline code), and
-//! the small formatting pieces pages share. Pages read through `catalog` and `series`; they
-//! never write.
+//! This file holds the page frame, the routes and the small formatting pieces pages share; the
+//! stylesheet and scripts are in `assets` (served from `/assets/`, so the
+//! Content-Security-Policy can forbid inline code). Pages read through `catalog` and `series`;
+//! they never write.
 
+pub mod assets;
 pub mod compare;
+pub mod controls;
 pub mod data;
 pub mod experiment;
 pub mod experiments;
@@ -16,15 +18,10 @@ pub mod ladder;
 pub mod ledger;
 
 use axum::Router;
-use axum::http::header;
-use axum::response::IntoResponse;
 use axum::routing::get;
 use maud::{DOCTYPE, Markup, html};
 
 use crate::WebState;
-
-const STYLE: &str = include_str!("../../assets/style.css");
-const LIVE_JS: &str = include_str!("../../assets/live.js");
 
 /// The page routes.
 pub fn routes() -> Router<WebState> {
@@ -34,34 +31,24 @@ pub fn routes() -> Router<WebState> {
         .route("/experiments/{*id}", get(experiment::page))
         .route("/runs/{run}", get(experiment::run_page))
         .route("/live/{run}", get(experiment::live_page))
-        .route("/live/{run}/charts", get(experiment::live_charts))
+        .route("/runs/{run}/heatmap/{layer}", get(experiment::heatmap_svg))
         .route("/compare", get(compare::page))
         .route("/ladder", get(ladder::page))
         .route("/data", get(data::page))
         .route("/negative", get(experiments::negative_page))
         .route("/ledger", get(ledger::page))
-        .route("/assets/style.css", get(style))
-        .route("/assets/live.js", get(live_js))
+        .merge(assets::routes())
 }
 
-async fn style() -> impl IntoResponse {
-    (
-        [
-            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
-            (header::CACHE_CONTROL, "public, max-age=300"),
-        ],
-        STYLE,
-    )
-}
-
-async fn live_js() -> impl IntoResponse {
-    (
-        [
-            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
-            (header::CACHE_CONTROL, "public, max-age=300"),
-        ],
-        LIVE_JS,
-    )
+/// Which scripts a page loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scripts {
+    /// None: the page is static.
+    None,
+    /// uPlot and the chart script.
+    Charts,
+    /// The charts and the parallel-coordinates script (compare).
+    ChartsAndParcoords,
 }
 
 /// Which navigation item is current.
@@ -83,8 +70,18 @@ pub enum Nav {
     Other,
 }
 
-/// The page frame: head, navigation, body.
-pub fn frame(title: &str, nav: Nav, scripts: bool, body: Markup) -> Markup {
+/// The page frame: head, navigation, body; with the chart scripts when `charts`.
+pub fn frame(title: &str, nav: Nav, charts: bool, body: Markup) -> Markup {
+    let scripts = if charts {
+        Scripts::Charts
+    } else {
+        Scripts::None
+    };
+    frame_with(title, nav, scripts, body)
+}
+
+/// The page frame with the given scripts.
+pub fn frame_with(title: &str, nav: Nav, scripts: Scripts, body: Markup) -> Markup {
     let item = |n: Nav, href: &str, text: &str| {
         html! { a href=(href) class=[(n == nav).then_some("current")] { (text) } }
     };
@@ -95,8 +92,13 @@ pub fn frame(title: &str, nav: Nav, scripts: bool, body: Markup) -> Markup {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · glassbox" }
-                link rel="stylesheet" href="/assets/style.css";
-                @if scripts { script src="/assets/live.js" defer {} }
+                @if scripts != Scripts::None { link rel="stylesheet" href=(assets::UPLOT_CSS); }
+                link rel="stylesheet" href=(assets::STYLE_CSS);
+                @if scripts != Scripts::None {
+                    script src=(assets::UPLOT_JS) defer {}
+                    script src=(assets::CHARTS_JS) defer {}
+                }
+                @if scripts == Scripts::ChartsAndParcoords { script src=(assets::PARCOORDS_JS) defer {} }
             }
             body {
                 header {

@@ -1,8 +1,9 @@
 //! Real-browser end-to-end test: headless Chromium driven over WebDriver (fantoccini) against a
 //! real server on 127.0.0.1: load the experiments page, open an experiment, see the loss chart
-//! SVG render, watch a live run add points over Server-Sent Events while the test publishes
-//! into the `LiveHub`, and open a compare view by ticking runs. Screenshots of each page go to
-//! `target/screenshots/*.png`.
+//! drawn (uPlot over the server's SVG), watch a live run add points over Server-Sent Events
+//! while the test publishes into the `LiveHub`, and open a compare view by ticking runs.
+//! Screenshots of each page go to `target/screenshots/*.png`. The harness here ([`Browser`])
+//! is shared with the interactive-chart suite (`charts`).
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them). The test starts
 //! `chromedriver` itself on a free port (`GLASSBOX_CHROMEDRIVER` overrides the binary) and
@@ -48,14 +49,14 @@ fn screenshots_dir() -> PathBuf {
     dir
 }
 
-async fn shot(c: &Client, name: &str) {
+pub(crate) async fn shot(c: &Client, name: &str) {
     let png = c.screenshot().await.unwrap();
     std::fs::write(screenshots_dir().join(format!("{name}.png")), png).unwrap();
 }
 
 /// Polls `check` every 100 ms until it yields `Some`, for at most [`WAIT`]; the page updates
 /// asynchronously (SSE, fetch), so there is no event to wait on from outside the browser.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub(crate) async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -70,62 +71,112 @@ where
     }
 }
 
-async fn text_of(c: &Client, css: &str) -> Option<String> {
+pub(crate) async fn text_of(c: &Client, css: &str) -> Option<String> {
     c.find(Locator::Css(css)).await.ok()?.text().await.ok()
+}
+
+/// A real server on 127.0.0.1 serving `state`, and chromedriver on a free port.
+pub(crate) struct Browser {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    driver_port: u16,
+    driver: tokio::process::Child,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<Result<(), glassbox_web::WebError>>>,
+}
+
+impl Browser {
+    /// Serves `state` and starts chromedriver.
+    pub async fn start(state: glassbox_web::WebState) -> Browser {
+        let driver_bin = chromedriver();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(glassbox_web::serve_on(
+            listener,
+            state,
+            Default::default(),
+            async {
+                let _ = stop_rx.await;
+            },
+        ));
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = tokio::process::Command::new(&driver_bin)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", driver_bin.display()));
+        eventually("chromedriver to listen", || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()
+        })
+        .await;
+        Browser {
+            base: format!("http://{addr}"),
+            driver_port: port,
+            driver,
+            stop: Some(stop_tx),
+            server: Some(server),
+        }
+    }
+
+    /// A headless Chromium session, with JavaScript or without.
+    pub async fn session(&self, javascript: bool) -> Client {
+        let mut args = vec![
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,1400",
+            "--hide-scrollbars",
+        ];
+        if !javascript {
+            args.push("--blink-settings=scriptEnabled=false");
+        }
+        let mut opts = serde_json::json!({ "args": args });
+        if std::path::Path::new("/usr/bin/chromium").is_file() {
+            opts["binary"] = "/usr/bin/chromium".into();
+        }
+        let mut caps = serde_json::Map::new();
+        caps.insert("goog:chromeOptions".into(), opts);
+        ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{}", self.driver_port))
+            .await
+            .expect("a WebDriver session with headless Chromium")
+    }
+
+    /// Stops chromedriver and the server (gracefully, within 10 s).
+    pub async fn stop(mut self) {
+        let _ = self.driver.kill().await;
+        if let Some(stop) = self.stop.take() {
+            stop.send(()).unwrap();
+        }
+        if let Some(server) = self.server.take() {
+            tokio::time::timeout(Duration::from_secs(10), server)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn browser_follows_experiments_charts_live_updates_and_compare() {
-    let driver_bin = chromedriver();
     let fx = crate::fixture::build().await;
     let state = fx.state();
     let live = state.live.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(glassbox_web::serve_on(
-        listener,
-        state,
-        Default::default(),
-        async {
-            let _ = stop_rx.await;
-        },
-    ));
-    let base = format!("http://{addr}");
-
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut driver = tokio::process::Command::new(&driver_bin)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", driver_bin.display()));
-    eventually("chromedriver to listen", || async {
-        tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .ok()
-    })
-    .await;
-
-    let mut opts = serde_json::json!({
-        "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1280,1400", "--hide-scrollbars"]
-    });
-    if std::path::Path::new("/usr/bin/chromium").is_file() {
-        opts["binary"] = "/usr/bin/chromium".into();
-    }
-    let mut caps = serde_json::Map::new();
-    caps.insert("goog:chromeOptions".into(), opts);
-    let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{port}"))
-        .await
-        .expect("a WebDriver session with headless Chromium");
+    let browser = Browser::start(state).await;
+    let base = browser.base.clone();
+    let c = browser.session(true).await;
 
     // 1. Experiments list.
     c.goto(&format!("{base}/experiments")).await.unwrap();
@@ -140,7 +191,8 @@ async fn browser_follows_experiments_charts_live_updates_and_compare() {
     assert!(body.contains("<script>alert('title')</script>"), "{body}");
     shot(&c, "experiments").await;
 
-    // 2. Open an experiment; the loss chart renders as an SVG with a drawn line.
+    // 2. Open an experiment; the loss chart is drawn by uPlot over the server's SVG (which stays
+    // in the page, with its hover titles, for readers without JavaScript).
     c.find(Locator::Css("a[href='/experiments/acme/lab%231']"))
         .await
         .unwrap()
@@ -148,9 +200,11 @@ async fn browser_follows_experiments_charts_live_updates_and_compare() {
         .await
         .unwrap();
     let loss = eventually("the loss chart", || async {
-        c.find(Locator::Css("figure.chart[data-title^='Loss'] svg"))
-            .await
-            .ok()
+        c.find(Locator::Css(
+            "figure.chart.interactive[data-title^='Loss'] .uplot canvas",
+        ))
+        .await
+        .ok()
     })
     .await;
     let (_, _, w, h) = loss.rectangle().await.unwrap();
@@ -210,19 +264,27 @@ async fn browser_follows_experiments_charts_live_updates_and_compare() {
         (text_of(&c, "#last-step").await.as_deref() == Some("40")).then_some(())
     })
     .await;
-    eventually("the redrawn chart to include step 40", || async {
-        let titles = c
-            .find_all(Locator::Css("#live circle.hp title"))
+    // Each point is appended to the drawn chart's data in place (no block re-fetch).
+    eventually("the chart to include step 40", || async {
+        let last = c
+            .execute(
+                "const ch = (window.glassboxCharts || []).find(c => c.lines.some(l => l.name === 'train/loss'));\
+                 return ch && ch.plot ? ch.plot.data[0][ch.plot.data[0].length - 1] : null;",
+                vec![],
+            )
             .await
             .ok()?;
-        for t in titles {
-            if t.html(true).await.ok()?.contains("step 40,") {
-                return Some(());
-            }
-        }
-        None
+        (last.as_f64() == Some(40.0)).then_some(())
     })
     .await;
+    let fetched = c
+        .execute(
+            "return performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes('/live/run-live')).length",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(fetched.as_u64(), Some(0), "no chart block was re-fetched");
     live.publish(LiveEvent::Status {
         run: "run-live".into(),
         status: "succeeded".into(),
@@ -252,7 +314,11 @@ async fn browser_follows_experiments_charts_live_updates_and_compare() {
         .await
         .unwrap();
     eventually("the compare chart", || async {
-        c.find(Locator::Css("#compare-chart svg")).await.ok()
+        c.find(Locator::Css(
+            "#compare-charts figure.chart.interactive canvas",
+        ))
+        .await
+        .ok()
     })
     .await;
     let url = c.current_url().await.unwrap();
@@ -268,15 +334,18 @@ async fn browser_follows_experiments_charts_live_updates_and_compare() {
         ("/negative", "negative"),
     ] {
         c.goto(&format!("{base}{page}")).await.unwrap();
+        if name == "ladder" {
+            // The log-log fit is drawn by uPlot from the points in the page.
+            eventually("the ladder chart", || async {
+                c.find(Locator::Css("figure.chart.interactive[data-points] canvas"))
+                    .await
+                    .ok()
+            })
+            .await;
+        }
         shot(&c, name).await;
     }
 
     c.close().await.unwrap();
-    let _ = driver.kill().await;
-    stop_tx.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), server)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    browser.stop().await;
 }

@@ -125,15 +125,70 @@ async fn pages_render_and_escape_proposer_text() {
 
     let live = ok(&st, "/live/run-1").await;
     assert!(
-        live.contains("/assets/live.js")
-            && live.contains("data-events=\"/api/v1/runs/run-1/live\"")
+        live.contains("/assets/charts.js") && live.contains("data-live=\"[&quot;run-1&quot;]\""),
+        "{live}"
     );
-    assert!(ok(&st, "/live/run-1/charts").await.contains("<svg"));
+    assert!(live.contains("<svg") && live.contains("data-series="));
     assert_eq!(get(&st, "/live/nope").await.0, StatusCode::NOT_FOUND);
+    // The chart controls are in the URL; a bad one names the field.
+    let view = ok(
+        &st,
+        "/experiments/acme/lab%231?logy=1&smooth=0.6&x=flops&from=10&to=200",
+    )
+    .await;
+    assert!(
+        view.contains("name=\"logy\" value=\"1\" checked"),
+        "log-y ticked"
+    );
+    assert!(view.contains("<option value=\"flops\" selected>"));
+    assert!(view.contains("data-flops-per-token") || view.contains("flops_per_token"));
+    let (status, _, body) = get(&st, "/experiments/acme/lab%231?x=epochs").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body.contains("x=\"epochs\"") && body.contains("flops"),
+        "{body}"
+    );
+    // An expert-load heatmap for a step range, with the layer in its hover values.
+    let (status, h, svg) = get(&st, "/runs/run-1/heatmap/0?from=100&to=200").await;
+    assert_eq!(status, StatusCode::OK, "{svg}");
+    assert_eq!(h["content-type"], "image/svg+xml");
+    assert!(
+        svg.contains("<title>layer 0, expert 3, steps 100-"),
+        "{svg}"
+    );
+    let (status, h, svg) = get(&st, "/runs/run-1/heatmap/7").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(h["content-type"], "image/svg+xml");
+    assert!(
+        svg.contains("no expert-load points of run run-1 in steps 0 to the end"),
+        "{svg}"
+    );
 
     let cmp = ok(&st, "/compare?run=run-1&run=run-2").await;
     assert!(cmp.contains("model.d_model") && cmp.contains(">64<") && cmp.contains(">32<"));
     assert!(cmp.contains("<title>run-2: step"));
+    // Final metrics with the best (lowest) train/loss marked: run-1's.
+    let best = format!(
+        "{} ★",
+        glassbox_web::pages::num(Some(crate::fixture::loss_at(300)))
+    );
+    assert!(cmp.contains(&best), "{cmp}");
+    assert_eq!(
+        cmp.matches(" ★</td>").count(),
+        2,
+        "train/loss and eval/markov/loss"
+    );
+    assert!(cmp.contains("id=\"parcoords\"") && cmp.contains("model.d_model"));
+    let two = ok(
+        &st,
+        "/compare?run=run-1&run=run-2&metric=train%2Floss&metric=grad%2Fnorm%2Ftotal",
+    )
+    .await;
+    assert_eq!(
+        two.matches("<figure class=\"chart\"").count(),
+        2,
+        "one chart per metric"
+    );
     assert!(ok(&st, "/compare").await.contains("Pick 2 to 8 runs"));
     let nine = (0..9)
         .map(|i| format!("run=r{i}"))
@@ -165,8 +220,128 @@ async fn pages_render_and_escape_proposer_text() {
             .unwrap()
             .starts_with("text/css")
     );
-    let js = get(&st, "/assets/live.js").await;
-    assert!(js.2.contains("EventSource"));
+    let js = get(&st, "/assets/charts.js").await;
+    assert!(js.2.contains("EventSource") && js.2.contains("uPlot"));
+    assert_eq!(js.1["cache-control"], "public, max-age=300");
+    for vendor in [
+        glassbox_web::pages::assets::UPLOT_JS,
+        glassbox_web::pages::assets::UPLOT_CSS,
+    ] {
+        let (status, h, body) = get(&st, vendor).await;
+        assert_eq!(status, StatusCode::OK, "{vendor}");
+        assert_eq!(h["cache-control"], "public, max-age=31536000, immutable");
+        assert!(body.contains("uplot"), "{vendor}");
+    }
+}
+
+/// Every attribute name of every tag in `html` (a small scanner: quotes respected).
+fn tags(html: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let b = html.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'<' && i + 1 < b.len() && b[i + 1].is_ascii_alphabetic() {
+            let mut j = i + 1;
+            while j < b.len() && !b[j].is_ascii_whitespace() && b[j] != b'>' && b[j] != b'/' {
+                j += 1;
+            }
+            let name = html[i + 1..j].to_ascii_lowercase();
+            let mut attrs = Vec::new();
+            loop {
+                while j < b.len() && (b[j].is_ascii_whitespace() || b[j] == b'/') {
+                    j += 1;
+                }
+                if j >= b.len() || b[j] == b'>' {
+                    break;
+                }
+                let start = j;
+                while j < b.len() && !b"= \t\n>/".contains(&b[j]) {
+                    j += 1;
+                }
+                let attr = html[start..j].to_ascii_lowercase();
+                let mut value = String::new();
+                if j < b.len() && b[j] == b'=' {
+                    j += 1;
+                    if j < b.len() && (b[j] == b'"' || b[j] == b'\'') {
+                        let q = b[j];
+                        let vs = j + 1;
+                        j = vs;
+                        while j < b.len() && b[j] != q {
+                            j += 1;
+                        }
+                        value = html[vs..j.min(b.len())].to_string();
+                        j += 1;
+                    } else {
+                        let vs = j;
+                        while j < b.len() && !b[j].is_ascii_whitespace() && b[j] != b'>' {
+                            j += 1;
+                        }
+                        value = html[vs..j].to_string();
+                    }
+                }
+                attrs.push((attr, value));
+            }
+            out.push((name, attrs));
+            i = j;
+        }
+        i += 1;
+    }
+    out
+}
+
+#[tokio::test]
+async fn no_page_has_inline_script_or_style() {
+    let fx = crate::fixture::build().await;
+    let st = fx.state();
+    for uri in [
+        "/",
+        "/experiments?tag=tiny",
+        "/experiments/acme/lab%231",
+        "/experiments/acme/lab%231?run=run-1&logy=1&smooth=0.5&x=flops&from=5&to=250",
+        "/experiments/acme/lab%232",
+        "/live/run-1",
+        "/compare",
+        "/compare?run=run-1&run=run-2&metric=train%2Floss&metric=grad%2Fnorm%2Ftotal",
+        "/ladder",
+        "/data",
+        "/negative",
+        "/ledger",
+        "/runs/run-1/heatmap/0",
+    ] {
+        let body = ok(&st, uri).await;
+        let tags = tags(&body);
+        assert!(tags.len() > 3, "{uri}: parsed");
+        let mut scripts = 0;
+        for (name, attrs) in &tags {
+            assert_ne!(name, "style", "{uri}: a <style> element");
+            for (a, v) in attrs {
+                assert_ne!(a, "style", "{uri}: a style attribute on <{name}>");
+                assert!(
+                    !(a.starts_with("on") && a.len() > 2),
+                    "{uri}: an inline handler {a} on <{name}>"
+                );
+                assert!(
+                    !v.trim_start()
+                        .to_ascii_lowercase()
+                        .starts_with("javascript:"),
+                    "{uri}: a javascript: URL"
+                );
+            }
+            if name == "script" {
+                scripts += 1;
+                let src = attrs.iter().find(|(a, _)| a == "src").map(|(_, v)| v);
+                assert!(
+                    src.is_some_and(|s| s.starts_with("/assets/")),
+                    "{uri}: a script that is not one of ours: {attrs:?}"
+                );
+            }
+        }
+        // Every script element is empty: `<script src=...></script>`.
+        assert_eq!(body.matches("></script>").count(), scripts, "{uri}");
+        if uri.starts_with("/experiments/") || uri.starts_with("/live/") {
+            assert!(scripts >= 2, "{uri}: uPlot and the chart script");
+        }
+    }
 }
 
 #[tokio::test]
@@ -322,6 +497,7 @@ async fn openapi_lists_every_api_route() {
         "/api/v1/runs/{run}",
         "/api/v1/runs/{run}/metrics",
         "/api/v1/runs/{run}/metrics/{name}",
+        "/api/v1/runs/{run}/series",
         "/api/v1/runs/{run}/live",
         "/api/v1/entries",
         "/api/v1/entries/{idx}",
@@ -526,7 +702,7 @@ async fn sse_streams_the_runs_live_events_only() {
     assert!(text.contains("event: status"));
     assert!(!text.contains("\"other\""));
     // The live point is also drawn on the run's live page.
-    let charts = ok(&st, "/live/run-7/charts").await;
+    let charts = ok(&st, "/live/run-7").await;
     assert!(
         charts.contains("<title>train/loss: step 5, value 2.50000</title>"),
         "{charts}"
@@ -641,7 +817,7 @@ async fn cached_pages_follow_live_points_and_new_entries() {
     });
     let live = ok(&st, uri).await;
     assert!(live.contains("<title>train/loss: step 987654, value 1.25000</title>"));
-    assert!(ok(&st, "/live/run-1/charts").await.contains("step 987654"));
+    assert!(ok(&st, "/live/run-1").await.contains("step 987654"));
 
     // An entry about another experiment: the index grew, the cached page still holds.
     let other = append(
@@ -687,4 +863,143 @@ async fn cached_pages_follow_live_points_and_new_entries() {
     assert!(after.contains(&format!("/api/v1/entries/{mine}/proof")));
     let m = ok(&st, "/metrics").await;
     assert_eq!(render_cache_count(&m, "miss"), misses + 1, "drawn again");
+}
+
+#[tokio::test]
+async fn finished_pages_are_drawn_once_and_then_read_from_disk() {
+    let fx = crate::fixture::build().await;
+    let uri = "/experiments/acme/lab%231?run=run-1";
+    let first = ok(&fx.state(), uri).await;
+    let cache = fx.lab.root().join("web-cache");
+    let files = |dir: &std::path::Path| -> usize {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| std::fs::read_dir(e.path()).map(|f| f.count()).unwrap_or(0))
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
+    assert_eq!(files(&cache), 1, "one page written");
+    // A new server (nothing in memory) reads the page from disk instead of drawing it.
+    let st = fx.state();
+    assert_eq!(ok(&st, uri).await, first);
+    let m = ok(&st, "/metrics").await;
+    assert!(
+        m.contains("glassbox_page_cache_reads_total{result=\"hit\"} 1")
+            && m.contains("glassbox_page_cache_writes_total 0"),
+        "{m}"
+    );
+    // Other views are drawn, not written: the files stay one per page of a finished run.
+    let _ = ok(&st, "/experiments/acme/lab%231?run=run-1&logy=1&from=3").await;
+    assert_eq!(files(&cache), 1);
+    // An entry about the experiment: drawn again, written again, in place.
+    let mine = append(
+        &fx,
+        vec![(
+            Some("acme/lab#1"),
+            glassbox_schemas::record::ArtifactBody {
+                name: "notes.txt".into(),
+                bytes: 0,
+                run: Some(glassbox_schemas::RunId("run-1".into())),
+            },
+        )],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let st = fx.state();
+    let after = ok(&st, uri).await;
+    assert!(after.contains(&format!("/api/v1/entries/{mine}/proof")));
+    assert_eq!(files(&cache), 1);
+    assert!(
+        ok(&st, "/metrics")
+            .await
+            .contains("glassbox_page_cache_writes_total 1")
+    );
+    // Without a cache directory nothing is written.
+    let none = fx.state().with_page_cache(None);
+    let _ = ok(&none, "/experiments/acme/lab%232").await;
+    assert_eq!(files(&cache), 1);
+}
+
+#[tokio::test]
+async fn a_finished_runs_series_is_read_once_for_all_its_ranges() {
+    let fx = crate::fixture::build().await;
+    let st = fx.state();
+    let whole = json(
+        &st,
+        "/api/v1/runs/run-1/metrics/train/loss?max_points=100000",
+    )
+    .await;
+    assert_eq!(whole["total_points"], 300);
+    let m = ok(&st, "/metrics").await;
+    assert!(m.contains("glassbox_series_cache_points 300\n"), "{m}");
+    // A range of the kept series, every point when the range is narrower than asked for.
+    let part = json(
+        &st,
+        "/api/v1/runs/run-1/metrics/train/loss?from=140&to=160&max_points=500",
+    )
+    .await;
+    assert_eq!(part["total_points"], 21);
+    let pts = part["points"].as_array().unwrap();
+    assert_eq!(pts.len(), 21);
+    assert_eq!(pts[0][0], 140);
+    assert_eq!(pts[0][1], crate::fixture::loss_at(140));
+    // Several metrics in one request, in the order asked; one without points in the range.
+    let batch = json(
+        &st,
+        "/api/v1/runs/run-1/series?name=grad%2Fnorm%2Ftotal&name=train%2Floss&name=nope&from=100&to=199&max_points=10",
+    )
+    .await;
+    let series = batch["series"].as_array().unwrap();
+    assert_eq!(series.len(), 3);
+    assert_eq!(series[0]["name"], "grad/norm/total");
+    assert_eq!(series[0]["total_points"], 100);
+    assert_eq!(series[0]["points"].as_array().unwrap().len(), 10);
+    assert!(
+        series[0]["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p[0] == 150 && p[1] == 9.0),
+        "the spike survives downsampling"
+    );
+    assert_eq!(series[1]["name"], "train/loss");
+    assert_eq!(
+        (
+            series[2]["name"].as_str(),
+            series[2]["total_points"].as_u64()
+        ),
+        (Some("nope"), Some(0))
+    );
+    for (bad, says) in [
+        ("/api/v1/runs/run-1/series", "1 to 64"),
+        ("/api/v1/runs/run-1/series?name=a&from=x", "from=\"x\""),
+        ("/api/v1/runs/run-1/series?name=a&from=9&to=3", "after"),
+        (
+            "/api/v1/runs/run-1/series?name=a&colour=red",
+            "unknown parameter",
+        ),
+    ] {
+        let (status, _, body) = get(&st, bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+        assert!(body.contains(says), "{bad}: {body}");
+    }
+    let many = (0..65)
+        .map(|i| format!("name=m{i}"))
+        .collect::<Vec<_>>()
+        .join("&");
+    assert_eq!(
+        get(&st, &format!("/api/v1/runs/run-1/series?{many}"))
+            .await
+            .0,
+        StatusCode::BAD_REQUEST
+    );
+    // More than the hard cap is answered with the cap, not refused.
+    let capped = json(
+        &st,
+        "/api/v1/runs/run-1/metrics/train/loss?max_points=999999999",
+    )
+    .await;
+    assert_eq!(capped["points"].as_array().unwrap().len(), 300);
 }
