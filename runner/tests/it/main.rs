@@ -1,7 +1,9 @@
-//! glassbox-runner's integration tests (gradients per op, training, learning, the kernels'
-//! NVRTC compile), in one test binary.
+//! glassbox-runner's integration tests (gradients per op, training, learning, token shards,
+//! tokenizer interop with Python, the kernels' NVRTC compile), in one test binary.
 
 mod gradcheck;
 mod kernels_nvrtc;
 mod learning;
+mod tokenizer_interop;
+mod tokens;
 mod training;
