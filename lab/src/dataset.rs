@@ -7,7 +7,6 @@
 //! generate` samples a built-in seeded Markov source. Tokenizers and token shards are in
 //! [`crate::tokens`]. Not here: how runs sample from corpora (the runner's data pipeline).
 
-
 use glassbox_runner::data::documents::{self, DocumentCounts, DocumentSplitter};
 use glassbox_runner::data::{DataError, MarkovSource};
 use glassbox_schemas::BlobHash;

@@ -87,12 +87,14 @@ pub fn for_each_document(
     match &format {
         CorpusFormat::Parquet { .. } => {
             // Parquet is read from its footer: it needs a file to seek in.
-            let mut tmp = tempfile::tempfile().map_err(LabError::io("cannot create", "a temp file"))?;
+            let mut tmp =
+                tempfile::tempfile().map_err(LabError::io("cannot create", "a temp file"))?;
             std::io::copy(&mut reader, &mut tmp)
                 .map_err(LabError::io("cannot copy", format!("corpus {hash}")))?;
             reader.check(hash)?;
             use std::io::Seek;
-            tmp.rewind().map_err(LabError::io("cannot read", "a temp file"))?;
+            tmp.rewind()
+                .map_err(LabError::io("cannot read", "a temp file"))?;
             documents::read_file(tmp, &name, &format, visit)?;
         }
         _ => {
@@ -260,7 +262,9 @@ pub fn load_tokenizer(rec: &Recorder, hash: &BlobHash) -> Result<TextTokenizer, 
 /// The vocabulary size of stored tokenizer `hash`, from its entry.
 pub fn tokenizer_vocab(rec: &Recorder, hash: &BlobHash) -> Result<Option<u32>, LabError> {
     match rec.tokenizer_entry(hash)? {
-        Some(entry) => Ok(Some(rec.entry(entry)?.body_as::<TokenizerBody>()?.vocab_size)),
+        Some(entry) => Ok(Some(
+            rec.entry(entry)?.body_as::<TokenizerBody>()?.vocab_size,
+        )),
         None => Ok(None),
     }
 }

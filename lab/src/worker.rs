@@ -698,7 +698,15 @@ impl Worker {
         ));
         let resumed = opts.resume.as_ref().map(|_| trainer.step());
         let started = self
-            .record_started(job, run, &spec, trainer.info(), kind.as_str(), resumed, run_data)
+            .record_started(
+                job,
+                run,
+                &spec,
+                trainer.info(),
+                kind.as_str(),
+                resumed,
+                run_data,
+            )
             .await?;
         outbox::push(
             &self.queue,

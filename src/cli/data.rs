@@ -180,94 +180,95 @@ pub fn run(cmd: DataCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     lab_context::runtime()?.block_on(async {
         let ctx = lab_context::open(global, &args, true).await?;
         let rec = ctx.recorder.clone();
-        let (job, json): (Box<dyn FnOnce() -> Result<Done, glassbox_lab::LabError> + Send>, bool) =
-            match cmd {
-                DataCommand::Import {
+        let (job, json): (
+            Box<dyn FnOnce() -> Result<Done, glassbox_lab::LabError> + Send>,
+            bool,
+        ) = match cmd {
+            DataCommand::Import {
+                domain,
+                file,
+                format,
+                text_field,
+                text_column,
+                separator,
+                json,
+            } => {
+                let req = ImportRequest {
                     domain,
+                    format: import_format(&file, format, text_field, text_column, separator),
                     file,
-                    format,
-                    text_field,
-                    text_column,
-                    separator,
+                };
+                (
+                    Box::new(move || dataset::import(&rec, &req).map(Done::Dataset)),
                     json,
-                } => {
-                    let req = ImportRequest {
-                        domain,
-                        format: import_format(&file, format, text_field, text_column, separator),
-                        file,
-                    };
-                    (
-                        Box::new(move || dataset::import(&rec, &req).map(Done::Dataset)),
-                        json,
-                    )
-                }
-                DataCommand::Generate {
-                    domain,
+                )
+            }
+            DataCommand::Generate {
+                domain,
+                seed,
+                bytes,
+                order,
+                alphabet,
+                branching,
+                json,
+            } => {
+                let g = GeneratorSpec {
+                    kind: GeneratorKind::Markov,
                     seed,
-                    bytes,
                     order,
                     alphabet,
                     branching,
-                    json,
-                } => {
-                    let g = GeneratorSpec {
-                        kind: GeneratorKind::Markov,
-                        seed,
-                        order,
-                        alphabet,
-                        branching,
-                    };
-                    (
-                        Box::new(move || {
-                            dataset::generate(&rec, &domain, &g, bytes).map(Done::Dataset)
-                        }),
-                        json,
-                    )
-                }
-                DataCommand::Tokenizer(TokenizerCommand::Train {
-                    vocab,
-                    from,
-                    kind,
-                    json,
-                }) => {
-                    let kind = match kind {
-                        KindArg::Bpe => TrainKind::Bpe,
-                        KindArg::Unigram => TrainKind::Unigram,
-                    };
-                    (
-                        Box::new(move || {
-                            tokens::train_tokenizer(&rec, kind, vocab, &from).map(Done::Tokenizer)
-                        }),
-                        json,
-                    )
-                }
-                DataCommand::Tokenizer(TokenizerCommand::Import {
-                    file,
-                    eod_token,
-                    json,
-                }) => (
+                };
+                (
                     Box::new(move || {
-                        tokens::import_tokenizer(&rec, &file, eod_token.as_deref())
-                            .map(Done::Tokenizer)
+                        dataset::generate(&rec, &domain, &g, bytes).map(Done::Dataset)
                     }),
                     json,
-                ),
-                DataCommand::Tokenize {
-                    corpus,
-                    tokenizer,
-                    json,
-                } => (
+                )
+            }
+            DataCommand::Tokenizer(TokenizerCommand::Train {
+                vocab,
+                from,
+                kind,
+                json,
+            }) => {
+                let kind = match kind {
+                    KindArg::Bpe => TrainKind::Bpe,
+                    KindArg::Unigram => TrainKind::Unigram,
+                };
+                (
                     Box::new(move || {
-                        let progress = |docs: u64, bytes: u64| {
-                            if !json {
-                                eprintln!("  tokenized {docs} documents, {bytes} bytes");
-                            }
-                        };
-                        tokens::tokenize(&rec, &corpus, &tokenizer, &progress).map(Done::Tokenized)
+                        tokens::train_tokenizer(&rec, kind, vocab, &from).map(Done::Tokenizer)
                     }),
                     json,
-                ),
-            };
+                )
+            }
+            DataCommand::Tokenizer(TokenizerCommand::Import {
+                file,
+                eod_token,
+                json,
+            }) => (
+                Box::new(move || {
+                    tokens::import_tokenizer(&rec, &file, eod_token.as_deref()).map(Done::Tokenizer)
+                }),
+                json,
+            ),
+            DataCommand::Tokenize {
+                corpus,
+                tokenizer,
+                json,
+            } => (
+                Box::new(move || {
+                    let progress = |docs: u64, bytes: u64| {
+                        if !json {
+                            eprintln!("  tokenized {docs} documents, {bytes} bytes");
+                        }
+                    };
+                    tokens::tokenize(&rec, &corpus, &tokenizer, &progress).map(Done::Tokenized)
+                }),
+                json,
+            ),
+        };
         let done = match tokio::task::spawn_blocking(job).await? {
             Ok(d) => d,
             Err(e @ (glassbox_lab::LabError::Refused(_) | glassbox_lab::LabError::Data(_))) => {

@@ -27,8 +27,7 @@ fn ok_json(out: std::process::Output) -> serde_json::Value {
 
 /// Paragraphs of the shared Shakespeare sample: real text for the tokenizer to learn from.
 fn paragraphs() -> Vec<String> {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/tinyshakespeare.txt");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/tinyshakespeare.txt");
     let text = std::fs::read_to_string(&path).expect("../shared/data/tinyshakespeare.txt");
     text.split("\n\n")
         .filter(|p| !p.trim().is_empty())
@@ -67,8 +66,12 @@ fn write_parquet(path: &Path, column: &str, docs: &[String]) {
     for (g, group) in docs.chunks(docs.len().div_ceil(2)).enumerate() {
         let mut rg = w.next_row_group().unwrap();
         let mut col = rg.next_column().unwrap().unwrap();
-        let ids: Vec<i64> = (0..group.len() as i64).map(|i| g as i64 * 1000 + i).collect();
-        col.typed::<Int64Type>().write_batch(&ids, None, None).unwrap();
+        let ids: Vec<i64> = (0..group.len() as i64)
+            .map(|i| g as i64 * 1000 + i)
+            .collect();
+        col.typed::<Int64Type>()
+            .write_batch(&ids, None, None)
+            .unwrap();
         col.close().unwrap();
         let mut col = rg.next_column().unwrap().unwrap();
         let values: Vec<ByteArray> = group.iter().map(|d| ByteArray::from(d.as_str())).collect();
@@ -132,7 +135,14 @@ fn jsonl_and_parquet_train_through_a_bpe_tokenizer_verify_and_reproduce() {
 
     let plays = ok_json(glassbox(
         d,
-        &["data", "import", "--domain", "plays", "plays.jsonl", "--json"],
+        &[
+            "data",
+            "import",
+            "--domain",
+            "plays",
+            "plays.jsonl",
+            "--json",
+        ],
     ));
     assert_eq!(plays["body"]["documents"], 200);
     assert_eq!(plays["body"]["format"]["kind"], "jsonl");
@@ -140,7 +150,14 @@ fn jsonl_and_parquet_train_through_a_bpe_tokenizer_verify_and_reproduce() {
     assert_eq!(plays["body"]["text_bytes"], text_bytes);
     let more = ok_json(glassbox(
         d,
-        &["data", "import", "--domain", "more", "more.parquet", "--json"],
+        &[
+            "data",
+            "import",
+            "--domain",
+            "more",
+            "more.parquet",
+            "--json",
+        ],
     ));
     assert_eq!(more["body"]["documents"], docs.len() - 200);
     assert_eq!(more["body"]["format"]["kind"], "parquet");
@@ -150,7 +167,15 @@ fn jsonl_and_parquet_train_through_a_bpe_tokenizer_verify_and_reproduce() {
     );
 
     let train = [
-        "data", "tokenizer", "train", "--vocab", "400", "--from", &plays, &more, "--json",
+        "data",
+        "tokenizer",
+        "train",
+        "--vocab",
+        "400",
+        "--from",
+        &plays,
+        &more,
+        "--json",
     ];
     let tok = ok_json(glassbox(d, &train));
     assert_eq!(tok["body"]["kind"], "bpe");
@@ -165,7 +190,15 @@ fn jsonl_and_parquet_train_through_a_bpe_tokenizer_verify_and_reproduce() {
 
     let shard = ok_json(glassbox(
         d,
-        &["data", "tokenize", "--corpus", &plays, "--tokenizer", &tokenizer, "--json"],
+        &[
+            "data",
+            "tokenize",
+            "--corpus",
+            &plays,
+            "--tokenizer",
+            &tokenizer,
+            "--json",
+        ],
     ));
     assert_eq!(shard["reused"], false);
     assert_eq!(shard["body"]["documents"], 200);
@@ -178,7 +211,10 @@ fn jsonl_and_parquet_train_through_a_bpe_tokenizer_verify_and_reproduce() {
     );
 
     let s = spec(d, vocab, &tokenizer, &plays, &more);
-    let run = ok_json(glassbox(d, &["run", s.to_str().unwrap(), "--json", "--threads", "2"]));
+    let run = ok_json(glassbox(
+        d,
+        &["run", s.to_str().unwrap(), "--json", "--threads", "2"],
+    ));
     assert_eq!(run["status"], "succeeded", "{run}");
     let fm = &run["outcome"]["final_metrics"];
     assert!(fm["eval/plays/bpb"].as_f64().unwrap() > 0.0, "{fm}");
@@ -241,7 +277,12 @@ fn stored(d: &Path) -> Vec<std::path::PathBuf> {
     };
     for e in rd.flatten() {
         if e.path().is_dir() {
-            out.extend(std::fs::read_dir(e.path()).unwrap().flatten().map(|f| f.path()));
+            out.extend(
+                std::fs::read_dir(e.path())
+                    .unwrap()
+                    .flatten()
+                    .map(|f| f.path()),
+            );
         } else {
             out.push(e.path());
         }
@@ -267,7 +308,11 @@ fn bad_corpora_are_refused_naming_where_and_nothing_is_stored() {
             "{\"text\":\"one\"}\n{\"body\":\"two\",\"id\":2}\n",
             vec![],
         ),
-        ("ok.jsonl", "{\"content\":\"one\"}\n", vec!["--text-field", "text"]),
+        (
+            "ok.jsonl",
+            "{\"content\":\"one\"}\n",
+            vec!["--text-field", "text"],
+        ),
     ];
     let want = [
         "error: notjson.jsonl: line 3: not a JSON object (key must be a string at line 1 column 2); each line must be one JSON object with a string field \"text\"",
@@ -297,7 +342,16 @@ fn bad_corpora_are_refused_naming_where_and_nothing_is_stored() {
     // With the right column it is a corpus of two documents.
     let ok = ok_json(glassbox(
         d,
-        &["data", "import", "--domain", "web", "body.parquet", "--text-column", "body", "--json"],
+        &[
+            "data",
+            "import",
+            "--domain",
+            "web",
+            "body.parquet",
+            "--text-column",
+            "body",
+            "--json",
+        ],
     ));
     assert_eq!(ok["body"]["documents"], 2);
 }

@@ -18,11 +18,12 @@
 //! summed bytes, exactly. Not here: where corpora and shards come from (the lab implements
 //! [`CorpusStore`] over its blob store and ledger).
 
-pub mod documents;
-pub mod error;
 pub mod markov;
-pub mod shard;
 pub mod tokenizer;
+
+/// The corpus formats (documents out of raw files, the token-shard layout), from
+/// `glassbox-corpus`, which the dashboard reads too.
+pub use glassbox_corpus::{documents, error, shard};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

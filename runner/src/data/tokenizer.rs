@@ -17,8 +17,10 @@
 //! every input is encodable) or Unigram (Metaspace, with `<unk>`); both reserve
 //! `<|endoftext|>` as id 0 for the end of a document. BPE training is deterministic (the same
 //! corpora give the same bytes); the library's Unigram training is not (it walks hash maps in
-//! a per-process random order), so a Unigram tokenizer is known by its blob hash alone. Not here: reading corpora (see
-//! `documents`) or the shard layout (see `shard`).
+//! a per-process random order), so a Unigram tokenizer is known by its blob hash alone.
+//!
+//! Not here: reading corpora (`documents`) or the shard layout (`shard`), both in
+//! `glassbox-corpus`.
 
 use tokenizers::models::TrainerWrapper;
 use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
@@ -28,6 +30,7 @@ use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
 use tokenizers::{AddedToken, Tokenizer};
 
 use super::error::DataError;
+pub use glassbox_corpus::EncodedDocument;
 
 /// Largest `tokenizer.json` accepted (64 MiB; a 256k-token vocabulary with its merges is about
 /// 20 MiB).
@@ -56,16 +59,6 @@ pub enum TrainKind {
     Bpe,
     /// Unigram.
     Unigram,
-}
-
-/// One document, encoded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EncodedDocument {
-    /// Token ids, the end-of-document token last.
-    pub ids: Vec<u32>,
-    /// Source bytes each token stands for (same length as `ids`; they add up to the
-    /// document's length).
-    pub bytes: Vec<u32>,
 }
 
 /// A loaded tokenizer with its end-of-document token.
@@ -253,7 +246,12 @@ impl TextTokenizer {
     }
 
     /// Appends the end-of-document token and the byte counts (see the module docs).
-    fn with_byte_counts(&self, doc: &str, ids: &[u32], offsets: &[(usize, usize)]) -> EncodedDocument {
+    fn with_byte_counts(
+        &self,
+        doc: &str,
+        ids: &[u32],
+        offsets: &[(usize, usize)],
+    ) -> EncodedDocument {
         let mut out_ids = Vec::with_capacity(ids.len() + 1);
         let mut bytes = Vec::with_capacity(ids.len() + 1);
         let mut covered = 0usize;
@@ -330,7 +328,10 @@ mod tests {
         let a = TextTokenizer::train(TrainKind::Bpe, 300, corpus()).unwrap();
         let b = TextTokenizer::train(TrainKind::Bpe, 300, corpus()).unwrap();
         assert_eq!(a.vocab_size(), 300);
-        assert!(a.to_json().unwrap() == b.to_json().unwrap(), "two trainings differ");
+        assert!(
+            a.to_json().unwrap() == b.to_json().unwrap(),
+            "two trainings differ"
+        );
     }
 
     #[test]
@@ -349,6 +350,9 @@ mod tests {
         let err = TextTokenizer::from_json(b"{\"nope\":1}", "x.json", None)
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("tokenizer x.json: is not a Hugging Face tokenizer.json"), "{err}");
+        assert!(
+            err.starts_with("tokenizer x.json: is not a Hugging Face tokenizer.json"),
+            "{err}"
+        );
     }
 }

@@ -145,7 +145,10 @@ fn a_vocab_that_disagrees_with_the_tokenizer_is_refused_with_the_fix() {
         err.starts_with("unsupported spec: model.vocab = 9: the tokenizer blake3:"),
         "{err}"
     );
-    assert!(err.ends_with("has 8 tokens (added tokens included); set model.vocab = 8"), "{err}");
+    assert!(
+        err.ends_with("has 8 tokens (added tokens included); set model.vocab = 8"),
+        "{err}"
+    );
     // A store without shards says what to do.
     let err = DataPipeline::new(&spec, &DirCorpusStore::new("/nonexistent"))
         .unwrap_err()
@@ -201,12 +204,11 @@ fn tokens_per_domain_are_counted_and_survive_a_resume() {
     let mut t = Trainer::new(&be, spec.clone(), data, &o).unwrap();
     let mut c = Collect::default();
     t.run(&o, &mut c);
-    let last = c
-        .0
-        .iter()
-        .rev()
-        .find(|r| r.kind == RecordKind::Train)
-        .unwrap();
+    let last =
+        c.0.iter()
+            .rev()
+            .find(|r| r.kind == RecordKind::Train)
+            .unwrap();
     let got = [
         last.scalars[&mn::data_tokens("big")],
         last.scalars[&mn::data_tokens("small")],
@@ -217,18 +219,20 @@ fn tokens_per_domain_are_counted_and_survive_a_resume() {
     assert!(want[0] > want[1] && want[1] > 0, "{want:?}");
 
     // Resumed from the step-3 checkpoint, the counts carry on from the seed.
-    let ckpt = dir.path().join("checkpoints").join("step-00000003.safetensors");
+    let ckpt = dir
+        .path()
+        .join("checkpoints")
+        .join("step-00000003.safetensors");
     let o2 = opts(None, Some(ckpt));
     let data = DataPipeline::new(&spec, &store).unwrap();
     let mut t2 = Trainer::new(&be, spec.clone(), data, &o2).unwrap();
     let mut c2 = Collect::default();
     t2.run(&o2, &mut c2);
-    let last2 = c2
-        .0
-        .iter()
-        .rev()
-        .find(|r| r.kind == RecordKind::Train)
-        .unwrap();
+    let last2 =
+        c2.0.iter()
+            .rev()
+            .find(|r| r.kind == RecordKind::Train)
+            .unwrap();
     assert_eq!(last2.scalars[&mn::data_tokens("big")], got[0]);
     assert_eq!(last2.scalars[&mn::data_tokens("small")], got[1]);
 }
@@ -267,16 +271,18 @@ fn a_32k_vocab_trains_on_the_cpu_and_counts_the_head_in_its_flops() {
     let (_, _, nonembedding) = glassbox_schemas::cost::param_counts(&spec);
     let head = 16 * u64::from(V);
     assert!(nonembedding > head, "the head is counted as compute");
-    assert!(t.info().params > 2 * head, "embedding and head are most of the model");
+    assert!(
+        t.info().params > 2 * head,
+        "embedding and head are most of the model"
+    );
     let mut c = Collect::default();
     let out = t.run(&o, &mut c);
     assert_eq!(out.ending.status, glassbox_schemas::RunStatus::Succeeded);
-    let losses: Vec<f64> = c
-        .0
-        .iter()
-        .filter(|r| r.kind == RecordKind::Train)
-        .map(|r| r.scalars[mn::TRAIN_CROSS_ENTROPY])
-        .collect();
+    let losses: Vec<f64> =
+        c.0.iter()
+            .filter(|r| r.kind == RecordKind::Train)
+            .map(|r| r.scalars[mn::TRAIN_CROSS_ENTROPY])
+            .collect();
     // Starts near ln V (10.37 nats) and falls.
     assert!((losses[0] - f64::from(V).ln()).abs() < 0.5, "{losses:?}");
     assert!(losses[7] < losses[0] - 0.05, "{losses:?}");

@@ -18,7 +18,7 @@ use glassbox_web::LiveEvent;
 /// How long any one wait in this test may take: generous for a loaded 2-core CI machine.
 const WAIT: Duration = Duration::from_secs(30);
 
-fn chromedriver() -> PathBuf {
+pub(crate) fn chromedriver() -> PathBuf {
     if let Ok(p) = std::env::var("GLASSBOX_CHROMEDRIVER") {
         return PathBuf::from(p);
     }
@@ -48,14 +48,14 @@ fn screenshots_dir() -> PathBuf {
     dir
 }
 
-async fn shot(c: &Client, name: &str) {
+pub(crate) async fn shot(c: &Client, name: &str) {
     let png = c.screenshot().await.unwrap();
     std::fs::write(screenshots_dir().join(format!("{name}.png")), png).unwrap();
 }
 
 /// Polls `check` every 100 ms until it yields `Some`, for at most [`WAIT`]; the page updates
 /// asynchronously (SSE, fetch), so there is no event to wait on from outside the browser.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub(crate) async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,

@@ -4,4 +4,5 @@
 mod fixture;
 
 mod browser;
+mod data_browser;
 mod routes;

@@ -23,21 +23,31 @@
 //! ```
 //!
 //! Documents follow each other; each ends with the tokenizer's end-of-document token. A token's
-//! byte count is how many source bytes it stands for (see `tokenizer`), so the bytes behind
+//! byte count is how many source bytes it stands for (the runner's `data::tokenizer` says how
+//! it is computed from the tokenizer's offsets), so the bytes behind
 //! any window of tokens, and bits per byte over it, are exact. Reading checks every size, that
 //! ids are below V, that the counts add up to the text bytes and that document starts ascend;
 //! a shard that is not well formed is refused with what is wrong. The blob's hash is checked by
 //! whoever loads it (the corpus store).
 //!
 //! Not here: which shard belongs to which (corpus, tokenizer) pair (the lab's `tokenized`
-//! entries), or tokenizing.
+//! entries), or tokenizing (the runner).
 
 use std::ops::Range;
 
 use glassbox_schemas::{Blake3Hash, BlobHash};
 
-use super::error::DataError;
-use super::tokenizer::EncodedDocument;
+use crate::error::DataError;
+
+/// One document, encoded: what a tokenizer gives and a shard takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedDocument {
+    /// Token ids, the end-of-document token last.
+    pub ids: Vec<u32>,
+    /// Source bytes each token stands for (same length as `ids`; they add up to the
+    /// document's length).
+    pub bytes: Vec<u32>,
+}
 
 /// The first 8 bytes of every shard.
 pub const MAGIC: &[u8; 8] = b"GBSHARD1";
@@ -126,6 +136,11 @@ impl TokenShard {
         self.doc_starts.len()
     }
 
+    /// Source bytes of each token of `range`, in order.
+    pub fn byte_counts(&self, range: Range<usize>) -> Vec<u64> {
+        range.map(|i| self.bytes_of(i)).collect()
+    }
+
     /// The tokens of document `d` (its end-of-document token included).
     pub fn document(&self, d: usize) -> Option<Range<usize>> {
         let start = *self.doc_starts.get(d)? as usize;
@@ -164,7 +179,9 @@ impl TokenShard {
             }
         }
         if long {
-            let from = self.long.partition_point(|&(at, _)| (at as usize) < range.start);
+            let from = self
+                .long
+                .partition_point(|&(at, _)| (at as usize) < range.start);
             sum += self.long[from..]
                 .iter()
                 .take_while(|&&(at, _)| (at as usize) < range.end)
@@ -296,10 +313,7 @@ impl TokenShard {
         let n = self.ids.len() as u64;
         let long_marks = self.counts.iter().filter(|&&b| b == LONG).count();
         if long_marks != self.long.len()
-            || self
-                .long
-                .windows(2)
-                .any(|p| p[0].0 >= p[1].0)
+            || self.long.windows(2).any(|p| p[0].0 >= p[1].0)
             || self
                 .long
                 .iter()
@@ -372,9 +386,16 @@ mod tests {
     #[test]
     fn malformed_shards_are_refused_with_the_reason() {
         let good = sample(300).to_bytes();
-        let err = |b: &[u8]| TokenShard::from_bytes(b, "blake3:ab").unwrap_err().to_string();
+        let err = |b: &[u8]| {
+            TokenShard::from_bytes(b, "blake3:ab")
+                .unwrap_err()
+                .to_string()
+        };
         assert!(err(b"nope").contains("does not start with"));
-        assert!(err(&good[..good.len() - 1]).contains("its header (7 tokens, 2 long tokens, 3 documents, 2-byte ids) says"));
+        assert!(
+            err(&good[..good.len() - 1])
+                .contains("its header (7 tokens, 2 long tokens, 3 documents, 2-byte ids) says")
+        );
         let mut big_id = good.clone();
         big_id[HEADER_BYTES..HEADER_BYTES + 2].copy_from_slice(&400u16.to_le_bytes());
         assert_eq!(
@@ -383,6 +404,10 @@ mod tests {
         );
         let mut count = good.clone();
         count[HEADER_BYTES + 14] = 4;
-        assert!(err(&count).contains("add up to 70307, not the 70306 text bytes"), "{}", err(&count));
+        assert!(
+            err(&count).contains("add up to 70307, not the 70306 text bytes"),
+            "{}",
+            err(&count)
+        );
     }
 }

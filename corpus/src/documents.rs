@@ -8,14 +8,14 @@
 //! separators in a row) carry no text and are skipped. Every problem is a [`DataError`] naming
 //! the file, the line (or row and column), what was found and what would be accepted.
 //!
-//! Not here: tokenizing (see `tokenizer`) or storing (the lab).
+//! Not here: tokenizing (the runner) or storing (the lab).
 
 use std::fs::File;
 
 use glassbox_schemas::data::CorpusFormat;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use super::error::{DataError, Location};
+use crate::error::{DataError, Location};
 
 /// Largest document (and largest JSONL line, less its framing) accepted: 64 MiB. A bigger one
 /// is refused with a hint to split it.
@@ -48,6 +48,30 @@ pub fn read_file(
             let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
             read_stream(&mut reader, &mut splitter, visit)
         }
+    }
+}
+
+/// Document `n` (0-based; empty documents are not counted) of a corpus file, reading no
+/// further than it; `None` when the file has fewer documents.
+pub fn nth(
+    file: File,
+    name: &str,
+    format: &CorpusFormat,
+    n: u64,
+) -> Result<Option<String>, DataError> {
+    let mut seen = 0u64;
+    let mut found = None;
+    let read = read_file(file, name, format, &mut |doc| {
+        if seen == n {
+            found = Some(doc.to_string());
+            return Err(DataError::Stopped);
+        }
+        seen += 1;
+        Ok(())
+    });
+    match read {
+        Ok(_) | Err(DataError::Stopped) => Ok(found),
+        Err(e) => Err(e),
     }
 }
 
@@ -100,9 +124,7 @@ impl DocumentSplitter {
     pub fn new(format: &CorpusFormat, file: &str) -> Result<Self, DataError> {
         let cut = match format {
             CorpusFormat::Text { separator: None } => Cut::Whole,
-            CorpusFormat::Text {
-                separator: Some(s),
-            } => {
+            CorpusFormat::Text { separator: Some(s) } => {
                 if s.is_empty() || s.len() > 256 {
                     return Err(DataError::Document {
                         file: file.into(),
@@ -265,10 +287,7 @@ impl DocumentSplitter {
                 return Err(DataError::Document {
                     file: self.file.clone(),
                     at: Location::Line(line),
-                    problem: format!(
-                        "byte {:#04x} is not UTF-8",
-                        bytes[e.valid_up_to()]
-                    ),
+                    problem: format!("byte {:#04x} is not UTF-8", bytes[e.valid_up_to()]),
                     accepted: "text corpora must be UTF-8".into(),
                 });
             }
@@ -454,7 +473,10 @@ impl<'de> serde::Deserialize<'de> for TextOrKind<'de> {
             fn visit_unit<E>(self) -> Result<Self::Value, E> {
                 Ok(TextOrKind(Err("null")))
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut s: A,
+            ) -> Result<Self::Value, A::Error> {
                 while s.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(TextOrKind(Err("an array")))
             }
@@ -497,11 +519,7 @@ fn read_parquet(
     })?;
     let meta = reader.metadata();
     let schema = meta.file_metadata().schema_descr();
-    let columns: Vec<String> = schema
-        .columns()
-        .iter()
-        .map(|c| c.path().string())
-        .collect();
+    let columns: Vec<String> = schema.columns().iter().map(|c| c.path().string()).collect();
     let Some(index) = columns.iter().position(|c| c == column) else {
         return Err(bad(
             Location::Column(column.into()),
@@ -513,8 +531,7 @@ fn read_parquet(
     let is_string = desc.physical_type() == PhysicalType::BYTE_ARRAY
         && (matches!(desc.logical_type_ref(), Some(LogicalType::String))
             || desc.converted_type() == ConvertedType::UTF8
-            || (desc.logical_type_ref().is_none()
-                && desc.converted_type() == ConvertedType::NONE));
+            || (desc.logical_type_ref().is_none() && desc.converted_type() == ConvertedType::NONE));
     if !is_string || desc.max_rep_level() > 0 {
         return Err(bad(
             Location::Column(column.into()),
@@ -700,6 +717,25 @@ mod tests {
             let err = split(&f, input.as_bytes(), 4).unwrap_err().to_string();
             assert!(err.starts_with(want), "{input:?}: {err}");
         }
+    }
+
+    #[test]
+    fn nth_reads_only_up_to_the_document_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.jsonl");
+        std::fs::write(
+            &p,
+            "{\"text\":\"a\"}\n{\"text\":\"\"}\n{\"text\":\"b\"}\nnot json\n",
+        )
+        .unwrap();
+        let f = CorpusFormat::Jsonl {
+            text_field: "text".into(),
+        };
+        let open = || File::open(&p).unwrap();
+        assert_eq!(nth(open(), "c", &f, 1).unwrap().as_deref(), Some("b"));
+        // Document 2 would be past the bad line: the error names it.
+        let err = nth(open(), "c", &f, 2).unwrap_err().to_string();
+        assert!(err.starts_with("c: line 4: not a JSON object"), "{err}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! cannot be loaded or trained, a token shard that is not well formed. Each names the file and
 //! where in it (line, row, column), the value found and what would be accepted.
 //!
-//! Not here: run-level errors ([`crate::RunnerError`] wraps these).
+//! Not here: run-level errors (the runner's `RunnerError` wraps these).
 
 use std::fmt;
 
@@ -69,6 +69,9 @@ pub enum DataError {
         /// What is wrong.
         reason: String,
     },
+    /// A visitor stopped reading early on purpose (see `documents::nth`); never shown.
+    #[error("reading stopped early")]
+    Stopped,
     /// Reading or writing failed.
     #[error("{context}: {source}")]
     Io {
