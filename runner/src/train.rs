@@ -457,6 +457,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
                 (ckpt_every > 0 && self.step % ckpt_every == 0) || self.step == total_steps;
             if let (true, Some(dir)) = (ckpt_due, &opts.out_dir) {
                 let path = self.checkpoint_path(dir);
+                obs.before_checkpoint(self.step);
                 let elapsed = self.elapsed_before + start.elapsed().as_secs_f64();
                 match self.save_checkpoint(&path, elapsed) {
                     Ok(()) => {

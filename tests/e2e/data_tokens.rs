@@ -255,6 +255,23 @@ fn jsonl_and_parquet_train_through_a_bpe_tokenizer_verify_and_reproduce() {
     ));
     assert_eq!(r["outcome"], "reproduced", "{r}");
 
+    // A shard whose bytes changed is refused, named, before anything trains.
+    let shard_hash = data["shards"]["more"].as_str().unwrap().to_string();
+    let hex = shard_hash.trim_start_matches("blake3:");
+    let path = d.join("lab/blobs").join(&hex[..2]).join(&hex[2..]);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+    let out = glassbox(d, &["reproduce", "run-000001", "--threads", "1"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("token shard {shard_hash}"))
+            && err.contains("damaged or substituted"),
+        "{err}"
+    );
+
     // A spec whose vocab disagrees with the tokenizer is refused, saying what to set.
     let s = spec(d, vocab + 1, &tokenizer, &plays, &more);
     let out = glassbox(d, &["run", s.to_str().unwrap(), "--threads", "1"]);

@@ -1057,7 +1057,7 @@ async fn a_spec_over_the_metric_volume_limit_is_refused_with_the_figure() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("it would record 146 metric values"), "{err}");
+    assert!(err.contains("it would record 154 metric values"), "{err}");
     assert!(
         err.contains("limit is 100 (limits.max_metric_points)"),
         "{err}"
