@@ -1,14 +1,16 @@
 //! Datasets: corpora added to the lab, each stored as a blob and recorded as a `dataset` entry
-//! (hash, bytes, tokenizer, source and, for a synthetic source, its exact entropy rate), so a
-//! spec can name it by hash and anyone can fetch the very bytes a run trained on.
+//! (hash, bytes, source, format and document counts, or for a synthetic source its exact
+//! entropy rate), so a spec can name it by hash and anyone can fetch the very bytes a run
+//! trained on.
 //!
-//! `glassbox data import` stores a file; `glassbox data generate` samples a built-in seeded
-//! Markov source. Not here: how runs sample from corpora (the runner's data pipeline).
+//! `glassbox data import` stores a text, JSONL or Parquet file as it is; `glassbox data
+//! generate` samples a built-in seeded Markov source. Tokenizers and token shards are in
+//! [`crate::tokens`]. Not here: how runs sample from corpora (the runner's data pipeline).
 
-use std::path::Path;
-
-use glassbox_runner::data::MarkovSource;
+use glassbox_runner::data::documents::{self, DocumentCounts, DocumentSplitter};
+use glassbox_runner::data::{DataError, MarkovSource};
 use glassbox_schemas::BlobHash;
+use glassbox_schemas::data::CorpusFormat;
 use glassbox_schemas::record::DatasetBody;
 use glassbox_schemas::spec::{GeneratorKind, GeneratorSpec};
 
@@ -48,31 +50,113 @@ fn check_domain(domain: &str) -> Result<(), LabError> {
     }
 }
 
-/// Stores `file` as a corpus of `domain` and records it.
-pub fn import(rec: &Recorder, domain: &str, file: &Path) -> Result<Dataset, LabError> {
-    check_domain(domain)?;
-    let len = std::fs::metadata(file)
-        .map_err(LabError::io("cannot read", file))?
-        .len();
-    if len == 0 {
+/// What to import: a file, its domain and how it splits into documents.
+#[derive(Debug, Clone)]
+pub struct ImportRequest {
+    /// Domain name for metric names.
+    pub domain: String,
+    /// The raw file (it becomes the corpus blob as it is).
+    pub file: std::path::PathBuf,
+    /// How it splits into documents.
+    pub format: CorpusFormat,
+}
+
+/// Stores a file as a corpus and records it with its format and document counts. The file is
+/// parsed as it is hashed and copied into the store (text and JSONL in that one pass; Parquet,
+/// which is read from its footer, is checked first); a file that does not parse is refused,
+/// naming the line, row or column, and leaves nothing in the store.
+pub fn import(rec: &Recorder, req: &ImportRequest) -> Result<Dataset, LabError> {
+    check_domain(&req.domain)?;
+    let file = &req.file;
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| file.display().to_string());
+    let meta = std::fs::metadata(file).map_err(LabError::io("cannot read", file))?;
+    if meta.len() == 0 {
         return Err(LabError::Refused(format!(
             "{}: the file is empty; a corpus needs bytes to train on",
             file.display()
         )));
     }
-    let (hash, bytes) = rec.put_file(file)?;
-    let name = file
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
+    let (hash, bytes, counts) = match &req.format {
+        CorpusFormat::Parquet { .. } => {
+            let f = std::fs::File::open(file).map_err(LabError::io("cannot open", file))?;
+            let counts = documents::read_file(f, &name, &req.format, &mut |_| Ok(()))?;
+            let (hash, bytes) = rec.put_file(file)?;
+            (hash, bytes, counts)
+        }
+        _ => {
+            let f = std::fs::File::open(file).map_err(LabError::io("cannot open", file))?;
+            let mut reader = ParsingReader {
+                inner: f,
+                splitter: DocumentSplitter::new(&req.format, &name)?,
+                failed: None,
+                counts: None,
+            };
+            let put = rec.blobs().put(&mut reader);
+            if let Some(e) = reader.failed.take() {
+                return Err(e.into());
+            }
+            let out = put?;
+            let counts = reader.counts.unwrap_or_else(|| reader.splitter.counts());
+            (out.hash, out.bytes, counts)
+        }
+    };
+    if counts.documents == 0 {
+        return Err(LabError::Refused(format!(
+            "{}: no documents in it (every document was empty); a corpus needs text to train on",
+            file.display()
+        )));
+    }
     let body = DatasetBody {
-        domain: domain.to_string(),
+        domain: req.domain.clone(),
         bytes,
-        tokenizer: "bytes".into(),
+        tokenizer: match req.format {
+            CorpusFormat::Text { .. } => "bytes".into(),
+            _ => "stored".into(),
+        },
         source: format!("file {name}"),
         entropy_bits_per_byte: None,
+        format: Some(req.format.clone()),
+        documents: Some(counts.documents),
+        text_bytes: Some(counts.text_bytes),
     };
     record(rec, hash, bytes, body)
+}
+
+/// A reader that cuts documents out of what it reads, so a corpus is parsed in the pass that
+/// hashes and stores it. A parse error stops the read (the store then keeps nothing) and is
+/// kept for the caller.
+struct ParsingReader {
+    inner: std::fs::File,
+    splitter: DocumentSplitter,
+    failed: Option<DataError>,
+    counts: Option<DocumentCounts>,
+}
+
+impl std::io::Read for ParsingReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let parsed = if n == 0 {
+            if self.counts.is_some() {
+                return Ok(0);
+            }
+            self.splitter.finish(&mut |_| Ok(())).map(|c| {
+                self.counts = Some(c);
+            })
+        } else {
+            self.splitter.feed(&buf[..n], &mut |_| Ok(()))
+        };
+        match parsed {
+            Ok(()) => Ok(n),
+            Err(e) => {
+                let text = e.to_string();
+                self.failed = Some(e);
+                Err(std::io::Error::new(std::io::ErrorKind::InvalidData, text))
+            }
+        }
+    }
 }
 
 /// Largest generated corpus (1 GiB): generation holds the corpus in memory.
@@ -104,6 +188,9 @@ pub fn generate(
             generator.seed, generator.order, generator.alphabet, generator.branching
         ),
         entropy_bits_per_byte: Some(source.entropy_bits_per_byte()),
+        format: None,
+        documents: None,
+        text_bytes: None,
     };
     record(rec, hash, bytes, body)
 }

@@ -23,6 +23,10 @@ pub enum LabError {
     /// The ledger (blobs, log, index) failed.
     #[error(transparent)]
     Ledger(#[from] glassbox_ledger::Error),
+    /// A corpus, tokenizer or token shard is not what it should be (bad input: named by
+    /// file, line, row or column).
+    #[error(transparent)]
+    Data(#[from] glassbox_runner::data::DataError),
     /// The runner refused or failed before training.
     #[error(transparent)]
     Runner(#[from] glassbox_runner::error::RunnerError),

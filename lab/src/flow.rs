@@ -472,7 +472,8 @@ impl Flow {
     }
 
     /// Every corpus of the mixture must be one a `dataset` entry declares (a checkpoint or any
-    /// other blob is not a corpus); one problem per component that names another blob.
+    /// other blob is not a corpus); one problem per component that names another blob. A
+    /// stored tokenizer must be declared too, with the spec's `model.vocab` as its size.
     async fn undeclared_corpora(&self, spec: &ExperimentSpec) -> Result<Vec<String>, LabError> {
         let named: Vec<(usize, BlobHash)> = spec
             .data
@@ -481,11 +482,15 @@ impl Flow {
             .enumerate()
             .filter_map(|(i, c)| c.corpus.map(|h| (i, h)))
             .collect();
-        if named.is_empty() {
+        if named.is_empty() && spec.data.tokenizer.stored().is_none() {
             return Ok(Vec::new());
         }
+        let spec = spec.clone();
         self.blocking(move |rec| {
-            let mut out = Vec::new();
+            // A stored tokenizer must be in the lab, and `model.vocab` must be its size.
+            let mut out: Vec<String> = crate::tokens::vocab_problem(rec, &spec)?
+                .into_iter()
+                .collect();
             for (i, hash) in named {
                 if rec.dataset_entry(&hash)?.is_none() {
                     out.push(format!(

@@ -12,7 +12,8 @@
 //!   resumes from the checkpoint);
 //! - [`recorder`] — [`Recorder`]: blobs and entries, durably, from any process on the lab;
 //! - [`outbox`] — notices for the bot, written after the entries they announce;
-//! - [`dataset`] and [`corpus`] — corpora as blobs with `dataset` entries, and the runner's
+//! - [`dataset`], [`tokens`] and [`corpus`] — corpora as blobs with `dataset` entries,
+//!   tokenizers and token shards with `tokenizer` and `tokenized` entries, and the runner's
 //!   corpus store over the blob store;
 //! - [`ladder`] — scaling ladders: rungs, the fit, the pre-registered forecast, the target;
 //! - [`reproduce`] — re-running a recorded run from the ledger and comparing bitwise;
@@ -39,6 +40,7 @@ pub mod queue;
 pub mod recorder;
 pub mod reproduce;
 pub mod service;
+pub mod tokens;
 pub mod worker;
 
 pub use config::LabConfig;

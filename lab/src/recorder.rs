@@ -38,6 +38,10 @@ struct LogFacts {
     scanned: u64,
     /// Corpus hash -> its (first) `dataset` entry.
     datasets: HashMap<BlobHash, u64>,
+    /// Tokenizer hash -> its (first) `tokenizer` entry.
+    tokenizers: HashMap<BlobHash, u64>,
+    /// (corpus, tokenizer) -> its (first) `tokenized` entry.
+    tokenized: HashMap<(BlobHash, BlobHash), u64>,
     /// Run id -> its (first) `result` entry.
     results: HashMap<String, u64>,
     /// (experiment, spec hash) -> its last `approval` entry.
@@ -51,6 +55,16 @@ impl LogFacts {
                 if let Some(h) = e.refs.get("corpus") {
                     self.datasets.entry(BlobHash(*h)).or_insert(index);
                 }
+            }
+            EntryBody::Tokenizer(_) => {
+                if let Some(h) = e.refs.get("tokenizer") {
+                    self.tokenizers.entry(BlobHash(*h)).or_insert(index);
+                }
+            }
+            EntryBody::Tokenized(b) => {
+                self.tokenized
+                    .entry((b.corpus, b.tokenizer))
+                    .or_insert(index);
             }
             EntryBody::Result(b) => {
                 self.results.entry(b.run.0.clone()).or_insert(index);
@@ -190,6 +204,20 @@ impl Recorder {
     /// The `dataset` entry that declares corpus `hash`, if any.
     pub fn dataset_entry(&self, hash: &BlobHash) -> Result<Option<u64>, LabError> {
         self.ask(|f| f.datasets.get(hash).copied())
+    }
+
+    /// The `tokenizer` entry that declares tokenizer `hash`, if any.
+    pub fn tokenizer_entry(&self, hash: &BlobHash) -> Result<Option<u64>, LabError> {
+        self.ask(|f| f.tokenizers.get(hash).copied())
+    }
+
+    /// The `tokenized` entry of `corpus` with `tokenizer`, if any.
+    pub fn tokenized_entry(
+        &self,
+        corpus: &BlobHash,
+        tokenizer: &BlobHash,
+    ) -> Result<Option<u64>, LabError> {
+        self.ask(|f| f.tokenized.get(&(*corpus, *tokenizer)).copied())
     }
 
     /// The `result` entry of `run`, if it has one.

@@ -268,6 +268,15 @@ pub async fn compare(
     .map_err(|e| LabError::Task(e.to_string()))??;
     let (expected, record) = expected;
 
+    // The exact token shards the run trained on, as its `run_started` entry names them.
+    let mut shards = crate::tokens::ShardMap::new();
+    if let Some(data) = &record.started.data {
+        for c in &spec.data.mixture {
+            if let (Some(corpus), Some(shard)) = (c.corpus, data.shards.get(&c.domain)) {
+                shards.insert((corpus, data.tokenizer), *shard);
+            }
+        }
+    }
     let spec2 = spec.clone();
     let blobs = rec.blobs().clone();
     let threads = opts.threads;
@@ -283,7 +292,7 @@ pub async fn compare(
     };
     let (outcome, got) = tokio::task::spawn_blocking(move || {
         let be = CpuBackend::<f32>::new(threads.max(1))?;
-        let store = BlobCorpusStore::new(blobs);
+        let store = BlobCorpusStore::new(blobs).with_shards(shards);
         let data = DataPipeline::new(&spec2, &store)?;
         let mut trainer = Trainer::new(&be, spec2, data, &run_opts)?;
         let mut collect = Collect(Vec::new());

@@ -657,14 +657,31 @@ impl Worker {
         if let Some(r) = &opts.resume {
             log.info(format!("resuming from checkpoint {}", r.display()));
         }
-        let store = crate::corpus::BlobCorpusStore::new(self.recorder.blobs().clone());
+        // With a stored tokenizer, the token shards the spec needs (tokenized now when the lab
+        // has none yet, reused otherwise).
+        let shards = {
+            let (rec, spec, log) = (self.recorder.clone(), spec.clone(), log.clone());
+            blocking(move || {
+                crate::tokens::shards_for(&rec, &spec, &|docs, bytes| {
+                    log.info(format!("tokenizing: {docs} documents, {bytes} bytes"))
+                })
+            })
+            .await
+        };
+        let shards = match shards {
+            Ok(s) => s,
+            Err(e) => return self.conclude_early(job, run, e.to_string(), log).await,
+        };
+        let store =
+            crate::corpus::BlobCorpusStore::new(self.recorder.blobs().clone()).with_shards(shards);
         // Setting up allocates the run's big buffers: a panic there (or on the training thread
         // below) ends this run `failed`, never the process.
         let set_up = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let data = DataPipeline::new(&spec, &store)?;
-            Trainer::new(be, spec.clone(), data, &opts)
+            let run_data = data.run_data(&spec);
+            Trainer::new(be, spec.clone(), data, &opts).map(|t| (t, run_data))
         }));
-        let mut trainer = match set_up {
+        let (mut trainer, run_data) = match set_up {
             Ok(Ok(t)) => t,
             Ok(Err(e)) => return self.conclude_early(job, run, e.to_string(), log).await,
             Err(panic) => {
@@ -681,7 +698,15 @@ impl Worker {
         ));
         let resumed = opts.resume.as_ref().map(|_| trainer.step());
         let started = self
-            .record_started(job, run, &spec, trainer.info(), kind.as_str(), resumed)
+            .record_started(
+                job,
+                run,
+                &spec,
+                trainer.info(),
+                kind.as_str(),
+                resumed,
+                run_data,
+            )
             .await?;
         outbox::push(
             &self.queue,
@@ -825,6 +850,7 @@ impl Worker {
         (tx, task)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn record_started(
         &self,
         job: &Job,
@@ -833,6 +859,7 @@ impl Worker {
         info: &RunInfo,
         backend: &str,
         resumed: Option<u64>,
+        data: Option<glassbox_schemas::data::RunData>,
     ) -> Result<u64, LabError> {
         let kernel_hashes = info
             .kernel_sources
@@ -854,6 +881,7 @@ impl Worker {
             kernel_hashes,
             resumed_from_step: resumed,
             build: self.build(),
+            data,
         };
         let rec = self.recorder.clone();
         let experiment = job.experiment.clone();

@@ -50,7 +50,7 @@ pub enum RunnerError {
     },
     /// A corpus is too short to cut training or held-out windows from.
     #[error(
-        "domain `{domain}`: corpus has {bytes} bytes; at least {needed} are needed for seq_len windows in both the training and held-out parts"
+        "domain `{domain}`: corpus has {bytes} {unit}; at least {needed} are needed for seq_len windows in both the training and held-out parts"
     )]
     CorpusTooSmall {
         /// Domain name.
@@ -59,7 +59,22 @@ pub enum RunnerError {
         bytes: usize,
         /// Minimum size.
         needed: usize,
+        /// `bytes`, or `tokens` for a token shard.
+        unit: &'static str,
     },
+    /// No token shard of a corpus with a tokenizer is at hand.
+    #[error(
+        "no token shard of corpus {corpus} with tokenizer {tokenizer}: tokenize it first (`glassbox data tokenize`), or train through the lab, which tokenizes what a spec needs"
+    )]
+    ShardMissing {
+        /// The corpus.
+        corpus: String,
+        /// The tokenizer.
+        tokenizer: String,
+    },
+    /// A corpus, tokenizer or shard could not be read, or is not what it should be.
+    #[error(transparent)]
+    Data(#[from] crate::data::DataError),
     /// A checkpoint cannot be read or does not fit the spec.
     #[error("checkpoint {path}: {reason}")]
     Checkpoint {

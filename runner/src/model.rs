@@ -77,8 +77,8 @@ impl ModelDims {
     /// this runner adds).
     pub fn from_spec(spec: &ExperimentSpec) -> Result<Self, RunnerError> {
         let m = &spec.model;
-        let Tokenizer::Bytes = spec.data.tokenizer;
-        if m.vocab != 256 {
+        // A stored tokenizer's vocabulary is checked against its token shards (`data`).
+        if spec.data.tokenizer == Tokenizer::Bytes && m.vocab != 256 {
             return Err(RunnerError::Unsupported {
                 field: "model.vocab",
                 value: m.vocab.to_string(),

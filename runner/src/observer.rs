@@ -19,6 +19,9 @@ pub trait Observer {
     fn on_start(&mut self, _step: u64, _total_steps: u64, _info: &RunInfo) {}
     /// A training step or an evaluation finished.
     fn on_metrics(&mut self, _record: &MetricRecord) {}
+    /// A checkpoint is about to be written: what was reported so far must be durable first, so
+    /// that a process killed once the checkpoint exists has not lost the records before it.
+    fn before_checkpoint(&mut self, _step: u64) {}
     /// A checkpoint was written.
     fn on_checkpoint(&mut self, _step: u64, _path: &Path) {}
     /// The run ended (any way).
@@ -49,6 +52,11 @@ impl Observer for Fanout<'_> {
     fn on_metrics(&mut self, r: &MetricRecord) {
         for o in &mut self.observers {
             o.on_metrics(r);
+        }
+    }
+    fn before_checkpoint(&mut self, step: u64) {
+        for o in &mut self.observers {
+            o.before_checkpoint(step);
         }
     }
     fn on_checkpoint(&mut self, step: u64, path: &Path) {
@@ -123,6 +131,9 @@ impl Observer for JsonlObserver {
         if let Ok(line) = serde_json::to_string(r) {
             let _ = writeln!(self.out, "{line}");
         }
+    }
+    fn before_checkpoint(&mut self, _step: u64) {
+        let _ = self.out.flush();
     }
     fn on_checkpoint(&mut self, _step: u64, _path: &Path) {
         let _ = self.out.flush();

@@ -26,7 +26,7 @@ use glassbox_schemas::{RunStatus, cost};
 
 use crate::backend::{AdamW, Backend};
 use crate::checkpoint::{self, TrainState};
-use crate::data::DataPipeline;
+use crate::data::{DataPipeline, Source};
 use crate::error::RunnerError;
 use crate::model::{BatchIds, Model, ModelDims, PassStats};
 use crate::observer::{MetricRecord, Observer, RecordKind, RunInfo};
@@ -125,6 +125,8 @@ pub struct Trainer<'a, B: Backend> {
     bias: Vec<Vec<f64>>,
     step: u64,
     total_tokens: u64,
+    /// Training tokens each domain gave so far (`data/<domain>/tokens`).
+    domain_tokens: Vec<u64>,
     flops_used: f64,
     elapsed_before: f64,
     info: RunInfo,
@@ -196,6 +198,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
             flops_per_token: cost::flops_per_token(&spec),
             entropy_floor_nats,
         };
+        let n_domains = data.domains.len();
         let mut t = Self {
             be,
             spec,
@@ -209,6 +212,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
             bias,
             step: 0,
             total_tokens: 0,
+            domain_tokens: vec![0; n_domains],
             flops_used: 0.0,
             elapsed_before: 0.0,
             info,
@@ -265,6 +269,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
         }
         self.bias = st.router_bias;
         self.step = st.step;
+        self.domain_tokens = self.data.tokens_by_domain(st.step);
         self.total_tokens = st.total_tokens;
         self.flops_used = st.flops_used;
         self.elapsed_before = st.elapsed_seconds;
@@ -313,15 +318,21 @@ impl<'a, B: Backend> Trainer<'a, B> {
     }
 
     /// Held-out evaluation of every domain: `eval/<d>/loss` (nats/token) and `eval/<d>/bpb`.
+    ///
+    /// Bits per byte: for bytes and generators one target is one byte, so it is the loss over
+    /// ln 2; for a token shard it is the targets' summed NLL over ln 2 and over the source
+    /// bytes those targets stand for (`Batch::target_bytes`), exact for any tokenizer.
     pub fn evaluate(&mut self) -> BTreeMap<String, f64> {
         let be = self.be;
         let b = self.spec.train.batch_size as usize;
         let mut out = BTreeMap::new();
         for d in 0..self.data.domains.len() {
             let mut sum = 0.0;
+            let (mut nll, mut bytes) = (0.0, 0u64);
             let nb = self.spec.train.eval_batches as u64;
             for i in 0..nb {
                 let batch = self.data.eval_batch(d, i);
+                bytes += batch.target_bytes;
                 let tokens = be.upload_ids(&batch.tokens);
                 let targets = be.upload_ids(&batch.targets);
                 let model = &self.model;
@@ -334,11 +345,16 @@ impl<'a, B: Backend> Trainer<'a, B> {
                 };
                 let st = be.run(|| model.evaluate(be, params, bias, &ids));
                 sum += st.cross_entropy;
+                nll += st.cross_entropy * batch.targets.len() as f64;
             }
             let loss = sum / nb as f64;
-            let name = &self.data.domains[d].name;
-            out.insert(mn::eval_loss(name), loss);
-            out.insert(mn::eval_bpb(name), loss / std::f64::consts::LN_2);
+            let dom = &self.data.domains[d];
+            let bpb = match dom.source {
+                Source::Tokens { .. } => nll / std::f64::consts::LN_2 / bytes.max(1) as f64,
+                Source::Corpus { .. } | Source::Markov(_) => loss / std::f64::consts::LN_2,
+            };
+            out.insert(mn::eval_loss(&dom.name), loss);
+            out.insert(mn::eval_bpb(&dom.name), bpb);
         }
         self.flops_used += cost::eval_flops_per_token(&self.spec)
             * (self.spec.train.eval_batches as u64
@@ -454,6 +470,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
                 (ckpt_every > 0 && self.step % ckpt_every == 0) || self.step == total_steps;
             if let (true, Some(dir)) = (ckpt_due, &opts.out_dir) {
                 let path = self.checkpoint_path(dir);
+                obs.before_checkpoint(self.step);
                 let elapsed = self.elapsed_before + start.elapsed().as_secs_f64();
                 match self.save_checkpoint(&path, elapsed) {
                     Ok(()) => {
@@ -486,6 +503,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
     fn train_step(&mut self) -> Result<MetricRecord, String> {
         let be = self.be;
         let batch = self.data.train_batch(self.step);
+        let row_domains = batch.row_domains;
         let tokens = be.upload_ids(&batch.tokens);
         let targets = be.upload_ids(&batch.targets);
         let bsz = self.spec.train.batch_size as usize;
@@ -552,6 +570,9 @@ impl<'a, B: Backend> Trainer<'a, B> {
         self.update_bias(&stats);
         self.step = step_no;
         self.total_tokens += (bsz * self.spec.model.seq_len as usize) as u64;
+        for d in row_domains {
+            self.domain_tokens[d] += u64::from(self.spec.model.seq_len);
+        }
         Ok(self.step_record(&stats, lr, grad_norm, param_norm))
     }
 
@@ -599,6 +620,9 @@ impl<'a, B: Backend> Trainer<'a, B> {
         sc.insert(mn::PARAMS_NORM_TOTAL.to_string(), param_norm);
         sc.insert(mn::LEARNING_RATE.to_string(), lr);
         sc.insert(mn::TOTAL_TOKENS.to_string(), self.total_tokens as f64);
+        for (d, n) in self.data.domains.iter().zip(&self.domain_tokens) {
+            sc.insert(mn::data_tokens(&d.name), *n as f64);
+        }
         sc.insert(
             mn::ROUTING_ENTROPY_MEAN.to_string(),
             s.layers.iter().map(|l| l.routing_entropy).sum::<f64>() / nl,

@@ -23,8 +23,9 @@
 //! f32, 2 in bf16), where `H` is n_heads (attention probabilities are kept per head).
 //! This module does not time anything; [`CostEstimate::seconds_at`] only divides.
 //!
-//! Metric volume ([`metric_volume`]): every train step records `13 + L` scalars (the fixed
-//! train metrics of [`crate::metrics`] and one `bias_norm` per layer), every evaluation `2`
+//! Metric volume ([`metric_volume`]): every train step records `13 + L + D` scalars (the fixed
+//! train metrics of [`crate::metrics`], one `bias_norm` per layer and one
+//! `data/<domain>/tokens` per domain), every evaluation `2`
 //! per domain (loss, bpb), and every `spec.vector_interval()` steps (and at the last step) one
 //! expert-load vector of `E` components per layer.
 
@@ -69,7 +70,7 @@ pub struct MetricVolume {
     pub vector_interval: u64,
     /// Vector-metric components: `ceil(steps / vector_interval) * L * E`.
     pub vector_components: u64,
-    /// Scalar points: `steps * (13 + L) + evaluations * 2 * domains`.
+    /// Scalar points: `steps * (13 + L + D) + evaluations * 2 * D` (`D` domains).
     pub scalar_points: u64,
 }
 
@@ -80,10 +81,11 @@ impl MetricVolume {
     }
 }
 
-/// Scalars in each train step's record: the fixed train metrics, throughput and MFU (13), and
-/// one `bias_norm` per layer. The runner's step record is tested against it.
+/// Scalars in each train step's record: the fixed train metrics, throughput and MFU (13), one
+/// `bias_norm` per layer and one `data/<domain>/tokens` per domain. The runner's step record is
+/// tested against it.
 pub fn train_scalars_per_step(spec: &ExperimentSpec) -> u64 {
-    13 + u64::from(spec.model.n_layers)
+    13 + u64::from(spec.model.n_layers) + spec.data.mixture.len() as u64
 }
 
 /// The metric volume of a spec (module doc).

@@ -5,6 +5,7 @@
 //! - [`canonical`] — RFC 8785 canonical JSON and BLAKE3 hashes ([`SpecHash`]);
 //! - [`cost`] — parameters, FLOPs and memory of a spec (the one cost model);
 //! - [`record`] — ledger entry envelope and the body of each entry kind;
+//! - [`data`] — corpus formats, and the `tokenizer` and `tokenized` entry bodies;
 //! - [`metrics`] — metric names (Marin/Levanter conventions) and the metric line format;
 //! - [`run`] — what a run reports: its outcome and `summary.json`;
 //! - [`ladder`] — scaling-ladder files: a base spec plus rungs, each a full spec;
@@ -17,6 +18,7 @@
 
 pub mod canonical;
 pub mod cost;
+pub mod data;
 pub mod hash;
 pub mod issue_form;
 pub mod ladder;

@@ -109,6 +109,11 @@ pub fn eval_bpb(domain: &str) -> String {
     format!("eval/{domain}/bpb")
 }
 
+/// `data/<domain>/tokens`: training tokens the domain has given so far (cumulative).
+pub fn data_tokens(domain: &str) -> String {
+    format!("data/{domain}/tokens")
+}
+
 /// `train/router/layer_<i>/expert_load` (a vector: fraction of assignments per expert).
 pub fn expert_load(layer: usize) -> String {
     format!("train/router/layer_{layer}/expert_load")

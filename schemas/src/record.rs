@@ -15,6 +15,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::canonical::{CanonicalError, canonical_json};
+use crate::data::{CorpusFormat, RunData, TokenizedBody, TokenizerBody};
 use crate::hash::{Blake3Hash, BlobHash, SpecHash};
 
 /// The envelope version this crate writes.
@@ -109,11 +110,15 @@ pub enum EntryKind {
     Result,
     /// A run was re-run and compared.
     Reproduction,
+    /// A tokenizer was stored (trained or imported).
+    Tokenizer,
+    /// A corpus was tokenized with a tokenizer into a token shard.
+    Tokenized,
 }
 
 impl EntryKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EntryKind; 10] = [
+    pub const ALL: [EntryKind; 12] = [
         EntryKind::Dataset,
         EntryKind::Proposal,
         EntryKind::Approval,
@@ -124,6 +129,8 @@ impl EntryKind {
         EntryKind::Artifact,
         EntryKind::Result,
         EntryKind::Reproduction,
+        EntryKind::Tokenizer,
+        EntryKind::Tokenized,
     ];
 
     /// The kind's name as written in entries (`run_started`).
@@ -139,6 +146,8 @@ impl EntryKind {
             EntryKind::Artifact => "artifact",
             EntryKind::Result => "result",
             EntryKind::Reproduction => "reproduction",
+            EntryKind::Tokenizer => "tokenizer",
+            EntryKind::Tokenized => "tokenized",
         }
     }
 }
@@ -255,6 +264,10 @@ entry_bodies! {
     Result(ResultBody),
     /// A run was re-run and compared.
     Reproduction(ReproductionBody),
+    /// A tokenizer was stored.
+    Tokenizer(TokenizerBody),
+    /// A corpus was tokenized into a token shard.
+    Tokenized(TokenizedBody),
 }
 
 impl EntryBody {
@@ -270,7 +283,9 @@ impl EntryBody {
             | EntryBody::Proposal(_)
             | EntryBody::Approval(_)
             | EntryBody::Rejection(_)
-            | EntryBody::Forecast(_) => None,
+            | EntryBody::Forecast(_)
+            | EntryBody::Tokenizer(_)
+            | EntryBody::Tokenized(_) => None,
         }
     }
 
@@ -286,7 +301,9 @@ impl EntryBody {
             EntryBody::Dataset(_)
             | EntryBody::Checkpoint(_)
             | EntryBody::Artifact(_)
-            | EntryBody::Reproduction(_) => None,
+            | EntryBody::Reproduction(_)
+            | EntryBody::Tokenizer(_)
+            | EntryBody::Tokenized(_) => None,
         }
     }
 }
@@ -485,6 +502,17 @@ pub struct DatasetBody {
     /// Known entropy rate in bits per byte, for synthetic sources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entropy_bits_per_byte: Option<f64>,
+    /// How the raw file splits into documents. Absent in entries written before formats were
+    /// recorded (their corpus is plain bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<CorpusFormat>,
+    /// Documents in the corpus, when its format was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documents: Option<u64>,
+    /// UTF-8 bytes of document text (the raw file minus JSON or Parquet framing), when its
+    /// format was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_bytes: Option<u64>,
 }
 
 /// Body of a `proposal` entry; `refs.spec` is the canonical spec blob, `refs.issue` the issue
@@ -565,6 +593,9 @@ pub struct RunStartedBody {
     /// written before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<BuildIdentity>,
+    /// The tokenizer and the exact token shards trained on, for a run with a stored tokenizer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<RunData>,
 }
 
 /// Exactly which program wrote a record: what it was built from and the bytes that ran.

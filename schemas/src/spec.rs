@@ -65,7 +65,8 @@ pub struct Experiment {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
-    /// Vocabulary size; the `bytes` tokenizer needs exactly 256.
+    /// Vocabulary size; the `bytes` tokenizer needs exactly 256, a stored tokenizer its own
+    /// vocabulary size (added tokens included).
     #[serde(default = "default_vocab")]
     #[schemars(range(min = 2, max = 1048576))]
     pub vocab: u32,
@@ -199,22 +200,83 @@ pub struct DataConfig {
     /// How text becomes tokens.
     #[serde(default)]
     pub tokenizer: Tokenizer,
-    /// Training domains and their sampling weights (weights need not sum to 1).
+    /// Training domains and their weights: each weight over their sum is the expected fraction of
+    /// training tokens drawn from that domain (every row of a batch is one domain's window).
     #[schemars(length(min = 1, max = 64))]
     pub mixture: Vec<MixtureComponent>,
-    /// Fraction of each stored corpus held out for evaluation (the last bytes of the corpus).
+    /// Fraction of each stored corpus held out for evaluation (the last bytes of the corpus, or
+    /// the last tokens of its token shard with a stored tokenizer).
     #[serde(default = "default_heldout_fraction")]
     #[schemars(range(min = 0.001, max = 0.5))]
     pub heldout_fraction: f64,
 }
 
-/// Tokenizer. Only `bytes` today (vocab 256, so eval bits-per-byte is exact).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
+/// How text becomes tokens: `"bytes"` (one token per byte, vocab 256, the default) or a stored
+/// tokenizer named by the BLAKE3 of its `tokenizer.json` blob (`"blake3:<hex>"`, added with
+/// `glassbox data tokenizer train` or `import`). Written as one string either way, so a spec
+/// that says `"bytes"` hashes as it always did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Tokenizer {
     /// One token per byte.
     #[default]
     Bytes,
+    /// A stored tokenizer (a Hugging Face `tokenizer.json` blob), by hash.
+    Stored(BlobHash),
+}
+
+impl Tokenizer {
+    /// The stored tokenizer's hash, when it is one.
+    pub fn stored(&self) -> Option<&BlobHash> {
+        match self {
+            Tokenizer::Bytes => None,
+            Tokenizer::Stored(h) => Some(h),
+        }
+    }
+}
+
+impl std::fmt::Display for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Tokenizer::Bytes => f.write_str("bytes"),
+            Tokenizer::Stored(h) => write!(f, "{h}"),
+        }
+    }
+}
+
+impl Serialize for Tokenizer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Tokenizer {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "bytes" {
+            return Ok(Tokenizer::Bytes);
+        }
+        text.parse::<BlobHash>()
+            .map(Tokenizer::Stored)
+            .map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "{text:?} is not a tokenizer: expected \"bytes\" or a stored tokenizer's hash \"blake3:<64 hex>\" ({e})"
+                ))
+            })
+    }
+}
+
+impl JsonSchema for Tokenizer {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Tokenizer".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "How text becomes tokens: \"bytes\" (one token per byte, vocab 256) or a stored tokenizer's hash (\"blake3:<64 hex>\", see `glassbox data tokenizer`).",
+            "type": "string",
+            "pattern": "^(bytes|blake3:[0-9a-f]{64})$"
+        })
+    }
 }
 
 /// One domain of the mixture. Exactly one of `corpus` and `generator` is given.

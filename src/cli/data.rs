@@ -1,10 +1,19 @@
-//! `glassbox data import` / `data generate`: add a corpus to the lab as a blob with a `dataset`
-//! entry, and print the hash a spec names it by (`corpus = "blake3:..."`).
+//! `glassbox data`: add corpora (`import`, `generate`), tokenizers (`tokenizer train`,
+//! `tokenizer import`) and token shards (`tokenize`) to the lab, each a blob with its entry,
+//! and print the hash a spec names it by.
+//!
+//! Glue only: flags become one validated request, one lab call does the work, the result is
+//! printed. Not here: parsing corpora, tokenizing or recording (`glassbox_lab::dataset`,
+//! `glassbox_lab::tokens`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use glassbox_lab::dataset;
+use glassbox_lab::dataset::{self, ImportRequest};
+use glassbox_lab::tokens;
+use glassbox_runner::data::tokenizer::TrainKind;
+use glassbox_schemas::BlobHash;
+use glassbox_schemas::data::CorpusFormat;
 use glassbox_schemas::spec::{GeneratorKind, GeneratorSpec};
 
 use crate::GlobalOpts;
@@ -14,13 +23,28 @@ use crate::exit;
 /// `glassbox data` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum DataCommand {
-    /// Store a text file as a corpus (bytes tokenizer) and record a `dataset` entry.
+    /// Store a text, JSONL or Parquet file as a corpus and record a `dataset` entry (bytes,
+    /// documents, format). The file is stored as it is; documents are read from it by format.
     Import {
         /// Domain name for metric names (`eval/<domain>/loss`).
         #[arg(long)]
         domain: String,
         /// The file.
         file: PathBuf,
+        /// How the file splits into documents; left out, from its extension (`.jsonl`,
+        /// `.parquet`, anything else is text).
+        #[arg(long, value_enum)]
+        format: Option<FormatArg>,
+        /// JSONL: the field holding each document's text.
+        #[arg(long, default_value = "text")]
+        text_field: String,
+        /// Parquet: the string column holding each document's text.
+        #[arg(long, default_value = "text")]
+        text_column: String,
+        /// Text: the separator between documents (e.g. `$'\n\n'`); left out, the file is one
+        /// document.
+        #[arg(long)]
+        separator: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -49,6 +73,106 @@ pub enum DataCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Train or import a Hugging Face tokenizer (`tokenizer.json`), recorded as a `tokenizer`
+    /// entry; a spec names it with `[data] tokenizer = "blake3:..."`.
+    #[command(subcommand)]
+    Tokenizer(TokenizerCommand),
+    /// Tokenize a stored corpus with a stored tokenizer into a token shard (a blob and a
+    /// `tokenized` entry). Runs on all cores; a pair tokenized before is reused. Workers do
+    /// this themselves for what a spec needs.
+    Tokenize {
+        /// The corpus (a `dataset` hash).
+        #[arg(long)]
+        corpus: BlobHash,
+        /// The tokenizer (a `tokenizer` hash).
+        #[arg(long)]
+        tokenizer: BlobHash,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `glassbox data tokenizer` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum TokenizerCommand {
+    /// Train a tokenizer on stored corpora. The same corpora and flags give the same bytes.
+    Train {
+        /// Vocabulary size, special tokens included (260 to 1,048,576).
+        #[arg(long)]
+        vocab: u32,
+        /// Corpora to train on (`dataset` hashes), one or more.
+        #[arg(long = "from", num_args = 1.., required = true)]
+        from: Vec<BlobHash>,
+        /// The model: byte-level BPE (GPT-2 style) or Unigram.
+        #[arg(long, value_enum, default_value = "bpe")]
+        kind: KindArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Store an existing `tokenizer.json` as it is.
+    Import {
+        /// The `tokenizer.json`.
+        file: PathBuf,
+        /// The token that ends a document; left out, the first of `<|endoftext|>`,
+        /// `<|end_of_text|>`, `</s>`, `<eos>`, `<|im_end|>`, `[SEP]` it has.
+        #[arg(long)]
+        eod_token: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `--format`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum FormatArg {
+    /// UTF-8 text.
+    Text,
+    /// JSON Lines.
+    Jsonl,
+    /// Apache Parquet.
+    Parquet,
+}
+
+/// `--kind`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum KindArg {
+    /// Byte-level BPE.
+    Bpe,
+    /// Unigram.
+    Unigram,
+}
+
+/// The corpus format the flags ask for.
+fn import_format(
+    file: &std::path::Path,
+    format: Option<FormatArg>,
+    text_field: String,
+    text_column: String,
+    separator: Option<String>,
+) -> CorpusFormat {
+    let ext = file
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase());
+    let format = format.unwrap_or(match ext.as_deref() {
+        Some("jsonl") | Some("ndjson") => FormatArg::Jsonl,
+        Some("parquet") => FormatArg::Parquet,
+        _ => FormatArg::Text,
+    });
+    match format {
+        FormatArg::Text => CorpusFormat::Text { separator },
+        FormatArg::Jsonl => CorpusFormat::Jsonl { text_field },
+        FormatArg::Parquet => CorpusFormat::Parquet { text_column },
+    }
+}
+
+/// What a command produced, to print.
+enum Done {
+    Dataset(dataset::Dataset),
+    Tokenizer(tokens::StoredTokenizer),
+    Tokenized(tokens::Tokenized),
 }
 
 pub fn run(cmd: DataCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
@@ -56,11 +180,29 @@ pub fn run(cmd: DataCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     lab_context::runtime()?.block_on(async {
         let ctx = lab_context::open(global, &args, true).await?;
         let rec = ctx.recorder.clone();
-        let (result, json) = match cmd {
-            DataCommand::Import { domain, file, json } => (
-                tokio::task::spawn_blocking(move || dataset::import(&rec, &domain, &file)).await?,
+        let (job, json): (
+            Box<dyn FnOnce() -> Result<Done, glassbox_lab::LabError> + Send>,
+            bool,
+        ) = match cmd {
+            DataCommand::Import {
+                domain,
+                file,
+                format,
+                text_field,
+                text_column,
+                separator,
                 json,
-            ),
+            } => {
+                let req = ImportRequest {
+                    domain,
+                    format: import_format(&file, format, text_field, text_column, separator),
+                    file,
+                };
+                (
+                    Box::new(move || dataset::import(&rec, &req).map(Done::Dataset)),
+                    json,
+                )
+            }
             DataCommand::Generate {
                 domain,
                 seed,
@@ -78,30 +220,84 @@ pub fn run(cmd: DataCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
                     branching,
                 };
                 (
-                    tokio::task::spawn_blocking(move || {
-                        dataset::generate(&rec, &domain, &g, bytes)
-                    })
-                    .await?,
+                    Box::new(move || {
+                        dataset::generate(&rec, &domain, &g, bytes).map(Done::Dataset)
+                    }),
                     json,
                 )
             }
+            DataCommand::Tokenizer(TokenizerCommand::Train {
+                vocab,
+                from,
+                kind,
+                json,
+            }) => {
+                let kind = match kind {
+                    KindArg::Bpe => TrainKind::Bpe,
+                    KindArg::Unigram => TrainKind::Unigram,
+                };
+                (
+                    Box::new(move || {
+                        tokens::train_tokenizer(&rec, kind, vocab, &from).map(Done::Tokenizer)
+                    }),
+                    json,
+                )
+            }
+            DataCommand::Tokenizer(TokenizerCommand::Import {
+                file,
+                eod_token,
+                json,
+            }) => (
+                Box::new(move || {
+                    tokens::import_tokenizer(&rec, &file, eod_token.as_deref()).map(Done::Tokenizer)
+                }),
+                json,
+            ),
+            DataCommand::Tokenize {
+                corpus,
+                tokenizer,
+                json,
+            } => (
+                Box::new(move || {
+                    let progress = |docs: u64, bytes: u64| {
+                        if !json {
+                            eprintln!("  tokenized {docs} documents, {bytes} bytes");
+                        }
+                    };
+                    tokens::tokenize(&rec, &corpus, &tokenizer, &progress).map(Done::Tokenized)
+                }),
+                json,
+            ),
         };
-        let d = match result {
+        let done = match tokio::task::spawn_blocking(job).await? {
             Ok(d) => d,
-            Err(glassbox_lab::LabError::Refused(m)) => {
-                eprintln!("error: {m}");
+            Err(e @ (glassbox_lab::LabError::Refused(_) | glassbox_lab::LabError::Data(_))) => {
+                eprintln!("error: {e}");
                 return Ok(exit::code(exit::CHECK_FAILED));
             }
             Err(e) => return Err(e.into()),
         };
-        if json {
-            println!("{}", serde_json::to_string_pretty(&d)?);
-        } else {
+        print(&done, json)?;
+        Ok(exit::code(exit::OK))
+    })
+}
+
+fn print(done: &Done, json: bool) -> anyhow::Result<()> {
+    match done {
+        Done::Dataset(d) if json => println!("{}", serde_json::to_string_pretty(d)?),
+        Done::Tokenizer(t) if json => println!("{}", serde_json::to_string_pretty(t)?),
+        Done::Tokenized(t) if json => println!("{}", serde_json::to_string_pretty(t)?),
+        Done::Dataset(d) => {
             println!("{}", d.hash);
-            println!(
-                "  domain {}  bytes {}  tokenizer {}  source {}",
-                d.body.domain, d.bytes, d.body.tokenizer, d.body.source
+            let format = d.body.format.as_ref().map_or("bytes", |f| f.name());
+            print!(
+                "  domain {}  bytes {}  format {format}  source {}",
+                d.body.domain, d.bytes, d.body.source
             );
+            if let (Some(docs), Some(text)) = (d.body.documents, d.body.text_bytes) {
+                print!("  documents {docs}  text bytes {text}");
+            }
+            println!();
             if let Some(h) = d.body.entropy_bits_per_byte {
                 println!("  entropy {h:.6} bits/byte (the loss floor)");
             }
@@ -111,6 +307,35 @@ pub fn run(cmd: DataCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
                 d.body.domain, d.hash
             );
         }
-        Ok(exit::code(exit::OK))
-    })
+        Done::Tokenizer(t) => {
+            println!("{}", t.hash);
+            println!(
+                "  {} ({})  vocab {}  end of document {:?} = {}  source {}",
+                t.body.kind.as_str(),
+                t.body.model,
+                t.body.vocab_size,
+                t.body.end_of_document,
+                t.body.end_of_document_id,
+                t.body.source
+            );
+            println!("  recorded as tokenizer entry {}", t.entry);
+            println!(
+                "  use it in a spec: [data] tokenizer = \"{}\" and [model] vocab = {}",
+                t.hash, t.body.vocab_size
+            );
+        }
+        Done::Tokenized(t) => {
+            println!("{}", t.body.shard);
+            println!(
+                "  {} tokens  {} documents  {} text bytes ({:.3} bytes/token){}",
+                t.body.tokens,
+                t.body.documents,
+                t.body.text_bytes,
+                t.body.text_bytes as f64 / t.body.tokens.max(1) as f64,
+                if t.reused { "  (reused)" } else { "" }
+            );
+            println!("  recorded as tokenized entry {}", t.entry);
+        }
+    }
+    Ok(())
 }

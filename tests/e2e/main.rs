@@ -7,6 +7,7 @@ mod support;
 mod bot_cli;
 mod cli_spec;
 mod data_cli;
+mod data_tokens;
 mod hostile;
 mod ladder_reproduce;
 mod ledger_cli;

@@ -138,6 +138,7 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (Lab, Index
                 kernel_hashes: BTreeMap::new(),
                 resumed_from_step: None,
                 build: None,
+                data: None,
             }),
         ));
         batch.push(e(

@@ -26,11 +26,14 @@ use utoipa::{IntoParams, OpenApi, ToSchema};
 use crate::WebState;
 use crate::catalog::{
     DatasetRow, ExperimentFilter, ExperimentRow, ForecastCheck, ForecastRow, ListPage, ListRow,
-    MixtureRow, RunRow, SpecFacts, SpecForecast,
+    MixtureRow, RunRow, SpecFacts, SpecForecast, TokenizedRow, TokenizerRow,
 };
 use crate::error::WebError;
 use crate::live::LiveEvent;
 use crate::pages::compare::{self, CompareRun};
+use crate::pages::data::{
+    self as data_pages, DatasetDetail, DocQuery, DocumentView, DomainUse, RunConsumption, TokenSpan,
+};
 use crate::pages::ladder::{self, Ladder, Law, Rung};
 use crate::pages::ledger::{self, LedgerSummary};
 use crate::series::{self, MAX_POINTS_PER_LINE};
@@ -51,6 +54,10 @@ pub fn routes() -> Router<WebState> {
         .route("/api/v1/entries/{idx}", get(entry))
         .route("/api/v1/entries/{idx}/proof", get(proof))
         .route("/api/v1/datasets", get(datasets))
+        .route("/api/v1/datasets/{hash}", get(dataset))
+        .route("/api/v1/datasets/{hash}/documents/{doc}", get(document))
+        .route("/api/v1/tokenizers", get(tokenizers))
+        .route("/api/v1/runs/{run}/data", get(run_data))
         .route("/api/v1/ladder", get(ladders))
         .route("/api/v1/negative", get(negative))
         .route("/api/v1/compare", get(compare_runs))
@@ -77,6 +84,10 @@ pub fn routes() -> Router<WebState> {
         entry,
         proof,
         datasets,
+        dataset,
+        document,
+        tokenizers,
+        run_data,
         ladders,
         negative,
         compare_runs,
@@ -99,6 +110,13 @@ pub fn routes() -> Router<WebState> {
         EntryRow,
         InclusionProof,
         DatasetRow,
+        DatasetDetail,
+        DocumentView,
+        TokenSpan,
+        TokenizerRow,
+        TokenizedRow,
+        RunConsumption,
+        DomainUse,
         Ladder,
         Rung,
         Law,
@@ -609,6 +627,59 @@ async fn proof(
 async fn datasets(State(st): State<WebState>) -> Result<Json<Vec<DatasetRow>>, WebError> {
     let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
     Ok(Json(cat.datasets.clone()))
+}
+
+/// One corpus: its `dataset` entry, its token shards and the runs whose spec names it.
+#[utoipa::path(get, path = "/api/v1/datasets/{hash}",
+    params(("hash" = String, Path, description = "corpus hash, blake3:<hex>")),
+    responses((status = 200, body = DatasetDetail), (status = 404, description = "no dataset entry declares it")))]
+async fn dataset(
+    State(st): State<WebState>,
+    Path(hash): Path<String>,
+) -> Result<Json<DatasetDetail>, WebError> {
+    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    Ok(Json(data_pages::dataset_detail(&cat, &hash)?))
+}
+
+/// One document of a corpus (0-based, empty documents not counted), with its token spans
+/// under `tokenizer` when given.
+#[utoipa::path(get, path = "/api/v1/datasets/{hash}/documents/{doc}",
+    params(("hash" = String, Path, description = "corpus hash"), ("doc" = u64, Path, description = "document, from 0"), DocQuery),
+    responses((status = 200, body = DocumentView), (status = 404, description = "no such corpus, document or shard"),
+        (status = 400, description = "a blob too large to open or damaged")))]
+async fn document(
+    State(st): State<WebState>,
+    Path((hash, doc)): Path<(String, u64)>,
+    Query(q): Query<DocQuery>,
+) -> Result<Json<DocumentView>, WebError> {
+    let detail = {
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        data_pages::dataset_detail(&cat, &hash)?
+    };
+    tokio::task::spawn_blocking(move || {
+        data_pages::document_view(&st, &detail, doc, q.tokenizer.as_deref())
+    })
+    .await
+    .map_err(|e| WebError::Io(std::io::Error::other(e)))?
+    .map(Json)
+}
+
+/// Stored tokenizers (`tokenizer` entries).
+#[utoipa::path(get, path = "/api/v1/tokenizers", responses((status = 200, body = Vec<TokenizerRow>)))]
+async fn tokenizers(State(st): State<WebState>) -> Result<Json<Vec<TokenizerRow>>, WebError> {
+    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    Ok(Json(cat.tokenizers.clone()))
+}
+
+/// A run's data: the planned mixture next to the tokens drawn per domain, and
+/// `data/<domain>/tokens` over steps.
+#[utoipa::path(get, path = "/api/v1/runs/{run}/data", params(("run" = String, Path)),
+    responses((status = 200, body = RunConsumption), (status = 404, description = "no such run")))]
+async fn run_data(
+    State(st): State<WebState>,
+    Path(run): Path<String>,
+) -> Result<Json<RunConsumption>, WebError> {
+    Ok(Json(data_pages::run_data(&st, &run).await?))
 }
 
 /// Scaling ladders: rungs, forecasts, fitted law.

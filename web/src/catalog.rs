@@ -1,4 +1,5 @@
-//! The catalog: experiments, runs, datasets and forecasts as the dashboard lists them, folded
+//! The catalog: experiments, runs, datasets, tokenizers, token shards and forecasts as the
+//! dashboard lists them, folded
 //! from the index's `entries` table and kept in memory.
 //!
 //! Listing 10,000 experiments with their author, tags, status and final loss would otherwise
@@ -14,6 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use glassbox_ledger::BlobStore;
+use glassbox_schemas::data::{CorpusFormat, TokenizedBody, TokenizerBody};
 use glassbox_schemas::record::{
     ApprovalBody, DatasetBody, ForecastBody, IssueRef, ProposalBody, RejectionBody, ResultBody,
     RunStartedBody,
@@ -142,6 +144,10 @@ pub struct RunRow {
     pub forecast: Option<ForecastCheck>,
     /// Why it ended that way (anything but success).
     pub reason: Option<String>,
+    /// Its stored tokenizer, from `run_started`.
+    pub tokenizer: Option<String>,
+    /// Domain -> the token shard it drew from, from `run_started`.
+    pub shards: BTreeMap<String, String>,
 }
 
 /// One experiment.
@@ -196,6 +202,55 @@ pub struct DatasetRow {
     pub corpus: Option<String>,
     /// Known entropy rate.
     pub entropy_bits_per_byte: Option<f64>,
+    /// How the raw file splits into documents (`{"kind": "jsonl", "text_field": ...}`).
+    #[schema(value_type = Option<Object>)]
+    pub format: Option<CorpusFormat>,
+    /// Documents.
+    pub documents: Option<u64>,
+    /// UTF-8 bytes of document text.
+    pub text_bytes: Option<u64>,
+}
+
+/// A `tokenizer` entry.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TokenizerRow {
+    /// Entry index.
+    pub entry: u64,
+    /// Time.
+    pub time: String,
+    /// The `tokenizer.json` blob.
+    pub hash: String,
+    /// `bpe`, `unigram` or `imported`.
+    pub kind: String,
+    /// The model type inside.
+    pub model: String,
+    /// Vocabulary size.
+    pub vocab_size: u32,
+    /// Corpora it was trained on.
+    pub trained_on: Vec<String>,
+    /// The end-of-document token.
+    pub end_of_document: String,
+    /// Where it came from.
+    pub source: String,
+}
+
+/// A `tokenized` entry: a corpus's token shard under a tokenizer.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TokenizedRow {
+    /// Entry index.
+    pub entry: u64,
+    /// The corpus.
+    pub corpus: String,
+    /// The tokenizer.
+    pub tokenizer: String,
+    /// The shard blob.
+    pub shard: String,
+    /// Tokens.
+    pub tokens: u64,
+    /// Documents.
+    pub documents: u64,
+    /// Text bytes the tokens cover.
+    pub text_bytes: u64,
 }
 
 /// Everything folded so far.
@@ -212,6 +267,10 @@ pub struct CatalogData {
     pub runs: BTreeMap<String, RunRow>,
     /// In log order.
     pub datasets: Vec<DatasetRow>,
+    /// In log order.
+    pub tokenizers: Vec<TokenizerRow>,
+    /// In log order.
+    pub tokenized: Vec<TokenizedRow>,
     /// By entry index.
     pub forecasts: BTreeMap<u64, ForecastRow>,
     /// The last entry about each experiment or one of its runs, of any kind (metric chunks,
@@ -295,7 +354,8 @@ impl Catalog {
             // Every entry, for what it is about; the text only of the kinds folded.
             let rows = sqlx::query(
                 "SELECT idx, experiment, run, CASE WHEN kind IN \
-                 ('dataset', 'proposal', 'approval', 'rejection', 'forecast', 'run_started', 'result') \
+                 ('dataset', 'proposal', 'approval', 'rejection', 'forecast', 'run_started', 'result', \
+                 'tokenizer', 'tokenized') \
                  THEN entry ELSE NULL END AS entry FROM entries WHERE idx >= $1 \
                  ORDER BY idx LIMIT $2",
             )
@@ -447,6 +507,11 @@ impl CatalogData {
         self.touched_experiments.get(id).copied().unwrap_or(0)
     }
 
+    /// What the spec `spec_hash` says, when its blob was read.
+    pub fn spec_facts(&self, spec_hash: &str) -> Option<&SpecFacts> {
+        self.specs.get(spec_hash).and_then(|s| s.as_deref())
+    }
+
     fn experiment(&mut self, id: &str, idx: u64, time: &str) -> &mut ExperimentRow {
         let e = self
             .experiments
@@ -493,6 +558,8 @@ impl CatalogData {
             final_metrics: BTreeMap::new(),
             forecast: None,
             reason: None,
+            tokenizer: None,
+            shards: BTreeMap::new(),
         })
     }
 
@@ -567,6 +634,14 @@ impl CatalogData {
                     run.started = Some(time);
                     run.backend = Some(b.backend);
                     run.hardware = Some(b.hardware);
+                    if let Some(d) = b.data {
+                        run.tokenizer = Some(d.tokenizer.to_string());
+                        run.shards = d
+                            .shards
+                            .into_iter()
+                            .map(|(k, v)| (k, v.to_string()))
+                            .collect();
+                    }
                 }
             }
             EntryKind::Result => {
@@ -598,6 +673,37 @@ impl CatalogData {
                         source: d.source,
                         corpus: e.refs.get("corpus").map(|h| h.to_string()),
                         entropy_bits_per_byte: d.entropy_bits_per_byte,
+                        format: d.format,
+                        documents: d.documents,
+                        text_bytes: d.text_bytes,
+                    });
+                }
+            }
+            EntryKind::Tokenizer => {
+                if let (Ok(t), Some(h)) = (e.body_as::<TokenizerBody>(), e.refs.get("tokenizer")) {
+                    self.tokenizers.push(TokenizerRow {
+                        entry: idx,
+                        time,
+                        hash: h.to_string(),
+                        kind: t.kind.as_str().to_string(),
+                        model: t.model,
+                        vocab_size: t.vocab_size,
+                        trained_on: t.trained_on.iter().map(|c| c.to_string()).collect(),
+                        end_of_document: t.end_of_document,
+                        source: t.source,
+                    });
+                }
+            }
+            EntryKind::Tokenized => {
+                if let Ok(t) = e.body_as::<TokenizedBody>() {
+                    self.tokenized.push(TokenizedRow {
+                        entry: idx,
+                        corpus: t.corpus.to_string(),
+                        tokenizer: t.tokenizer.to_string(),
+                        shard: t.shard.to_string(),
+                        tokens: t.tokens,
+                        documents: t.documents,
+                        text_bytes: t.text_bytes,
                     });
                 }
             }

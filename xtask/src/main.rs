@@ -13,8 +13,9 @@
 //!   tests that restart the server call `GLASSBOX_TEST_POSTGRES_RESTART`, a script written
 //!   beside the cluster.
 //! - **Python wheels**: a virtualenv in `target/xtask/venv` with the pinned `moto[server]` (the
-//!   S3 tests start `moto_server`) and `nvidia-cuda-nvrtc` (the CUDA kernels compile test loads
-//!   `libnvrtc.so.13`); its `bin/` goes on `PATH`, the wheel's `lib/` on `LD_LIBRARY_PATH`.
+//!   S3 tests start `moto_server`), `nvidia-cuda-nvrtc` (the CUDA kernels compile test loads
+//!   `libnvrtc.so.13`) and `tokenizers` (the tokenizer interop test runs its `python`); its
+//!   `bin/` goes on `PATH`, the wheel's `lib/` on `LD_LIBRARY_PATH`.
 //!   Installed once; re-installed when the pins change.
 //! - **Chromium and ChromeDriver** for the browser tests: found on the machine, installed with
 //!   apt when running as root, otherwise it stops at once and prints the one command to run.
@@ -39,7 +40,12 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 /// The Python packages the tests need, pinned.
-const PYTHON_PINS: [&str; 2] = ["moto[server]==5.2.1", "nvidia-cuda-nvrtc==13.0.88"];
+const PYTHON_PINS: [&str; 3] = [
+    "moto[server]==5.2.1",
+    "nvidia-cuda-nvrtc==13.0.88",
+    // The tokenizer interop test: the same release as the `tokenizers` crate.
+    "tokenizers==0.23.2",
+];
 
 /// The Debian packages that hold the browser and its driver.
 const BROWSER_PACKAGES: [&str; 2] = ["chromium", "chromium-driver"];

@@ -1042,8 +1042,9 @@ async fn a_spec_over_the_metric_volume_limit_is_refused_with_the_figure() {
     let s = setup("sqlite", "volume", cfg).await;
     let sp = spec(8, "", "");
     let v = glassbox_schemas::cost::metric_volume(&sp);
-    // 8 steps x (13 + 1 layer) scalars, one evaluation of one domain, 8 x 1 x 4 components.
-    assert_eq!((v.scalar_points, v.vector_components), (8 * 14 + 2, 32));
+    // 8 steps x (13 + 1 layer + 1 domain) scalars, one evaluation of one domain, 8 x 1 x 4
+    // components.
+    assert_eq!((v.scalar_points, v.vector_components), (8 * 15 + 2, 32));
     let r = s.flow.propose(proposal(1, "ann", sp, None)).await.unwrap();
     let err = s
         .flow
@@ -1056,7 +1057,7 @@ async fn a_spec_over_the_metric_volume_limit_is_refused_with_the_figure() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("it would record 146 metric values"), "{err}");
+    assert!(err.contains("it would record 154 metric values"), "{err}");
     assert!(
         err.contains("limit is 100 (limits.max_metric_points)"),
         "{err}"

@@ -51,6 +51,7 @@ fn lab_with_a_run() -> (tempfile::TempDir, Lab) {
             kernel_hashes: BTreeMap::new(),
             resumed_from_step: None,
             build: None,
+            data: None,
         }),
     ));
     for i in 0..300 {

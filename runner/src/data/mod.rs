@@ -1,26 +1,44 @@
-//! Training and evaluation data: the byte tokenizer, content-addressed corpora behind
-//! [`CorpusStore`], built-in generators ([`markov`]), and the mixture sampler.
+//! Training and evaluation data: content-addressed corpora behind [`CorpusStore`], documents
+//! out of text, JSONL and Parquet files ([`documents`]), stored tokenizers ([`tokenizer`]),
+//! token shards ([`shard`]), built-in generators ([`markov`]), and the mixture sampler.
 //!
 //! Sampling is a pure function of (seed, step): row `r` of step `s` draws its domain and its
 //! window from the stream `derive([seed, TRAIN, s, r])`, so resuming at step `s` needs no saved
-//! generator state, and any batch can be recomputed by anyone. Held-out data per domain: for a
-//! corpus, the last `heldout_fraction` of its bytes (training windows never touch them); for a
-//! generator, a separate seeded stream (`derive([generator seed, EVAL, batch, row])`).
-//! Tokenizer: bytes (token = byte value, vocab 256), so nats per token / ln 2 = bits per byte.
-//! Not here: where corpora come from (the ledger's blob store implements [`CorpusStore`]).
+//! generator state, and any batch can be recomputed by anyone. A row is one domain's window of
+//! `seq_len` tokens, so a domain's weight over the sum of weights is the expected fraction of
+//! training tokens it gives; the tokens each domain actually gave are counted
+//! ([`DataPipeline::tokens_by_domain`]). Held-out data per domain: for a corpus, the last
+//! `heldout_fraction` of its bytes (or of its shard's tokens; training windows never touch
+//! them); for a generator, a separate seeded stream (`derive([generator seed, EVAL, batch,
+//! row])`).
+//!
+//! Tokenizers: `bytes` (token = byte value, vocab 256: nats per token / ln 2 = bits per byte),
+//! or a stored one, whose corpora come as token shards in which every token carries the number
+//! of source bytes it stands for, so bits per byte = the targets' summed NLL / ln 2 over their
+//! summed bytes, exactly. Not here: where corpora and shards come from (the lab implements
+//! [`CorpusStore`] over its blob store and ledger).
 
 pub mod markov;
+pub mod tokenizer;
+
+/// The corpus formats (documents out of raw files, the token-shard layout), from
+/// `glassbox-corpus`, which the dashboard reads too.
+pub use glassbox_corpus::{documents, error, shard};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use glassbox_schemas::BlobHash;
+use glassbox_schemas::data::RunData;
 use glassbox_schemas::spec::{ExperimentSpec, GeneratorKind};
 
 use crate::error::RunnerError;
 use crate::rng::{SplitMix64, derive};
 
+pub use error::DataError;
 pub use markov::MarkovSource;
+pub use shard::TokenShard;
+pub use tokenizer::TextTokenizer;
 
 /// Stream key of training batches.
 const TRAIN: u64 = 0x5452_4149; // "TRAI"
@@ -32,6 +50,19 @@ const EVAL: u64 = 0x4556_414c; // "EVAL"
 pub trait CorpusStore: Send + Sync {
     /// The bytes of corpus `hash`, verified against the hash.
     fn load(&self, hash: &BlobHash) -> Result<Arc<Vec<u8>>, RunnerError>;
+
+    /// The token shard of `corpus` tokenized with `tokenizer`, and its hash, verified against
+    /// the hash. A store without shards says so.
+    fn token_shard(
+        &self,
+        corpus: &BlobHash,
+        tokenizer: &BlobHash,
+    ) -> Result<(BlobHash, Arc<TokenShard>), RunnerError> {
+        Err(RunnerError::ShardMissing {
+            corpus: corpus.to_string(),
+            tokenizer: tokenizer.to_string(),
+        })
+    }
 }
 
 /// Corpora in a directory laid out like the blob store: `<root>/<first 2 hex>/<other 62 hex>`.
@@ -108,6 +139,16 @@ pub enum Source {
     },
     /// A built-in Markov source.
     Markov(MarkovSource),
+    /// A corpus as a token shard: training windows from tokens `[..split]`, held-out from
+    /// `[split..]`.
+    Tokens {
+        /// The shard.
+        shard: Arc<TokenShard>,
+        /// Its hash.
+        hash: BlobHash,
+        /// First held-out token.
+        split: usize,
+    },
 }
 
 /// One mixture domain.
@@ -128,7 +169,7 @@ impl Domain {
     pub fn entropy_bits_per_byte(&self) -> Option<f64> {
         match &self.source {
             Source::Markov(m) => Some(m.entropy_bits_per_byte()),
-            Source::Corpus { .. } => None,
+            Source::Corpus { .. } | Source::Tokens { .. } => None,
         }
     }
 }
@@ -140,6 +181,16 @@ pub struct Batch {
     pub tokens: Vec<u32>,
     /// Targets (inputs shifted by one).
     pub targets: Vec<u32>,
+    /// Source bytes the targets stand for (one per target for bytes and generators).
+    pub target_bytes: u64,
+    /// The domain of each row.
+    pub row_domains: Vec<usize>,
+}
+
+/// One row's window: its tokens (`seq_len + 1`) and the bytes its targets stand for.
+struct Window {
+    tokens: Vec<u32>,
+    target_bytes: u64,
 }
 
 /// The mixture sampler of a spec.
@@ -157,11 +208,45 @@ impl DataPipeline {
     /// Resolve a spec's mixture, loading corpora from `store`.
     pub fn new(spec: &ExperimentSpec, store: &dyn CorpusStore) -> Result<Self, RunnerError> {
         let seq = spec.model.seq_len as usize;
+        let tokenizer = spec.data.tokenizer;
         let mut domains = Vec::new();
         // A corpus named by several domains is loaded (and held) once.
         let mut loaded: Vec<(BlobHash, Arc<Vec<u8>>)> = Vec::new();
         for comp in &spec.data.mixture {
             let (source, generator_seed) = match (&comp.corpus, &comp.generator) {
+                (Some(hash), _) if tokenizer.stored().is_some() => {
+                    let tok = tokenizer.stored().copied().unwrap_or(*hash);
+                    let (shard_hash, shard) = store.token_shard(hash, &tok)?;
+                    if shard.vocab() != spec.model.vocab {
+                        return Err(RunnerError::Unsupported {
+                            field: "model.vocab",
+                            value: spec.model.vocab.to_string(),
+                            fix: format!(
+                                "the tokenizer {tok} has {} tokens (added tokens included); set model.vocab = {}",
+                                shard.vocab(),
+                                shard.vocab()
+                            ),
+                        });
+                    }
+                    let held = ((shard.len() as f64) * spec.data.heldout_fraction).ceil() as usize;
+                    let split = shard.len().saturating_sub(held);
+                    if split < seq + 1 || shard.len() - split < seq + 1 {
+                        return Err(RunnerError::CorpusTooSmall {
+                            domain: comp.domain.clone(),
+                            bytes: shard.len(),
+                            needed: ((seq + 1) as f64 / spec.data.heldout_fraction).ceil() as usize,
+                            unit: "tokens",
+                        });
+                    }
+                    (
+                        Source::Tokens {
+                            shard,
+                            hash: shard_hash,
+                            split,
+                        },
+                        0,
+                    )
+                }
                 (Some(hash), _) => {
                     let bytes = match loaded.iter().find(|(h, _)| h == hash) {
                         Some((_, bytes)) => bytes.clone(),
@@ -178,6 +263,7 @@ impl DataPipeline {
                             domain: comp.domain.clone(),
                             bytes: bytes.len(),
                             needed: ((seq + 1) as f64 / spec.data.heldout_fraction).ceil() as usize,
+                            unit: "bytes",
                         });
                     }
                     (Source::Corpus { bytes, split }, 0)
@@ -217,30 +303,69 @@ impl DataPipeline {
         })
     }
 
+    /// The tokenizer and the exact shard of each token-shard domain, for the run's record;
+    /// `None` with the bytes tokenizer.
+    pub fn run_data(&self, spec: &ExperimentSpec) -> Option<RunData> {
+        let tokenizer = *spec.data.tokenizer.stored()?;
+        let shards = self
+            .domains
+            .iter()
+            .filter_map(|d| match &d.source {
+                Source::Tokens { hash, .. } => Some((d.name.clone(), *hash)),
+                _ => None,
+            })
+            .collect();
+        Some(RunData { tokenizer, shards })
+    }
+
+    /// The domain of row `r` of `step`, and the row's stream positioned after the draw.
+    fn row_domain(&self, step: u64, r: usize) -> (usize, SplitMix64) {
+        let mut rng = SplitMix64::new(derive(&[self.seed, TRAIN, step, r as u64]));
+        let mut u = rng.next_f64() * self.total_weight;
+        let mut di = self.domains.len() - 1;
+        for (i, d) in self.domains.iter().enumerate() {
+            if u < d.weight {
+                di = i;
+                break;
+            }
+            u -= d.weight;
+        }
+        (di, rng)
+    }
+
+    /// Training tokens each domain gave over the first `steps` steps (recomputed from the
+    /// seed: sampling is a pure function of (seed, step)).
+    pub fn tokens_by_domain(&self, steps: u64) -> Vec<u64> {
+        let mut out = vec![0u64; self.domains.len()];
+        for s in 0..steps {
+            for r in 0..self.batch {
+                out[self.row_domain(s, r).0] += self.seq as u64;
+            }
+        }
+        out
+    }
+
     /// The training batch of `step` (a pure function of seed and step).
     pub fn train_batch(&self, step: u64) -> Batch {
         let mut windows = Vec::with_capacity(self.batch);
+        let mut row_domains = Vec::with_capacity(self.batch);
         for r in 0..self.batch {
-            let mut rng = SplitMix64::new(derive(&[self.seed, TRAIN, step, r as u64]));
-            let mut u = rng.next_f64() * self.total_weight;
-            let mut di = self.domains.len() - 1;
-            for (i, d) in self.domains.iter().enumerate() {
-                if u < d.weight {
-                    di = i;
-                    break;
-                }
-                u -= d.weight;
-            }
+            let (di, mut rng) = self.row_domain(step, r);
+            row_domains.push(di);
             let d = &self.domains[di];
             windows.push(match &d.source {
                 Source::Corpus { bytes, split } => {
                     let off = rng.below((split - self.seq) as u64) as usize;
-                    bytes[off..off + self.seq + 1].to_vec()
+                    self.byte_window(&bytes[off..off + self.seq + 1])
                 }
-                Source::Markov(m) => m.sample(rng.next_u64(), self.seq + 1),
+                Source::Markov(m) => self.byte_window(&m.sample(rng.next_u64(), self.seq + 1)),
+                Source::Tokens { shard, split, .. } => {
+                    let off = rng.below((split - self.seq) as u64) as usize;
+                    self.token_window(shard, off)
+                }
             });
         }
-        self.assemble(&windows)
+        self.assemble(&windows, row_domains)
     }
 
     /// Held-out batch `i` of domain `d` (a pure function of the spec).
@@ -254,24 +379,54 @@ impl DataPipeline {
                         SplitMix64::new(derive(&[self.seed, EVAL, d as u64, i, r as u64]));
                     let span = bytes.len() - split - self.seq;
                     let off = split + rng.below(span as u64) as usize;
-                    bytes[off..off + self.seq + 1].to_vec()
+                    self.byte_window(&bytes[off..off + self.seq + 1])
                 }
-                Source::Markov(m) => m.sample(
+                Source::Markov(m) => self.byte_window(&m.sample(
                     derive(&[dom.generator_seed, EVAL, i, r as u64]),
                     self.seq + 1,
-                ),
+                )),
+                Source::Tokens { shard, split, .. } => {
+                    let mut rng =
+                        SplitMix64::new(derive(&[self.seed, EVAL, d as u64, i, r as u64]));
+                    let span = shard.len() - split - self.seq;
+                    let off = split + rng.below(span as u64) as usize;
+                    self.token_window(shard, off)
+                }
             });
         }
-        self.assemble(&windows)
+        self.assemble(&windows, vec![d; self.batch])
     }
 
-    fn assemble(&self, windows: &[Vec<u8>]) -> Batch {
+    /// A window of bytes: one token, and one byte, per symbol.
+    fn byte_window(&self, w: &[u8]) -> Window {
+        Window {
+            tokens: w.iter().map(|&b| u32::from(b)).collect(),
+            target_bytes: self.seq as u64,
+        }
+    }
+
+    /// The shard's tokens `[off, off + seq + 1)`; the targets are `[off + 1, off + seq + 1)`.
+    fn token_window(&self, shard: &TokenShard, off: usize) -> Window {
+        Window {
+            tokens: shard.ids()[off..off + self.seq + 1].to_vec(),
+            target_bytes: shard.bytes_in(off + 1..off + self.seq + 1),
+        }
+    }
+
+    fn assemble(&self, windows: &[Window], row_domains: Vec<usize>) -> Batch {
         let mut tokens = Vec::with_capacity(self.batch * self.seq);
         let mut targets = Vec::with_capacity(self.batch * self.seq);
+        let mut target_bytes = 0;
         for w in windows {
-            tokens.extend(w[..self.seq].iter().map(|&b| b as u32));
-            targets.extend(w[1..].iter().map(|&b| b as u32));
+            tokens.extend_from_slice(&w.tokens[..self.seq]);
+            targets.extend_from_slice(&w.tokens[1..]);
+            target_bytes += w.target_bytes;
         }
-        Batch { tokens, targets }
+        Batch {
+            tokens,
+            targets,
+            target_bytes,
+            row_domains,
+        }
     }
 }

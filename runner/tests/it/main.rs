@@ -1,8 +1,11 @@
-//! glassbox-runner's integration tests (gradients per op, training, learning, the kernels'
-//! NVRTC compile, the GPU check's no-GPU mode), in one test binary.
+//! glassbox-runner's integration tests (gradients per op, training, learning, token shards,
+//! tokenizer interop with Python, the kernels' NVRTC compile, the GPU check's no-GPU mode), in
+//! one test binary.
 
 mod gpu_check;
 mod gradcheck;
 mod kernels_nvrtc;
 mod learning;
+mod tokenizer_interop;
+mod tokens;
 mod training;

@@ -35,6 +35,8 @@ pub fn routes() -> Router<WebState> {
         .route("/compare", get(compare::page))
         .route("/ladder", get(ladder::page))
         .route("/data", get(data::page))
+        .route("/data/corpora/{hash}", get(data::corpus_page))
+        .route("/data/runs/{run}", get(data::run_page))
         .route("/negative", get(experiments::negative_page))
         .route("/ledger", get(ledger::page))
         .merge(assets::routes())

@@ -19,7 +19,7 @@ use glassbox_web::LiveEvent;
 /// How long any one wait in this test may take: generous for a loaded 2-core CI machine.
 const WAIT: Duration = Duration::from_secs(30);
 
-fn chromedriver() -> PathBuf {
+pub(crate) fn chromedriver() -> PathBuf {
     if let Ok(p) = std::env::var("GLASSBOX_CHROMEDRIVER") {
         return PathBuf::from(p);
     }

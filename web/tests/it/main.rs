@@ -5,4 +5,5 @@ mod fixture;
 
 mod browser;
 mod charts;
+mod data_browser;
 mod routes;

@@ -1,0 +1,18 @@
+//! glassbox-corpus: the corpus formats, shared by the runner (which trains on them) and the
+//! dashboard (which shows them).
+//!
+//! - [`documents`] — documents out of a corpus's raw file: plain text, JSON Lines, Parquet;
+//!   streaming, bounded, every bad input named by file and line, row or column;
+//! - [`shard`] — [`TokenShard`], the byte layout of a tokenized corpus (ids, each token's
+//!   source byte count, document starts);
+//! - [`error`] — [`DataError`].
+//!
+//! It reads and writes bytes; it does not tokenize (the runner holds the tokenizer), store
+//! (the lab and the ledger do) or know any entry.
+
+pub mod documents;
+pub mod error;
+pub mod shard;
+
+pub use error::{DataError, Location};
+pub use shard::{EncodedDocument, TokenShard};
