@@ -353,7 +353,13 @@ fn put(
             run: None,
         },
     );
-    let writer = lab.writer(LockMode::Wait)?;
+    let mut writer = lab.writer(LockMode::Wait)?;
+    // The lab's own `lab.toml` names its witnesses, as it does for the server and workers.
+    if let Some(w) =
+        glassbox_lab::handle::own_config(lab.root())?.and_then(|c| c.ledger.witnessing())
+    {
+        writer = writer.with_witnesses(w);
+    }
     let idx = writer.append_entry(&entry)?;
     drop(writer);
     let reader = open_reader(lab, source)?;

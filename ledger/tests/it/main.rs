@@ -10,3 +10,5 @@ mod log_writer;
 mod proofs;
 mod publish_git;
 mod s3_moto;
+mod store;
+mod witness;
