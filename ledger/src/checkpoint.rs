@@ -255,6 +255,18 @@ impl SigningKey {
         })
     }
 
+    /// A key from a 32-byte seed (tools and benchmarks that need the same key every run).
+    pub fn from_seed(name: &str, seed: [u8; 32]) -> Result<Self, CheckpointError> {
+        check_key_name(name).map_err(|reason| CheckpointError::BadKey {
+            value: name.into(),
+            reason,
+        })?;
+        Ok(Self {
+            name: name.to_string(),
+            key: ed25519_dalek::SigningKey::from_bytes(&seed),
+        })
+    }
+
     /// The key's name (the log origin).
     pub fn name(&self) -> &str {
         &self.name

@@ -11,6 +11,8 @@
 //! - [`audit`] — the full check of a log; [`verify`] — the auditor's policy around it (which
 //!   key is trusted, what was seen before); [`seen`] — the auditor's memory, by target;
 //!   [`monitor`] — following a live log, checking only what is new;
+//! - [`archive`] — every checkpoint the writer installed; [`precedence`] — proof that one
+//!   entry was published (signed, cosigned) before another was sequenced;
 //! - [`index`] — the derived sqlx index (SQLite or PostgreSQL);
 //! - [`publish`] — git mirroring; [`lab`] — the lab directory layout.
 //!
@@ -20,6 +22,7 @@
 //! JSON records of `glassbox-schemas`; this crate stores and proves them but does not decide
 //! who writes which record when (that is `glassbox-lab`).
 
+pub mod archive;
 pub mod audit;
 pub mod blob;
 pub mod checkpoint;
@@ -31,6 +34,7 @@ pub mod lab;
 pub mod log;
 pub mod merkle;
 pub mod monitor;
+pub mod precedence;
 pub mod publish;
 #[cfg(feature = "aws")]
 pub mod s3;

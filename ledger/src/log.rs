@@ -11,7 +11,8 @@
 //!    sent to them for cosignatures ([`crate::cosigning`], bounded in time);
 //! 4. the checkpoint, with the cosignatures that came back, is installed the same way. This is
 //!    the commit point: an append returns only after it;
-//! 5. partial tiles and bundles whose full tile is now published are deleted (C2SP tlog-tiles
+//! 5. the checkpoint is added to the archive of checkpoints ([`crate::archive`]), and partial
+//!    tiles and bundles whose full tile is now published are deleted (C2SP tlog-tiles
 //!    allows it; the partials of tiles not yet full stay, since a checkpoint named them).
 //!
 //! A crash anywhere leaves a journal that extends the checkpoint; the next writer integrates
@@ -32,6 +33,7 @@ use glassbox_schemas::record::MAX_ENTRY_BYTES;
 
 use sha2::{Digest, Sha256};
 
+use crate::archive::CheckpointArchive;
 use crate::blob::sync_dir;
 use crate::checkpoint::{Checkpoint, SignedCheckpoint, SigningKey, VerifierKey};
 use crate::cosigning::{CosignOutcome, Witnessing};
@@ -170,6 +172,7 @@ impl LogWriter {
         });
         write_durable(log_dir, &log_dir.join("checkpoint"), &signed.to_bytes())?;
         sync_dir(log_dir)?;
+        CheckpointArchive::in_log_dir(log_dir).append(&signed)?;
         Ok(signed)
     }
 
@@ -312,6 +315,12 @@ impl DiskState {
                     format!("the journal starts at size {from}, past the checkpoint's {size}"),
                 ));
             }
+        }
+        // A crash between installing a checkpoint and archiving it: archive it now.
+        let archive = CheckpointArchive::in_log_dir(log_dir);
+        let size = state.tree.size();
+        if archive.last_size()?.is_none_or(|last| last < size) {
+            archive.append(&state.checkpoint)?;
         }
         Ok(state)
     }
@@ -510,6 +519,7 @@ impl DiskState {
             &signed.to_bytes(),
         )?;
         sync_dir(&self.log_dir)?;
+        CheckpointArchive::in_log_dir(&self.log_dir).append(&signed)?;
         self.checkpoint = signed;
         remove_superseded_partials(&self.log_dir, from, size);
         Ok((size, outcome))

@@ -3,7 +3,8 @@
 //! `lab.toml`), `glassbox verify --witness` requires the cosignatures, a witness that is down
 //! neither blocks nor fails an append (the checkpoint is published below quorum, and says so to
 //! a verifier), the witness's HTTP answers keep the spec's statuses (409 with its size for a
-//! forked checkpoint, 413 for an oversized body), and `glassbox verify --follow` exits naming
+//! forked checkpoint, 413 for an oversized body), `ledger proof precedes` shows the cosigned
+//! checkpoint that held one entry before the next, and `glassbox verify --follow` exits naming
 //! both checkpoints when the log it follows is rewritten.
 
 use std::io::{Read, Write};
@@ -170,6 +171,21 @@ fn a_witness_cosigns_the_labs_checkpoints_and_verify_requires_them() {
         stdout.contains("1 of the 1 witnesses given cosigned (quorum 1)"),
         "{stdout}"
     );
+    // Entry 0 was in a checkpoint, cosigned by the witness, before entry 1 was sequenced.
+    let proof = ok(&[
+        "ledger",
+        "proof",
+        "precedes",
+        "0",
+        "1",
+        "--lab",
+        lab.to_str().unwrap(),
+    ]);
+    assert!(
+        proof.contains("the checkpoint of size 1 holds 0 and not 1"),
+        "{proof}"
+    );
+    assert!(proof.contains("cosigned by witness.test/w1 at "), "{proof}");
     // A witness the lab never asked: no quorum.
     let stranger = d.join("stranger.key");
     let other = ok(&[

@@ -7,6 +7,7 @@ mod crash;
 mod index_db;
 mod interop;
 mod log_writer;
+mod precedence;
 mod proofs;
 mod publish_git;
 mod s3_moto;
