@@ -304,7 +304,7 @@ impl DiskState {
     fn resume(log_dir: &Path, key: &SigningKey) -> Result<Self, Error> {
         let mut state = Self::read_state(log_dir, &key.verifier_key())?;
         let size = state.tree.size();
-        if let Some((from, entries)) = read_journal(log_dir)? {
+        if let Some(JournaledBatch { from, entries }) = read_journal(log_dir)? {
             if from == size && !entries.is_empty() {
                 state.integrate(key, &entries, None)?;
             } else if from < size {
@@ -596,7 +596,13 @@ fn write_journal(log_dir: &Path, from: u64, batch: &[Vec<u8>]) -> Result<(), Err
 
 /// The journaled batch: the size it starts from and its entries; `None` when there is no
 /// journal or it is torn.
-fn read_journal(log_dir: &Path) -> Result<Option<(u64, Vec<Vec<u8>>)>, Error> {
+/// A batch read back from the journal: the size it starts from, and its entries.
+struct JournaledBatch {
+    from: u64,
+    entries: Vec<Vec<u8>>,
+}
+
+fn read_journal(log_dir: &Path) -> Result<Option<JournaledBatch>, Error> {
     let path = log_dir.join(JOURNAL);
     let bytes = match fs::read(&path) {
         Ok(b) => b,
@@ -616,10 +622,10 @@ fn read_journal(log_dir: &Path) -> Result<Option<(u64, Vec<Vec<u8>>)>, Error> {
     let count = u32::from_be_bytes(body[m + 8..m + 12].try_into().unwrap_or([0; 4]));
     let entries = split_bundle(&body[head..], count as usize)
         .map_err(|e| corrupt(&path, format!("a journal with a valid hash but {e}")))?;
-    Ok(Some((
+    Ok(Some(JournaledBatch {
         from,
-        entries.into_iter().map(<[u8]>::to_vec).collect(),
-    )))
+        entries: entries.into_iter().map(<[u8]>::to_vec).collect(),
+    }))
 }
 
 /// Deletes the partial tiles and bundles made superseded by growing from `from` to `to`

@@ -322,14 +322,16 @@ pub async fn follow(
     }
 }
 
+/// What one tick found: nothing new, a checked new checkpoint, or an alarm.
+type Tick = Result<Option<(SignedCheckpoint, Extension)>, Alarm>;
+
 /// One tick: `Ok(None)` when the checkpoint did not change; the new checkpoint once checked.
-#[allow(clippy::type_complexity)]
 fn tick(
     source: &dyn LogSource,
     vkey: &VerifierKey,
     last: &SignedCheckpoint,
     opts: &FollowOptions,
-) -> Result<Result<Option<(SignedCheckpoint, Extension)>, Alarm>, Error> {
+) -> Result<Tick, Error> {
     let earlier = String::from_utf8_lossy(&last.to_bytes()).into_owned();
     let note = match source.read("log/checkpoint", ReadLimit::CHECKPOINT) {
         Ok(Some(n)) => n,

@@ -249,6 +249,9 @@ struct Held {
     note: String,
 }
 
+/// One lock per (origin, log key).
+type LogLocks = HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>;
+
 /// A witness: its key, the logs it follows, and its state.
 pub struct Witness {
     key: CosigningKey,
@@ -257,7 +260,7 @@ pub struct Witness {
     db: SqlitePool,
     db_path: String,
     /// One lock per (origin, log key): the check of the old size and the update are atomic.
-    locks: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<LogLocks>,
 }
 
 impl fmt::Debug for Witness {

@@ -34,8 +34,7 @@ fn free_port() -> u16 {
 }
 
 fn run(args: &[&str]) -> Output {
-    let out = Command::new(BIN).args(args).output().unwrap();
-    out
+    Command::new(BIN).args(args).output().unwrap()
 }
 
 fn ok(args: &[&str]) -> String {

@@ -58,10 +58,9 @@ fn superseded(rel: &str, size: u64) -> bool {
     let Some((tile, _width)) = rel.split_once(".p/") else {
         return false;
     };
-    let full = tile.to_string();
     tiles_for_size(size)
         .iter()
-        .any(|t| t.is_full() && format!("{}", t.path()) == full)
+        .any(|t| t.is_full() && t.path() == tile)
 }
 
 #[test]
