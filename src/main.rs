@@ -60,6 +60,9 @@ enum Command {
     Ledger(cli::ledger::LedgerCommand),
     /// Audit a ledger (lab directory or URL): exit 1 naming the first bad item.
     Verify(cli::verify::VerifyArgs),
+    /// A C2SP witness for other labs' logs: `witness init|vkey|serve|forks`.
+    #[command(subcommand)]
+    Witness(cli::witness::WitnessCommand),
     /// Mirror the ledger into a git repository.
     Publish(cli::publish::PublishArgs),
     /// A runner worker: lease jobs from the lab's queue, train them, record the results.
@@ -93,7 +96,10 @@ enum Command {
 fn quiet_on_closed_output(command: &Command) {
     if !matches!(
         command,
-        Command::Serve(_) | Command::Worker(_) | Command::Quickstart(_)
+        Command::Serve(_)
+            | Command::Worker(_)
+            | Command::Quickstart(_)
+            | Command::Witness(cli::witness::WitnessCommand::Serve(_))
     ) {
         // SAFETY: called first thing in `main`, before any other thread exists; restoring the
         // default disposition of one signal has no other effect on this process.
@@ -125,6 +131,7 @@ fn main() -> ExitCode {
         Command::Init(args) => cli::ledger::run_init(args, &cli.global),
         Command::Ledger(cmd) => cli::ledger::run(cmd, &cli.global),
         Command::Verify(args) => cli::verify::run(args, &cli.global),
+        Command::Witness(cmd) => cli::witness::run(cmd),
         Command::Publish(args) => cli::publish::run(args, &cli.global),
         Command::Worker(args) => cli::worker::run(args, &cli.global),
         Command::Jobs(args) => cli::jobs::run(args, &cli.global),

@@ -31,6 +31,13 @@
 //! [storage]
 //! blobs = "s3://bucket/prefix"    # where blobs live: a directory, file:///path or s3://bucket/prefix
 //!                                 # (endpoint and keys from AWS_* variables); default <lab>/blobs
+//!
+//! [ledger]
+//! witnesses = [{ url = "https://witness.example/", vkey = "witness.example/w1+1a2b3c4d+BA..." }]
+//!                                 # C2SP witnesses asked to cosign every checkpoint (tlog-witness)
+//! witness_quorum = 1              # cosignatures a checkpoint should carry (default: every witness);
+//!                                 # below it the checkpoint is still published, and says so
+//! witness_timeout_millis = 3000   # the most one witness may delay an append
 //! ```
 //!
 //! Loading reports every problem at once, each naming its key. This module reads the file; the
@@ -155,6 +162,103 @@ pub struct Storage {
     pub blobs: Option<String>,
 }
 
+/// One witness of the lab's log: where its `add-checkpoint` is, and its cosigning key.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WitnessSetting {
+    /// The witness's submission prefix (`https://witness.example/`).
+    pub url: String,
+    /// Its verifier key, `name+hexid+base64(0x04||key)`.
+    pub vkey: String,
+}
+
+/// `[ledger]`: who cosigns the lab's checkpoints.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LedgerSettings {
+    /// The witnesses asked after each checkpoint.
+    pub witnesses: Vec<WitnessSetting>,
+    /// Cosignatures a checkpoint should carry; default: all the witnesses.
+    pub witness_quorum: Option<usize>,
+    /// The most one witness's exchange may take, in milliseconds.
+    pub witness_timeout_millis: u64,
+}
+
+impl Default for LedgerSettings {
+    fn default() -> Self {
+        Self {
+            witnesses: Vec::new(),
+            witness_quorum: None,
+            witness_timeout_millis: 3000,
+        }
+    }
+}
+
+impl LedgerSettings {
+    /// The log writer's witnesses, or `None` when none are configured. The keys were checked
+    /// when the file was loaded.
+    pub fn witnessing(&self) -> Option<std::sync::Arc<glassbox_ledger::cosigning::Witnessing>> {
+        use glassbox_ledger::cosigning::{WitnessEndpoint, Witnessing};
+        if self.witnesses.is_empty() {
+            return None;
+        }
+        let endpoints: Vec<WitnessEndpoint> = self
+            .witnesses
+            .iter()
+            .filter_map(|w| {
+                Some(WitnessEndpoint {
+                    url: w.url.clone(),
+                    key: w.vkey.parse().ok()?,
+                })
+            })
+            .collect();
+        let quorum = self.witness_quorum.unwrap_or(endpoints.len());
+        Some(std::sync::Arc::new(Witnessing::new(
+            endpoints,
+            quorum,
+            Duration::from_millis(self.witness_timeout_millis),
+        )))
+    }
+
+    fn check(&self, bad: &mut impl FnMut(&str, String, &str)) {
+        for (i, w) in self.witnesses.iter().enumerate() {
+            if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
+                bad(
+                    &format!("ledger.witnesses[{i}].url"),
+                    format!("{:?}", w.url),
+                    "must be an http:// or https:// URL (the witness's submission prefix)",
+                );
+            }
+            if let Err(e) = w.vkey.parse::<glassbox_ledger::cosignature::CosignerKey>() {
+                bad(
+                    &format!("ledger.witnesses[{i}].vkey"),
+                    format!("{:?}", w.vkey.chars().take(100).collect::<String>()),
+                    &e.to_string(),
+                );
+            }
+        }
+        if let Some(q) = self.witness_quorum
+            && (q == 0 || q > self.witnesses.len())
+        {
+            bad(
+                "ledger.witness_quorum",
+                q.to_string(),
+                &format!(
+                    "must be between 1 and the number of witnesses ({})",
+                    self.witnesses.len()
+                ),
+            );
+        }
+        if self.witness_timeout_millis == 0 || self.witness_timeout_millis > 60_000 {
+            bad(
+                "ledger.witness_timeout_millis",
+                self.witness_timeout_millis.to_string(),
+                "must be between 1 and 60000",
+            );
+        }
+    }
+}
+
 /// The whole lab configuration.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LabConfig {
@@ -166,6 +270,8 @@ pub struct LabConfig {
     pub worker: WorkerSettings,
     /// `[storage]`.
     pub storage: Storage,
+    /// `[ledger]`.
+    pub ledger: LedgerSettings,
 }
 
 impl LabConfig {
@@ -203,11 +309,12 @@ impl LabConfig {
                 "queue" => section(key, value, &mut cfg.queue, &mut problems),
                 "worker" => section(key, value, &mut cfg.worker, &mut problems),
                 "storage" => section(key, value, &mut cfg.storage, &mut problems),
+                "ledger" => section(key, value, &mut cfg.ledger, &mut problems),
                 other if others.contains(&other) => {
                     rest.insert(key.clone(), value.clone());
                 }
                 other => {
-                    let mut known = vec!["limits", "queue", "worker", "storage"];
+                    let mut known = vec!["limits", "queue", "worker", "storage", "ledger"];
                     known.extend_from_slice(others);
                     problems.push(format!(
                         "{other}: unknown section (known sections: {})",
@@ -297,6 +404,7 @@ impl LabConfig {
                 "must be at least 1",
             );
         }
+        self.ledger.check(&mut bad);
     }
 }
 
@@ -361,6 +469,42 @@ mod tests {
             vec![
                 "storage.blobs = \"gs://lab\": must be a directory, file:///path or s3://bucket/prefix"
             ]
+        );
+    }
+
+    #[test]
+    fn ledger_names_witnesses_by_url_and_key() {
+        let w = glassbox_ledger::cosignature::CosigningKey::generate("witness.example/w1").unwrap();
+        let vkey = w.verifier_key().to_string();
+        let text = format!(
+            "[ledger]\nwitnesses = [{{ url = \"http://127.0.0.1:9/\", vkey = \"{vkey}\" }}]\nwitness_quorum = 1\n"
+        );
+        let cfg = LabConfig::parse(&text).unwrap();
+        assert_eq!(cfg.ledger.witnesses[0].vkey, vkey);
+        let witnessing = cfg.ledger.witnessing().unwrap();
+        assert_eq!(witnessing.policy().quorum, 1);
+        assert_eq!(witnessing.policy().witnesses, vec![w.verifier_key()]);
+        assert!(LabConfig::default().ledger.witnessing().is_none());
+
+        let lab_key = glassbox_ledger::SigningKey::generate("lab").unwrap();
+        let text = format!(
+            "[ledger]\nwitnesses = [{{ url = \"ftp://w\", vkey = \"{}\" }}]\nwitness_quorum = 2\n",
+            lab_key.verifier_key()
+        );
+        let all = LabConfig::parse(&text).unwrap_err().join("\n");
+        assert!(
+            all.contains("ledger.witnesses[0].url = \"ftp://w\""),
+            "{all}"
+        );
+        assert!(
+            all.contains("ledger.witnesses[0].vkey") && all.contains("type 0x04"),
+            "{all}"
+        );
+        assert!(
+            all.contains(
+                "ledger.witness_quorum = 2: must be between 1 and the number of witnesses (1)"
+            ),
+            "{all}"
         );
     }
 

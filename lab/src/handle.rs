@@ -96,7 +96,8 @@ impl LabHandle {
             &lab,
             options.blobs.as_deref().or(config.storage.blobs.as_deref()),
         )?;
-        let recorder = Arc::new(Recorder::new(lab.clone(), blobs));
+        let recorder =
+            Arc::new(Recorder::new(lab.clone(), blobs).with_witnesses(config.ledger.witnessing()));
         let flow = Flow::new(queue.clone(), recorder.clone(), config.clone());
         Ok(LabHandle {
             lab,

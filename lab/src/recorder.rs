@@ -29,6 +29,8 @@ pub struct Recorder {
     append_lock: Mutex<()>,
     /// What the log has said so far, caught up on each question.
     facts: Mutex<LogFacts>,
+    /// The witnesses every checkpoint is sent to (`[ledger] witnesses`).
+    witnessing: Option<Arc<glassbox_ledger::cosigning::Witnessing>>,
 }
 
 /// The facts the lab looks up in its own log, folded from the entries read so far.
@@ -94,7 +96,17 @@ impl Recorder {
             blobs,
             append_lock: Mutex::new(()),
             facts: Mutex::new(LogFacts::default()),
+            witnessing: None,
         }
+    }
+
+    /// Sends every checkpoint this recorder makes to `witnessing`'s witnesses for cosignatures.
+    pub fn with_witnesses(
+        mut self,
+        witnessing: Option<Arc<glassbox_ledger::cosigning::Witnessing>>,
+    ) -> Self {
+        self.witnessing = witnessing;
+        self
     }
 
     /// A recorder on the lab's own blob directory.
@@ -153,7 +165,10 @@ impl Recorder {
             .append_lock
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let writer = self.lab.writer(LockMode::Wait)?;
+        let mut writer = self.lab.writer(LockMode::Wait)?;
+        if let Some(w) = &self.witnessing {
+            writer = writer.with_witnesses(w.clone());
+        }
         let first = writer.append_batch(bytes)?.0;
         Ok((first..first + entries.len() as u64).collect())
     }

@@ -240,8 +240,7 @@ fn audit_inner(
 
     // Pass 1: entries, leaf hashes against stored level-0 tiles, higher tiles as they fill.
     let mut builder = TreeBuilder::new();
-    // Each referenced blob: the first entry naming it, and its size when an entry names it.
-    let mut refs: BTreeMap<Blake3Hash, (u64, Option<u64>)> = BTreeMap::new();
+    let mut refs = BlobRefs::new();
     let mut first_leaf_mismatch: Option<AuditFailure> = None;
     let mut first_tile_mismatch: Option<AuditFailure> = None;
     let tiles_count = size.div_ceil(TILE_WIDTH);
@@ -406,11 +405,40 @@ fn audit_inner(
     }
 
     // Blobs.
+    let (blobs, blob_bytes, blobs_omitted) = if opts.skip_blobs {
+        (0, 0, 0)
+    } else {
+        match check_blobs(source, &refs, opts.max_blob_bytes, opts.progress.as_mut())? {
+            Ok(counts) => counts,
+            Err(f) => return Ok(Err(f)),
+        }
+    };
+    Ok(Ok(AuditReport {
+        checkpoint: signed,
+        entries: size,
+        blobs,
+        blob_bytes,
+        blobs_omitted,
+        seconds: start.elapsed().as_secs_f64(),
+    }))
+}
+
+/// Each referenced blob: the first entry naming it, and its size when an entry names it.
+pub(crate) type BlobRefs = BTreeMap<Blake3Hash, (u64, Option<u64>)>;
+
+/// Re-hashes every blob in `refs` from `source` (those listed in `blobs/OMITTED` may be
+/// absent); returns (blobs checked, bytes, omitted) or the first bad blob.
+pub(crate) fn check_blobs(
+    source: &dyn LogSource,
+    refs: &BlobRefs,
+    max_blob_bytes: Option<u64>,
+    mut progress: Option<&mut &mut dyn FnMut(AuditPhase, u64, u64)>,
+) -> Result<Result<(u64, u64, u64), AuditFailure>, Error> {
     let omitted = read_omitted(source)?;
     let (mut blobs, mut blob_bytes, mut blobs_omitted) = (0u64, 0u64, 0u64);
-    if !opts.skip_blobs {
+    {
         let total = refs.len() as u64;
-        let cap = opts.max_blob_bytes.unwrap_or(DEFAULT_MAX_BLOB_BYTES);
+        let cap = max_blob_bytes.unwrap_or(DEFAULT_MAX_BLOB_BYTES);
         for (done, (h, (entry, named_size))) in refs.iter().enumerate() {
             let hash = BlobHash(*h);
             let rel = blob_rel_path(&hash);
@@ -470,19 +498,12 @@ fn audit_inner(
                     blob_bytes += n;
                 }
             }
-            if let Some(p) = opts.progress.as_mut() {
+            if let Some(p) = progress.as_mut() {
                 p(AuditPhase::Blobs, done as u64 + 1, total);
             }
         }
     }
-    Ok(Ok(AuditReport {
-        checkpoint: signed,
-        entries: size,
-        blobs,
-        blob_bytes,
-        blobs_omitted,
-        seconds: start.elapsed().as_secs_f64(),
-    }))
+    Ok(Ok((blobs, blob_bytes, blobs_omitted)))
 }
 
 /// Only what the audit needs from an entry: its blob references, and the size its body names
@@ -505,11 +526,11 @@ struct NamedSize {
 }
 
 /// Leaf hash, blob references and the size named for them, of one entry.
-type CheckedEntry = (MerkleHash, Vec<Blake3Hash>, Option<u64>);
+pub(crate) type CheckedEntry = (MerkleHash, Vec<Blake3Hash>, Option<u64>);
 
 /// [`CheckedEntry`] of each entry of a bundle, on two threads (the audit is CPU-bound on JSON
 /// parsing and SHA-256).
-fn check_bundle(entries: &[&[u8]]) -> Vec<Result<CheckedEntry, String>> {
+pub(crate) fn check_bundle(entries: &[&[u8]]) -> Vec<Result<CheckedEntry, String>> {
     let one = |e: &[u8]| -> Result<CheckedEntry, String> {
         if e.len() > glassbox_schemas::record::MAX_ENTRY_BYTES {
             return Err(format!("{} bytes, over the entry limit", e.len()));
@@ -542,7 +563,7 @@ fn check_bundle(entries: &[&[u8]]) -> Vec<Result<CheckedEntry, String>> {
     })
 }
 
-fn compare_tile(
+pub(crate) fn compare_tile(
     source: &dyn LogSource,
     rel: &str,
     stored: Option<Vec<u8>>,

@@ -187,11 +187,18 @@ impl SignedCheckpoint {
         let mut out = self.text.clone();
         out.push('\n');
         for s in &self.signatures {
-            let mut raw = s.key_id.to_be_bytes().to_vec();
-            raw.extend_from_slice(&s.signature);
-            out.push_str(&format!("{SIG_PREFIX}{} {}\n", s.name, B64.encode(raw)));
+            out.push_str(&s.to_line());
         }
         out.into_bytes()
+    }
+}
+
+impl NoteSignature {
+    /// The signature line: `— <name> <base64(key id || signature)>` and a newline.
+    pub fn to_line(&self) -> String {
+        let mut raw = self.key_id.to_be_bytes().to_vec();
+        raw.extend_from_slice(&self.signature);
+        format!("{SIG_PREFIX}{} {}\n", self.name, B64.encode(raw))
     }
 }
 
@@ -205,7 +212,8 @@ pub fn key_id(name: &str, public: &[u8; 32]) -> u32 {
     u32::from_be_bytes([d[0], d[1], d[2], d[3]])
 }
 
-fn check_key_name(name: &str) -> Result<(), String> {
+/// Checks a signed-note key name: non-empty, no spaces, no '+'.
+pub(crate) fn check_key_name(name: &str) -> Result<(), String> {
     if name.is_empty()
         || name.contains('+')
         || name.chars().any(|c| c.is_whitespace() || c.is_control())
@@ -240,6 +248,18 @@ impl SigningKey {
         getrandom::fill(&mut seed).map_err(|e| CheckpointError::BadKey {
             value: name.into(),
             reason: format!("no randomness from the operating system: {e}"),
+        })?;
+        Ok(Self {
+            name: name.to_string(),
+            key: ed25519_dalek::SigningKey::from_bytes(&seed),
+        })
+    }
+
+    /// A key from a 32-byte seed (tools and benchmarks that need the same key every run).
+    pub fn from_seed(name: &str, seed: [u8; 32]) -> Result<Self, CheckpointError> {
+        check_key_name(name).map_err(|reason| CheckpointError::BadKey {
+            value: name.into(),
+            reason,
         })?;
         Ok(Self {
             name: name.to_string(),

@@ -4,10 +4,15 @@
 //! - [`merkle`] — RFC 6962 SHA-256 Merkle math, inclusion/consistency proofs and verifiers;
 //! - [`tiles`] — the C2SP tlog-tiles layout and [`tiles::TreeBuilder`], the tree's right edge;
 //! - [`checkpoint`] — C2SP signed-note checkpoints with Ed25519 keys;
+//! - [`cosignature`] — C2SP tlog-cosignature (timestamped Ed25519) and the witness quorum;
+//!   [`witness`] — a C2SP tlog-witness; [`cosigning`] — the log asking its witnesses;
 //! - [`log`] — [`LogWriter`] (durable group-committed appends, one writer per lab by OS lock)
 //!   and [`LogReader`] (entries and proofs from a directory or HTTP [`source`]);
 //! - [`audit`] — the full check of a log; [`verify`] — the auditor's policy around it (which
 //!   key is trusted, what was seen before); [`seen`] — the auditor's memory, by target;
+//!   [`monitor`] — following a live log, checking only what is new;
+//! - [`archive`] — every checkpoint the writer installed; [`precedence`] — proof that one
+//!   entry was published (signed, cosigned) before another was sequenced;
 //! - [`index`] — the derived sqlx index (SQLite or PostgreSQL);
 //! - [`publish`] — git mirroring; [`lab`] — the lab directory layout.
 //!
@@ -17,14 +22,19 @@
 //! JSON records of `glassbox-schemas`; this crate stores and proves them but does not decide
 //! who writes which record when (that is `glassbox-lab`).
 
+pub mod archive;
 pub mod audit;
 pub mod blob;
 pub mod checkpoint;
+pub mod cosignature;
+pub mod cosigning;
 pub mod error;
 pub mod index;
 pub mod lab;
 pub mod log;
 pub mod merkle;
+pub mod monitor;
+pub mod precedence;
 pub mod publish;
 #[cfg(feature = "aws")]
 pub mod s3;
@@ -32,6 +42,7 @@ pub mod seen;
 pub mod source;
 pub mod tiles;
 pub mod verify;
+pub mod witness;
 
 pub use audit::{AuditFailure, AuditOptions, AuditReport, audit};
 pub use blob::{BlobStore, LocalBlobStore, PutOutcome, open_store};

@@ -1,12 +1,25 @@
 //! The transparency log on disk: [`LogWriter`] (durable, group-committed appends under an OS
 //! file lock) and [`LogReader`] (entries and proofs from any [`LogSource`]).
 //!
-//! Commit protocol: a batch writes its new tiles (full and partial hash tiles, entry bundles)
-//! each to a temp file, fsync, rename; fsyncs the directories; then signs and installs the new
-//! `checkpoint` the same way. The checkpoint is the commit point: a reader only follows paths
-//! the checkpoint implies, and a tile path's content is a function of the history, so files
-//! left by a crashed batch are never read and are simply overwritten by the next one. An append
-//! returns only after its checkpoint is durable. This module does not check blobs or the index.
+//! Commit protocol, per batch of entries:
+//!
+//! 1. the batch is written to the journal `log/.batch` (from which size, the entries, a
+//!    SHA-256 of both) and fsynced: from here on the batch's entries are fixed;
+//! 2. its new tiles (full and partial hash tiles, entry bundles) are written each to a temp
+//!    file, fsynced and renamed, and their directories fsynced;
+//! 3. the checkpoint is signed and, when witnesses are configured ([`LogWriter::with_witnesses`]),
+//!    sent to them for cosignatures ([`crate::cosigning`], bounded in time);
+//! 4. the checkpoint, with the cosignatures that came back, is installed the same way. This is
+//!    the commit point: an append returns only after it;
+//! 5. the checkpoint is added to the archive of checkpoints ([`crate::archive`]), and partial
+//!    tiles and bundles whose full tile is now published are deleted (C2SP tlog-tiles
+//!    allows it; the partials of tiles not yet full stay, since a checkpoint named them).
+//!
+//! A crash anywhere leaves a journal that extends the checkpoint; the next writer integrates
+//! that same batch first, so every tile path it had written gets the same bytes again (a tile
+//! path's content never changes, as C2SP requires), and a witness asked in step 3 sees the same
+//! checkpoint again rather than a fork. A reader only follows paths the installed checkpoint
+//! implies. This module does not check blobs or the index.
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
@@ -18,13 +31,17 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use glassbox_schemas::LedgerEntry;
 use glassbox_schemas::record::MAX_ENTRY_BYTES;
 
+use sha2::{Digest, Sha256};
+
+use crate::archive::CheckpointArchive;
 use crate::blob::sync_dir;
 use crate::checkpoint::{Checkpoint, SignedCheckpoint, SigningKey, VerifierKey};
+use crate::cosigning::{CosignOutcome, Witnessing};
 use crate::error::Error;
 use crate::merkle::{
     self, LeafIndex, MerkleHash, NodeSource, ProofError, TreeSize, leaf_hash, perfect_root,
 };
-use crate::source::{LogSource, ReadLimit};
+use crate::source::{DirSource, LogSource, ReadLimit};
 use crate::tiles::{
     self, TILE_WIDTH, TileId, TileKind, TreeBuilder, hash_tile_bytes, parse_hash_tile,
     push_bundle_entry, split_bundle,
@@ -74,6 +91,9 @@ struct DiskState {
 /// The single writer of a lab's log. Holds the lab's writer lock until dropped.
 pub struct LogWriter {
     key: SigningKey,
+    witnessing: Option<std::sync::Arc<Witnessing>>,
+    /// What the witnesses gave for the latest checkpoint.
+    last_cosigning: Mutex<Option<CosignOutcome>>,
     queue: Mutex<Queue>,
     cond: Condvar,
     disk: Mutex<DiskState>,
@@ -123,10 +143,12 @@ impl LogWriter {
             Err(e) => return Err(Error::io("cannot lock", lock_path)(e.into())),
         }
         remove_temp_files(log_dir)?;
-        let disk = DiskState::resume(log_dir, &key.verifier_key())?;
+        let disk = DiskState::resume(log_dir, &key)?;
         let size = disk.tree.size();
         Ok(Self {
             key,
+            witnessing: None,
+            last_cosigning: Mutex::new(None),
             queue: Mutex::new(Queue {
                 pending: Vec::new(),
                 next_index: size,
@@ -150,7 +172,21 @@ impl LogWriter {
         });
         write_durable(log_dir, &log_dir.join("checkpoint"), &signed.to_bytes())?;
         sync_dir(log_dir)?;
+        CheckpointArchive::in_log_dir(log_dir).append(&signed)?;
         Ok(signed)
+    }
+
+    /// Asks `witnessing`'s witnesses to cosign every checkpoint from now on (see the module
+    /// docs). The `Witnessing` remembers what each witness holds, so share one across writers.
+    pub fn with_witnesses(mut self, witnessing: std::sync::Arc<Witnessing>) -> Self {
+        self.witnessing = Some(witnessing);
+        self
+    }
+
+    /// What the witnesses gave for the latest checkpoint this writer made (`None` before the
+    /// first, or without witnesses).
+    pub fn last_cosigning(&self) -> Option<CosignOutcome> {
+        lock(&self.last_cosigning).clone()
     }
 
     /// The latest durable checkpoint.
@@ -208,11 +244,16 @@ impl LogWriter {
             q.writing = true;
             let batch = std::mem::take(&mut q.pending);
             drop(q);
-            let result = lock(&self.disk).write_batch(&self.key, batch);
+            let result = lock(&self.disk).write_batch(&self.key, batch, self.witnessing.as_deref());
             q = lock(&self.queue);
             q.writing = false;
             match result {
-                Ok(size) => q.durable = size,
+                Ok((size, outcome)) => {
+                    q.durable = size;
+                    if outcome.is_some() {
+                        *lock(&self.last_cosigning) = outcome;
+                    }
+                }
                 Err(e) => q.failed = Some(e.to_string()),
             }
             self.cond.notify_all();
@@ -258,7 +299,33 @@ fn corrupt(path: &Path, reason: impl Into<String>) -> Error {
 }
 
 impl DiskState {
-    fn resume(log_dir: &Path, vkey: &VerifierKey) -> Result<Self, Error> {
+    /// Reads the state at the installed checkpoint, then finishes the batch a crashed writer
+    /// left in the journal (or the cleanup after it).
+    fn resume(log_dir: &Path, key: &SigningKey) -> Result<Self, Error> {
+        let mut state = Self::read_state(log_dir, &key.verifier_key())?;
+        let size = state.tree.size();
+        if let Some(JournaledBatch { from, entries }) = read_journal(log_dir)? {
+            if from == size && !entries.is_empty() {
+                state.integrate(key, &entries, None)?;
+            } else if from < size {
+                remove_superseded_partials(log_dir, from, size);
+            } else if from > size {
+                return Err(corrupt(
+                    &log_dir.join(JOURNAL),
+                    format!("the journal starts at size {from}, past the checkpoint's {size}"),
+                ));
+            }
+        }
+        // A crash between installing a checkpoint and archiving it: archive it now.
+        let archive = CheckpointArchive::in_log_dir(log_dir);
+        let size = state.tree.size();
+        if archive.last_size()?.is_none_or(|last| last < size) {
+            archive.append(&state.checkpoint)?;
+        }
+        Ok(state)
+    }
+
+    fn read_state(log_dir: &Path, vkey: &VerifierKey) -> Result<Self, Error> {
         let cp_path = log_dir.join("checkpoint");
         let note = fs::read(&cp_path).map_err(Error::io("cannot read", &cp_path))?;
         let checkpoint = vkey.verify(&note)?;
@@ -325,14 +392,32 @@ impl DiskState {
         })
     }
 
-    /// Writes a batch durably and installs the new checkpoint; returns the new size.
-    fn write_batch(&mut self, key: &SigningKey, batch: Vec<Vec<u8>>) -> Result<u64, Error> {
+    /// Journals a batch, writes it durably and installs the new checkpoint; returns the new
+    /// size and what the witnesses gave.
+    fn write_batch(
+        &mut self,
+        key: &SigningKey,
+        batch: Vec<Vec<u8>>,
+        witnessing: Option<&Witnessing>,
+    ) -> Result<(u64, Option<CosignOutcome>), Error> {
         if batch.is_empty() {
-            return Ok(self.tree.size());
+            return Ok((self.tree.size(), None));
         }
+        write_journal(&self.log_dir, self.tree.size(), &batch)?;
+        self.integrate(key, &batch, witnessing)
+    }
+
+    /// Steps 2-5 of the module docs for a journaled batch.
+    fn integrate(
+        &mut self,
+        key: &SigningKey,
+        batch: &[Vec<u8>],
+        witnessing: Option<&Witnessing>,
+    ) -> Result<(u64, Option<CosignOutcome>), Error> {
+        let from = self.tree.size();
         let before: BTreeSet<TileId> = self.tree.partial_tiles().iter().map(|(t, _)| *t).collect();
         let mut files: Vec<(String, Vec<u8>)> = Vec::new();
-        for entry in &batch {
+        for entry in batch {
             let index = self.tree.size();
             push_bundle_entry(&mut self.bundle, entry);
             self.bundle_len += 1;
@@ -395,10 +480,38 @@ impl DiskState {
                 .collect();
             join_all(syncs)
         })?;
-        let signed = key.sign(Checkpoint {
+        let mut signed = key.sign(Checkpoint {
             origin: key.name().to_string(),
             size: TreeSize(size),
             root: self.tree.root(),
+        });
+        // The tiles are durable and the batch is journaled, so the checkpoint asked about is the
+        // one a restart would make again: a witness can be asked before it is installed.
+        let outcome = witnessing.map(|w| {
+            let lab_root = self.log_dir.parent().unwrap_or(&self.log_dir).to_path_buf();
+            let log_name = self
+                .log_dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "log".into());
+            let at = signed.clone();
+            let prove = move |m: u64| -> Result<Vec<MerkleHash>, Error> {
+                let source = PrefixedDir {
+                    dir: DirSource {
+                        root: lab_root.clone(),
+                    },
+                    log_name: log_name.clone(),
+                };
+                let reader = LogReader::new(&source, at.clone());
+                reader
+                    .consistency_proof(TreeSize(m), TreeSize(size))?
+                    .map_err(|e| Error::WriterFailed(e.to_string()))
+            };
+            let outcome = w.collect(&self.checkpoint, &signed, &prove);
+            signed
+                .signatures
+                .extend(outcome.cosignatures.iter().cloned());
+            outcome
         });
         write_durable(
             &self.log_dir,
@@ -406,8 +519,146 @@ impl DiskState {
             &signed.to_bytes(),
         )?;
         sync_dir(&self.log_dir)?;
+        CheckpointArchive::in_log_dir(&self.log_dir).append(&signed)?;
         self.checkpoint = signed;
-        Ok(size)
+        remove_superseded_partials(&self.log_dir, from, size);
+        Ok((size, outcome))
+    }
+}
+
+/// A [`DirSource`] whose `log/` is the writer's log directory, whatever its name.
+struct PrefixedDir {
+    dir: DirSource,
+    log_name: String,
+}
+
+impl PrefixedDir {
+    fn map(&self, rel: &str) -> String {
+        match rel.strip_prefix("log/") {
+            Some(rest) => format!("{}/{rest}", self.log_name),
+            None => rel.to_string(),
+        }
+    }
+}
+
+impl LogSource for PrefixedDir {
+    fn open(
+        &self,
+        rel: &str,
+        limit: ReadLimit,
+    ) -> Result<Option<Box<dyn std::io::Read + '_>>, Error> {
+        self.dir.open(&self.map(rel), limit)
+    }
+
+    fn locate(&self, rel: &str) -> String {
+        self.dir.locate(&self.map(rel))
+    }
+
+    fn read_error(&self, rel: &str, e: std::io::Error) -> Error {
+        self.dir.read_error(&self.map(rel), e)
+    }
+}
+
+/// The journal of the batch being integrated, in the log directory.
+const JOURNAL: &str = ".batch";
+/// The journal's first line.
+const JOURNAL_MAGIC: &[u8] = b"glassbox log batch v1\n";
+
+/// Writes the journal in place and fsyncs it: magic, the size it starts from (u64), the entry
+/// count (u32), the entries as in a bundle, then SHA-256 of all that. A torn write fails the
+/// hash and is ignored on reading; nothing of its batch was written yet.
+fn write_journal(log_dir: &Path, from: u64, batch: &[Vec<u8>]) -> Result<(), Error> {
+    let mut bytes = JOURNAL_MAGIC.to_vec();
+    bytes.extend_from_slice(&from.to_be_bytes());
+    bytes.extend_from_slice(&(batch.len() as u32).to_be_bytes());
+    for e in batch {
+        push_bundle_entry(&mut bytes, e);
+    }
+    let digest = Sha256::digest(&bytes);
+    bytes.extend_from_slice(&digest);
+    let path = log_dir.join(JOURNAL);
+    let existed = path.exists();
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&path)
+        .map_err(Error::io("cannot open the batch journal", &path))?;
+    f.write_all(&bytes)
+        .map_err(Error::io("cannot write the batch journal", &path))?;
+    f.sync_data()
+        .map_err(Error::io("cannot fsync the batch journal", &path))?;
+    if !existed {
+        sync_dir(log_dir)?;
+    }
+    Ok(())
+}
+
+/// The journaled batch: the size it starts from and its entries; `None` when there is no
+/// journal or it is torn.
+/// A batch read back from the journal: the size it starts from, and its entries.
+struct JournaledBatch {
+    from: u64,
+    entries: Vec<Vec<u8>>,
+}
+
+fn read_journal(log_dir: &Path) -> Result<Option<JournaledBatch>, Error> {
+    let path = log_dir.join(JOURNAL);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("cannot read the batch journal", &path)(e)),
+    };
+    let head = JOURNAL_MAGIC.len() + 12;
+    if bytes.len() < head + 32 || !bytes.starts_with(JOURNAL_MAGIC) {
+        return Ok(None);
+    }
+    let (body, digest) = bytes.split_at(bytes.len() - 32);
+    if Sha256::digest(body).as_slice() != digest {
+        return Ok(None);
+    }
+    let m = JOURNAL_MAGIC.len();
+    let from = u64::from_be_bytes(body[m..m + 8].try_into().unwrap_or([0; 8]));
+    let count = u32::from_be_bytes(body[m + 8..m + 12].try_into().unwrap_or([0; 4]));
+    let entries = split_bundle(&body[head..], count as usize)
+        .map_err(|e| corrupt(&path, format!("a journal with a valid hash but {e}")))?;
+    Ok(Some(JournaledBatch {
+        from,
+        entries: entries.into_iter().map(<[u8]>::to_vec).collect(),
+    }))
+}
+
+/// Deletes the partial tiles and bundles made superseded by growing from `from` to `to`
+/// entries: at each level, the tile that was partial at `from` when it is full at `to`. Only
+/// that one can have partials (a batch writes no intermediate partials), and every other
+/// partial is still needed. A failure to delete costs space, not correctness: it is ignored.
+fn remove_superseded_partials(log_dir: &Path, from: u64, to: u64) {
+    let mut level = 0u32;
+    loop {
+        let shift = 8 * level;
+        if shift >= 64 || (to >> shift) == 0 {
+            break;
+        }
+        let (count_from, count_to) = (from >> shift, to >> shift);
+        let index = count_from / TILE_WIDTH;
+        if count_from % TILE_WIDTH != 0 && count_to / TILE_WIDTH > index {
+            let mut kinds = vec![TileKind::Hashes(level as u8)];
+            if level == 0 {
+                kinds.push(TileKind::Entries);
+            }
+            for kind in kinds {
+                let one = TileId {
+                    kind,
+                    index,
+                    width: 1,
+                };
+                let path = log_dir.join(one.path());
+                if let Some(dir) = path.parent() {
+                    let _ = fs::remove_dir_all(dir);
+                }
+            }
+        }
+        level += 1;
     }
 }
 

@@ -11,6 +11,9 @@
 //! forgetting the target (`--forget`). The checkpoint remembered for the target, when it was
 //! signed by the key in use, is the `prev` the log must extend.
 //!
+//! With witnesses given ([`VerifyOptions::witnesses`]), the checkpoint must also carry valid
+//! C2SP cosignatures from at least the quorum of them ([`VerifyFailure::Witnesses`] otherwise).
+//!
 //! Not here: reading flags, printing, opening a lab's configured blob store (the caller passes
 //! the [`LogSource`] in [`Target`]).
 
@@ -19,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 use crate::audit::{AuditFailure, AuditOptions, AuditPhase, AuditReport, audit};
 use crate::checkpoint::{Checkpoint, SignedCheckpoint, VerifierKey};
+use crate::cosignature::{QuorumReport, WitnessPolicy};
 use crate::error::Error;
 use crate::index::{Index, IndexMismatch};
 use crate::log::LogReader;
@@ -88,6 +92,8 @@ pub struct VerifyOptions<'a> {
     pub max_blob_bytes: Option<u64>,
     /// The index database to compare with the log (a lab directory's).
     pub index_url: Option<String>,
+    /// Witnesses whose cosignatures the checkpoint must carry (none: not checked).
+    pub witnesses: WitnessPolicy,
     /// Progress of the audit.
     pub progress: Option<&'a mut dyn FnMut(AuditPhase, u64, u64)>,
 }
@@ -99,6 +105,7 @@ impl fmt::Debug for VerifyOptions<'_> {
             .field("forget", &self.forget)
             .field("skip_blobs", &self.skip_blobs)
             .field("index_url", &self.index_url)
+            .field("witnesses", &self.witnesses)
             .finish()
     }
 }
@@ -155,6 +162,8 @@ pub struct VerifyReport {
     pub replaced_key: Option<String>,
     /// The index comparison.
     pub index: IndexCheck,
+    /// The witnesses' cosignatures, when witnesses were given.
+    pub cosigned: Option<QuorumReport>,
 }
 
 /// Verification ran and the target is not what it should be.
@@ -192,6 +201,13 @@ pub enum VerifyFailure {
         /// How.
         mismatch: IndexMismatch,
     },
+    /// Fewer of the given witnesses cosigned the checkpoint than the quorum.
+    Witnesses {
+        /// The checkpoint's size.
+        size: u64,
+        /// Who cosigned, who did not, and why.
+        report: QuorumReport,
+    },
 }
 
 impl fmt::Display for VerifyFailure {
@@ -221,6 +237,10 @@ impl fmt::Display for VerifyFailure {
                 "no --vkey given, none remembered for this target, and {location} is missing"
             ),
             VerifyFailure::Index { url, mismatch } => write!(f, "index {url}: {mismatch}"),
+            VerifyFailure::Witnesses { size, report } => write!(
+                f,
+                "the checkpoint of size {size} lacks its witnesses' quorum: {report}; the log may be showing this checkpoint to you alone, or its witnesses were down when it was made (a later checkpoint will carry them)"
+            ),
         }
     }
 }
@@ -322,6 +342,19 @@ pub async fn verify(
         Err(f) => return Ok(Err(VerifyFailure::Audit(f))),
     };
 
+    let cosigned = if opts.witnesses.witnesses.is_empty() {
+        None
+    } else {
+        let q = opts.witnesses.check(&report.checkpoint);
+        if !q.met() {
+            return Ok(Err(VerifyFailure::Witnesses {
+                size: report.checkpoint.checkpoint.size.0,
+                report: q,
+            }));
+        }
+        Some(q)
+    };
+
     let index = match (&target.dir, &opts.index_url) {
         (Some(root), Some(url)) => match check_index(root, url, &report.checkpoint).await? {
             Ok(i) => i,
@@ -349,6 +382,7 @@ pub async fn verify(
         extends: prev,
         replaced_key,
         index,
+        cosigned,
     }))
 }
 

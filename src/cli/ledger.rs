@@ -128,6 +128,19 @@ pub enum ProofCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Proof that entry FIRST (a forecast) was in a signed, witnessed checkpoint before entry
+    /// SECOND (the run's `run_started`) was sequenced: the archived checkpoint, its
+    /// cosignatures, and the inclusion and consistency proofs that tie it to the log.
+    Precedes {
+        first: u64,
+        second: u64,
+        /// A witness whose cosignature to count (its verifier key or a file holding it)
+        /// [default: the witnesses of the lab's `lab.toml`].
+        #[arg(long = "witness")]
+        witnesses: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Errors that mean "what you asked about is bad" (exit 1) rather than "could not do it".
@@ -353,7 +366,13 @@ fn put(
             run: None,
         },
     );
-    let writer = lab.writer(LockMode::Wait)?;
+    let mut writer = lab.writer(LockMode::Wait)?;
+    // The lab's own `lab.toml` names its witnesses, as it does for the server and workers.
+    if let Some(w) =
+        glassbox_lab::handle::own_config(lab.root())?.and_then(|c| c.ledger.witnessing())
+    {
+        writer = writer.with_witnesses(w);
+    }
     let idx = writer.append_entry(&entry)?;
     drop(writer);
     let reader = open_reader(lab, source)?;
@@ -437,13 +456,133 @@ fn check_digest(h: &blake3::Hasher, want: &BlobHash) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `ledger proof precedes`: the library builds and checks the proof; this prints it.
+fn precedes(
+    lab: &Lab,
+    source: &DirSource,
+    first: u64,
+    second: u64,
+    witnesses: &[String],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use glassbox_ledger::cosignature::WitnessPolicy;
+    let policy = if witnesses.is_empty() {
+        glassbox_lab::handle::own_config(lab.root())?
+            .and_then(|c| c.ledger.witnessing())
+            .map(|w| w.policy())
+            .unwrap_or_default()
+    } else {
+        let keys = witnesses
+            .iter()
+            .map(|w| {
+                let p = Path::new(w);
+                let text = if !w.contains('+') && p.is_file() {
+                    std::fs::read_to_string(p).with_context(|| format!("cannot read {w}"))?
+                } else {
+                    w.clone()
+                };
+                text.trim()
+                    .parse()
+                    .with_context(|| format!("--witness {w:?}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        WitnessPolicy {
+            quorum: keys.len(),
+            witnesses: keys,
+        }
+    };
+    let archive = glassbox_ledger::archive::CheckpointArchive::in_log_dir(&lab.log_dir());
+    let proof = match glassbox_ledger::precedence::prove_precedes(
+        source,
+        &lab.verifier_key()?,
+        &archive,
+        first,
+        second,
+        &policy,
+    )? {
+        Ok(p) => p,
+        Err(f) => {
+            eprintln!("error: {f}");
+            return Ok(exit::code(exit::CHECK_FAILED));
+        }
+    };
+    let kind = |bytes: &[u8]| {
+        LedgerEntry::from_bytes(bytes)
+            .map(|e| e.kind().to_string())
+            .unwrap_or_else(|_| "?".into())
+    };
+    let note = String::from_utf8_lossy(&proof.checkpoint.to_bytes()).into_owned();
+    let cosigned: Vec<(String, u64)> = proof
+        .cosigned
+        .as_ref()
+        .map(|q| q.cosigned.clone())
+        .unwrap_or_default();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "first": { "index": first, "kind": kind(&proof.first_entry) },
+                "second": { "index": second, "kind": kind(&proof.second_entry) },
+                "checkpoint": note,
+                "cosignatures": cosigned.iter().map(|(w, t)| json!({"witness": w, "time": t})).collect::<Vec<_>>(),
+                "inclusion": proof.inclusion.iter().map(b64).collect::<Vec<_>>(),
+                "current_checkpoint": String::from_utf8_lossy(&proof.current.to_bytes()),
+                "consistency": proof.consistency.iter().map(b64).collect::<Vec<_>>(),
+                "second_inclusion": proof.second_inclusion.iter().map(b64).collect::<Vec<_>>(),
+            }))?
+        );
+        return Ok(exit::code(exit::OK));
+    }
+    let s = proof.checkpoint.checkpoint.size.0;
+    println!(
+        "entry {first} ({}) was published before entry {second} ({}) was sequenced: the checkpoint of size {s} holds {first} and not {second}",
+        kind(&proof.first_entry),
+        kind(&proof.second_entry)
+    );
+    print!("{note}");
+    for (w, t) in &cosigned {
+        let when = time::OffsetDateTime::from_unix_timestamp(*t as i64)
+            .ok()
+            .and_then(|d| {
+                d.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+            })
+            .unwrap_or_else(|| t.to_string());
+        println!("cosigned by {w} at {when}");
+    }
+    if let Some(q) = &proof.cosigned
+        && !q.met()
+    {
+        println!("witnesses: {q}");
+    }
+    println!(
+        "checked: inclusion of {first} in size {s} ({} hashes), consistency {s} -> {} ({} hashes), inclusion of {second} in size {} ({} hashes)",
+        proof.inclusion.len(),
+        proof.current.checkpoint.size.0,
+        proof.consistency.len(),
+        proof.current.checkpoint.size.0,
+        proof.second_inclusion.len()
+    );
+    Ok(exit::code(exit::OK))
+}
+
 fn b64(h: &merkle::MerkleHash) -> String {
     base64::engine::general_purpose::STANDARD.encode(h.0)
 }
 
 fn proof(lab: &Lab, source: &DirSource, cmd: ProofCommand) -> anyhow::Result<ExitCode> {
+    if let ProofCommand::Precedes {
+        first,
+        second,
+        witnesses,
+        json,
+    } = cmd
+    {
+        return precedes(lab, source, first, second, &witnesses, json);
+    }
     let reader = open_reader(lab, source)?;
     match cmd {
+        ProofCommand::Precedes { .. } => unreachable!("answered above"),
         ProofCommand::Inclusion { index, size, json } => {
             let size = TreeSize(size.unwrap_or(reader.size().0));
             let proof = reader.inclusion_proof(LeafIndex(index), size)?;

@@ -14,4 +14,5 @@ pub mod run;
 pub mod serve;
 pub mod spec;
 pub mod verify;
+pub mod witness;
 pub mod worker;

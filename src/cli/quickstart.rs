@@ -333,6 +333,11 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
                     // for it was another lab, with another key.
                     forget: true,
                     max_blob_bytes: None,
+                    witnesses: Vec::new(),
+                    quorum: None,
+                    follow: false,
+                    every: "60s".into(),
+                    metrics_bind: None,
                 },
                 &g,
             )

@@ -288,7 +288,7 @@ fn resolve_secrets(mut gh: toml::Value) -> Result<toml::Value, Vec<String>> {
     }
 }
 
-fn init_logs() {
+pub fn init_logs() {
     let level = match std::env::var("GLASSBOX_LOG").as_deref() {
         Ok("debug") => tracing::Level::DEBUG,
         Ok("warn") => tracing::Level::WARN,

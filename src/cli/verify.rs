@@ -1,10 +1,13 @@
-//! `glassbox verify [TARGET] [--vkey KEY] [--prev CHECKPOINT] [--forget]`: the full audit of a
-//! lab directory, a published copy, or the same layout over HTTP(S).
+//! `glassbox verify [TARGET] [--vkey KEY] [--prev CHECKPOINT] [--forget] [--witness KEY...
+//! --quorum N] [--follow --every 60s --metrics-bind ADDR]`: the full audit of a lab directory,
+//! a published copy, or the same layout over HTTP(S); with `--follow`, a monitor of it.
 //!
 //! Flags -> a [`Target`] and [`VerifyOptions`] -> [`glassbox_ledger::verify::verify`] (the key
-//! policy and the memory of what was seen live there) -> one printed line. Exit 0 with one
-//! `verified:` line; exit 1 naming the first bad item (or a key or origin that changed under
-//! the same target); exit 3 when the target cannot be read.
+//! policy, the witness quorum and the memory of what was seen live there) or
+//! [`glassbox_ledger::monitor::follow`] -> printed lines. Exit 0 with one `verified:` line; exit
+//! 1 naming the first bad item (or a key or origin that changed under the same target, or a
+//! missing witness quorum; when following, a fork or rewrite naming both checkpoints); exit 3
+//! when the target cannot be read.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,6 +15,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use glassbox_ledger::audit::AuditPhase;
+use glassbox_ledger::cosignature::{CosignerKey, WitnessPolicy};
+use glassbox_ledger::monitor::{FollowOptions, MonitorState};
 use glassbox_ledger::seen::SeenCheckpoints;
 use glassbox_ledger::verify::{IndexCheck, KeySource, Target, VerifyOptions};
 use glassbox_ledger::{DirSource, HttpSource, LogSource, VerifierKey, WithBlobStore};
@@ -51,6 +56,63 @@ pub struct VerifyArgs {
     /// $XDG_STATE_HOME/glassbox, else ~/.local/state/glassbox].
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// A witness whose cosignature the checkpoint must carry: its verifier key
+    /// (`name+hexid+base64(0x04||key)`) or a file holding it. Repeat for more witnesses.
+    #[arg(long = "witness")]
+    pub witnesses: Vec<String>,
+    /// How many of the --witness keys must have cosigned [default: all of them].
+    #[arg(long, requires = "witnesses")]
+    pub quorum: Option<usize>,
+    /// Keep verifying the live log: check every new checkpoint (consistency with the last,
+    /// new entries, their blobs, cosignatures) until a fork or rewrite, then exit 1.
+    #[arg(long)]
+    pub follow: bool,
+    /// Time between checks when following (`60s`, `5m`, `500ms`, or seconds).
+    #[arg(long, default_value = "60s", requires = "follow")]
+    pub every: String,
+    /// Serve the monitor's state as Prometheus metrics at http://ADDR/metrics.
+    #[arg(long, requires = "follow")]
+    pub metrics_bind: Option<std::net::SocketAddr>,
+}
+
+/// `60s`, `5m`, `1h`, `500ms` or a plain number of seconds.
+fn parse_every(text: &str) -> anyhow::Result<std::time::Duration> {
+    let t = text.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (t, 1.0)
+    };
+    let secs = num
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .map(|v| v * scale)
+        .filter(|s| s.is_finite() && *s >= 0.01 && *s <= 86_400.0);
+    match secs {
+        Some(s) => Ok(std::time::Duration::from_secs_f64(s)),
+        None => anyhow::bail!(
+            "--every {text:?}: expected a duration between 10ms and 24h, like 60s, 5m or 500ms"
+        ),
+    }
+}
+
+fn read_witness_arg(text: &str) -> anyhow::Result<CosignerKey> {
+    let p = Path::new(text);
+    let t = if !text.contains('+') && p.is_file() {
+        std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?
+    } else {
+        text.to_string()
+    };
+    t.trim()
+        .parse()
+        .with_context(|| format!("--witness {text:?}"))
 }
 
 pub fn run(args: VerifyArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
@@ -103,6 +165,25 @@ fn run_inner(args: VerifyArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> 
         (Target::dir(&root, source), index_url)
     };
     let vkey = args.vkey.as_deref().map(read_key_arg).transpose()?;
+    let witnesses: Vec<CosignerKey> = args
+        .witnesses
+        .iter()
+        .map(|w| read_witness_arg(w))
+        .collect::<anyhow::Result<_>>()?;
+    let quorum = args.quorum.unwrap_or(witnesses.len());
+    if !witnesses.is_empty() && (quorum == 0 || quorum > witnesses.len()) {
+        eprintln!(
+            "error: --quorum {quorum}: must be between 1 and the number of --witness keys ({})",
+            witnesses.len()
+        );
+        return Ok(exit::code(2));
+    }
+    let policy = WitnessPolicy { witnesses, quorum };
+    let every = if args.follow {
+        Some(parse_every(&args.every)?)
+    } else {
+        None
+    };
     let prev = match &args.prev {
         Some(p) => {
             Some(std::fs::read(p).with_context(|| format!("cannot read --prev {}", p.display()))?)
@@ -137,8 +218,12 @@ fn run_inner(args: VerifyArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> 
         skip_blobs: args.no_blobs,
         max_blob_bytes: args.max_blob_bytes,
         index_url,
+        witnesses: policy.clone(),
         progress: Some(&mut progress),
     };
+    if let Some(every) = every {
+        return follow(&target, opts, &seen, every, policy, &args);
+    }
     let outcome = runtime()?.block_on(glassbox_ledger::verify::verify(&target, opts, &seen))?;
     bar.finish_and_clear();
     let report = match outcome {
@@ -170,8 +255,12 @@ fn run_inner(args: VerifyArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> 
         (Some(old), KeySource::Given) => format!("given; replaces the remembered {old}"),
         (_, src) => src.to_string(),
     };
+    let witness_note = match &report.cosigned {
+        Some(q) => format!(", {q}"),
+        None => String::new(),
+    };
     println!(
-        "verified: size {}, root {}, {} entries, {} blobs{} ({} bytes), {}, {}, key {} ({}), {:.2} s",
+        "verified: size {}, root {}, {} entries, {} blobs{} ({} bytes), {}, {}, key {} ({}){}, {:.2} s",
         cp.size.0,
         cp.root.to_base64(),
         audit.entries,
@@ -182,7 +271,95 @@ fn run_inner(args: VerifyArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> 
         index_note,
         report.vkey,
         key_note,
+        witness_note,
         audit.seconds
     );
     Ok(exit::code(exit::OK))
+}
+
+/// `--follow`: the monitor, with its metrics served from a thread of their own (a check reads
+/// the target with blocking I/O and must not stall a scrape).
+fn follow(
+    target: &Target,
+    first: VerifyOptions<'_>,
+    seen: &SeenCheckpoints,
+    every: std::time::Duration,
+    witnesses: WitnessPolicy,
+    args: &VerifyArgs,
+) -> anyhow::Result<ExitCode> {
+    let state = std::sync::Arc::new(std::sync::Mutex::new(MonitorState::default()));
+    if let Some(bind) = args.metrics_bind {
+        let listener = std::net::TcpListener::bind(bind)
+            .with_context(|| format!("cannot listen on --metrics-bind {bind}"))?;
+        listener
+            .set_nonblocking(true)
+            .context("the metrics socket")?;
+        let state = state.clone();
+        std::thread::spawn(move || {
+            let serve = async move {
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                let app = axum::Router::new().route(
+                    "/metrics",
+                    axum::routing::get(move || {
+                        let text = state.lock().unwrap_or_else(|p| p.into_inner()).prometheus();
+                        async move {
+                            (
+                                [(
+                                    axum::http::header::CONTENT_TYPE,
+                                    "text/plain; version=0.0.4",
+                                )],
+                                text,
+                            )
+                        }
+                    }),
+                );
+                glassbox_web::listener::serve_router(
+                    listener,
+                    app,
+                    glassbox_web::ServerLimits::default(),
+                    std::future::pending(),
+                )
+                .await
+                .map_err(std::io::Error::other)
+            };
+            if let Ok(rt) = runtime()
+                && let Err(e) = rt.block_on(serve)
+            {
+                eprintln!("warning: the metrics endpoint stopped: {e}");
+            }
+        });
+        eprintln!("metrics at http://{bind}/metrics");
+    }
+    let opts = FollowOptions {
+        every,
+        skip_blobs: args.no_blobs,
+        max_blob_bytes: args.max_blob_bytes,
+        witnesses,
+    };
+    let mut last_size = None;
+    let alarm = runtime()?.block_on(glassbox_ledger::monitor::follow(
+        target,
+        first,
+        seen,
+        &opts,
+        &state,
+        |s, err| match err {
+            Some(e) => eprintln!("check {}: cannot read the log ({e}); retrying", s.checks),
+            None if last_size != Some(s.size) => {
+                last_size = Some(s.size);
+                let witnesses = if s.quorum > 0 {
+                    format!(", {} of quorum {} cosigned", s.cosignatures, s.quorum)
+                } else {
+                    String::new()
+                };
+                println!(
+                    "following: size {} verified ({} entries and {} blobs checked so far{witnesses})",
+                    s.size, s.entries_checked, s.blobs_checked
+                );
+            }
+            None => {}
+        },
+    ))?;
+    eprintln!("verify failed: {alarm}");
+    Ok(exit::code(exit::CHECK_FAILED))
 }

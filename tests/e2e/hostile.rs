@@ -341,7 +341,7 @@ fn verify_of_an_endless_checkpoint_fails_clearly_having_read_a_bounded_amount() 
 }
 
 /// A static file server over one of several directories, switchable while it runs.
-fn file_server() -> (String, Arc<Mutex<PathBuf>>) {
+pub(crate) fn file_server() -> (String, Arc<Mutex<PathBuf>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/", listener.local_addr().unwrap());
     let root = Arc::new(Mutex::new(PathBuf::new()));

@@ -15,4 +15,5 @@ mod multi_machine;
 mod quickstart;
 mod run_record;
 mod run_resume;
+mod witness;
 mod worker_e2e;

@@ -8,7 +8,9 @@
 //!   OpenAPI document (`api`), the log's static read API `/log/...`, `/vkey`, `/blobs/...`
 //!   (`static_log`), and operations `/healthz`, `/metrics` (`ops`);
 //! - [`serve`] — binds a socket and serves [`app`] on the [`listener`] (connection cap, header
-//!   and body deadlines, bounded graceful shutdown) until a shutdown future resolves.
+//!   and body deadlines, bounded graceful shutdown) until a shutdown future resolves;
+//! - [`witness_api`] — a separate server on the same listener: a C2SP witness's HTTP API
+//!   (`glassbox witness serve`), whose state is its own, not the lab's.
 //!
 //! Pages are rendered on the server (maud templates escape everything interpolated) with charts
 //! drawn by plotters as inline SVG, each line downsampled by [`lttb`], so every chart shows
@@ -39,6 +41,7 @@ pub mod render_cache;
 pub mod series;
 pub mod series_cache;
 pub mod static_log;
+pub mod witness_api;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -6,6 +6,9 @@
 //! glassbox-ledger-dev bench-appends [ENTRIES] [THREADS]     durable 1 KiB appends, group commit
 //! glassbox-ledger-dev bench-verify [ENTRIES]                build a log, then time a full audit
 //! glassbox-ledger-dev bench-ingest FILE                     blob ingest vs `b3sum` on FILE
+//! glassbox-ledger-dev bench-witness GLASSBOX [LOGS] [SECS]  `add-checkpoint` latency of a
+//!                                                           `GLASSBOX witness serve`, LOGS logs
+//!                                                           at one checkpoint a second each
 //! ```
 
 use std::collections::BTreeMap;
@@ -27,7 +30,8 @@ fn main() -> ExitCode {
         Some("bench-appends") => bench_appends(&args[1..]),
         Some("bench-verify") => bench_verify(&args[1..]),
         Some("bench-ingest") => bench_ingest(&args[1..]),
-        _ => Err("usage: glassbox-ledger-dev append-stream LAB FIRST_SEQ THREADS | bench-appends [ENTRIES] [THREADS] | bench-verify [ENTRIES] | bench-ingest FILE".into()),
+        Some("bench-witness") => bench_witness(&args[1..]),
+        _ => Err("usage: glassbox-ledger-dev append-stream LAB FIRST_SEQ THREADS | bench-appends [ENTRIES] [THREADS] | bench-verify [ENTRIES] | bench-ingest FILE | bench-witness GLASSBOX [LOGS] [SECS]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -274,5 +278,170 @@ fn bench_ingest(args: &[String]) -> Res {
         b3 / ours,
     );
     println!("peak RSS (VmHWM) {} KiB", vm_hwm_kib().unwrap_or(0));
+    Ok(())
+}
+
+/// A witness under the issue's load: `LOGS` logs (default 100), each sending one checkpoint a
+/// second (its tree grown by 1-4 entries, with the consistency proof from the last size) for
+/// `SECS` seconds (default 30), each log on its own keep-alive connection, phases spread over
+/// the second. The witness is the real `glassbox witness serve` (the binary given), on a
+/// loopback port, with its SQLite state fsynced per cosignature. Prints the latency
+/// percentiles of the answered requests and the machine's load average.
+fn bench_witness(args: &[String]) -> Res {
+    use glassbox_ledger::checkpoint::{Checkpoint, SigningKey};
+    use glassbox_ledger::merkle::{MemoryTree, TreeSize, consistency_proof};
+    use glassbox_ledger::witness::AddCheckpoint;
+    use std::time::Duration;
+
+    let bin = args
+        .first()
+        .ok_or("GLASSBOX (the glassbox binary) missing")?;
+    let logs = arg_u64(args, 1, 100)? as usize;
+    let secs = arg_u64(args, 2, 30)?;
+    let dir = tempfile::tempdir()?;
+    let keys: Vec<SigningKey> = (0..logs)
+        .map(|i| {
+            let mut seed = [0u8; 32];
+            seed[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            SigningKey::from_seed(&format!("bench.example/log-{i}"), seed)
+        })
+        .collect::<Result<_, _>>()?;
+    let vkeys = dir.path().join("logs.vkeys");
+    std::fs::write(
+        &vkeys,
+        keys.iter()
+            .map(|k| format!("{}\n", k.verifier_key()))
+            .collect::<String>(),
+    )?;
+    let wkey = dir.path().join("w.key");
+    let out = std::process::Command::new(bin)
+        .args([
+            "witness",
+            "init",
+            "--name",
+            "bench.example/witness",
+            "--key",
+        ])
+        .arg(&wkey)
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("witness init: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut server = std::process::Command::new(bin)
+        .args(["witness", "serve", "--key"])
+        .arg(&wkey)
+        .arg("--state")
+        .arg(dir.path().join("w.db"))
+        .arg("--log")
+        .arg(&vkeys)
+        .args(["--bind", &format!("127.0.0.1:{port}")])
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = server.kill();
+            return Err("the witness did not start listening within 30 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = format!("http://127.0.0.1:{port}/add-checkpoint");
+    let t0 = Instant::now() + Duration::from_millis(500);
+    let results: Vec<(Vec<f64>, u64)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                let url = url.clone();
+                scope.spawn(move || {
+                    let agent: ureq::Agent = ureq::Agent::config_builder()
+                        .http_status_as_error(false)
+                        .timeout_global(Some(Duration::from_secs(10)))
+                        .build()
+                        .into();
+                    let mut entries: Vec<Vec<u8>> = Vec::new();
+                    let (mut held, mut lat, mut refused) = (0u64, Vec::new(), 0u64);
+                    let phase = Duration::from_micros((i as u64 * 1_000_000) / logs as u64);
+                    for tick in 0..secs {
+                        let due = t0 + phase + Duration::from_secs(tick);
+                        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                            std::thread::sleep(wait);
+                        }
+                        for _ in 0..1 + (tick + i as u64) % 4 {
+                            entries.push(format!("log {i} entry {}", entries.len()).into_bytes());
+                        }
+                        let tree = MemoryTree::from_entries(entries.iter().map(|e| e.as_slice()));
+                        let n = TreeSize(entries.len() as u64);
+                        let proof = if held == 0 {
+                            Vec::new()
+                        } else {
+                            match consistency_proof(&tree, TreeSize(held), n) {
+                                Ok(Ok(p)) => p,
+                                _ => Vec::new(),
+                            }
+                        };
+                        let note = key
+                            .sign(Checkpoint {
+                                origin: key.name().to_string(),
+                                size: n,
+                                root: tree.root(n),
+                            })
+                            .to_bytes();
+                        let body = AddCheckpoint {
+                            old_size: held,
+                            proof,
+                            note,
+                        }
+                        .to_bytes();
+                        let sent = Instant::now();
+                        match agent.post(&url).send(&body[..]) {
+                            Ok(mut r) => {
+                                let _ = r.body_mut().read_to_vec();
+                                lat.push(sent.elapsed().as_secs_f64() * 1000.0);
+                                if r.status().as_u16() == 200 {
+                                    held = n.0;
+                                } else {
+                                    refused += 1;
+                                }
+                            }
+                            Err(_) => refused += 1,
+                        }
+                    }
+                    (lat, refused)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let _ = server.kill();
+    let _ = server.wait();
+    let mut all: Vec<f64> = results
+        .iter()
+        .flat_map(|(l, _)| l.iter().copied())
+        .collect();
+    let refused: u64 = results.iter().map(|(_, r)| r).sum();
+    all.sort_by(f64::total_cmp);
+    if all.is_empty() {
+        return Err("no request was answered".into());
+    }
+    let pct = |p: f64| all[((all.len() as f64 * p).ceil() as usize).clamp(1, all.len()) - 1];
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "witness add-checkpoint: {logs} logs x 1/s for {secs} s: {} requests ({refused} not 200), p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; load average {}",
+        all.len(),
+        pct(0.50),
+        pct(0.99),
+        all[all.len() - 1],
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     Ok(())
 }

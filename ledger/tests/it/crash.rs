@@ -1,7 +1,9 @@
 //! Crash safety: a real writer process (`glassbox-ledger-dev append-stream`, 4 concurrent
 //! appenders) is killed with SIGKILL at pseudo-random moments, 24 times in a row on the same
 //! lab. After each kill the lab must audit clean, every append the process acknowledged must
-//! be in the log at the index it was given, and the next writer must resume.
+//! be in the log at the index it was given, the next writer must resume, and no tile path may
+//! ever hold other bytes than the first it was written with (C2SP: a tile path's content is
+//! fixed), even when the kill left tiles past the checkpoint.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -24,6 +26,7 @@ fn sigkilled_writer_never_loses_acknowledged_appends() {
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     let mut total_acked = 0usize;
     let mut last_size = 0u64;
+    let mut tiles_seen = std::collections::BTreeMap::new();
     for trial in 0..24u64 {
         rng ^= rng << 13;
         rng ^= rng >> 7;
@@ -50,6 +53,11 @@ fn sigkilled_writer_never_loses_acknowledged_appends() {
             .read_to_string(&mut out)
             .unwrap();
         child.wait().unwrap();
+        crate::store::assert_immutable(
+            &mut tiles_seen,
+            &crate::store::tile_files(&lab.log_dir()),
+            &format!("trial {trial}, after the kill"),
+        );
 
         let report = audit(&src, &vkey, AuditOptions::default())
             .unwrap()
@@ -79,8 +87,14 @@ fn sigkilled_writer_never_loses_acknowledged_appends() {
             );
             total_acked += 1;
         }
-        // No temp file is visible after the next writer opens (it removes leftovers).
+        // No temp file is visible after the next writer opens (it removes leftovers, and
+        // finishes a journaled batch with the same bytes).
         drop(lab.writer(glassbox_ledger::LockMode::FailFast).unwrap());
+        crate::store::assert_immutable(
+            &mut tiles_seen,
+            &crate::store::tile_files(&lab.log_dir()),
+            &format!("trial {trial}, after the next writer opened"),
+        );
         let leftovers: Vec<_> = std::fs::read_dir(lab.log_dir())
             .unwrap()
             .filter_map(|e| e.ok())

@@ -419,6 +419,77 @@ fn forecast_block(exp: &ExperimentRow, forecasts: &[ForecastRow], run: Option<&R
     }
 }
 
+/// One forecast's pre-registration proof for the selected run: the archived checkpoint (with
+/// its cosignatures) that held the forecast entry before the run's `run_started` entry was
+/// sequenced (`glassbox_ledger::precedence`), or `None` when no checkpoint came between.
+struct Precedence {
+    forecast: u64,
+    run_started: u64,
+    note: Option<String>,
+}
+
+/// The proofs for every forecast entry before the selected run's `run_started` (issue 21 §7).
+async fn precedence_proofs(
+    st: &WebState,
+    forecasts: &[ForecastRow],
+    run: Option<&RunRow>,
+) -> Vec<Precedence> {
+    let Some(started) = run.and_then(|r| r.started_entry) else {
+        return Vec::new();
+    };
+    let earlier: Vec<u64> = forecasts
+        .iter()
+        .map(|f| f.entry)
+        .filter(|&f| f < started)
+        .collect();
+    if earlier.is_empty() {
+        return Vec::new();
+    }
+    let lab = st.lab.clone();
+    // The archive is a file scan: off the async threads.
+    tokio::task::spawn_blocking(move || {
+        let archive = glassbox_ledger::archive::CheckpointArchive::in_log_dir(&lab.log_dir());
+        let vkey = lab.verifier_key().ok();
+        earlier
+            .into_iter()
+            .map(|f| Precedence {
+                forecast: f,
+                run_started: started,
+                note: vkey.as_ref().and_then(|k| {
+                    glassbox_ledger::precedence::checkpoint_between(&archive, k, f, started)
+                        .ok()
+                        .flatten()
+                        .map(|c| String::from_utf8_lossy(&c.to_bytes()).into_owned())
+                }),
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default()
+}
+
+fn precedence_block(proofs: &[Precedence]) -> Markup {
+    html! {
+        @if !proofs.is_empty() {
+            section.precedence {
+                h2 { "Pre-registration proof" }
+                @for p in proofs {
+                    @if let Some(note) = &p.note {
+                        p { "Forecast entry " a href={ "/api/v1/entries/" (p.forecast) } { "#" (p.forecast) }
+                            " was in this signed checkpoint (its witnesses' cosignature lines carry their time) before the run's "
+                            code { "run_started" } " entry " a href={ "/api/v1/entries/" (p.run_started) } { "#" (p.run_started) } " was sequenced:" }
+                        pre { code { (note) } }
+                    } @else {
+                        p.empty { "No checkpoint was published between forecast entry #" (p.forecast)
+                            " and the run's run_started entry #" (p.run_started) "; the log's order still puts the forecast first." }
+                    }
+                    p.meta { "Check it: " code { "glassbox ledger proof precedes " (p.forecast) " " (p.run_started) } }
+                }
+            }
+        }
+    }
+}
+
 fn runs_table(exp: &ExperimentRow, runs: &[RunRow], selected: Option<&str>) -> Markup {
     html! {
         form method="get" action="/compare" {
@@ -545,6 +616,7 @@ pub async fn page(
         Some(b) => spec_text(&st, b).await,
         None => None,
     };
+    let precedence = precedence_proofs(&st, &forecasts, selected).await;
     let tl = timeline(&st, &id).await?;
     let mut artifacts = Vec::new();
     for row in &tl {
@@ -579,6 +651,7 @@ pub async fn page(
             }
         }
         (forecast_block(&exp, &forecasts, selected))
+        (precedence_block(&precedence))
         section {
             h2 { "Runs" }
             @if runs.is_empty() { p.empty { "Not run yet." } } @else { (runs_table(&exp, &runs, selected.map(|r| r.id.as_str()))) }

@@ -96,6 +96,10 @@ async fn pages_render_and_escape_proposer_text() {
         "Hypothesis",
         "Forecast vs outcome",
         "hit",
+        // The forecast's checkpoint before run-1 began (issue 21 §7), signed by the lab's log.
+        "Pre-registration proof",
+        "glassbox ledger proof precedes ",
+        "test.example/glassbox\n",
         "https://github.com/acme/lab/issues/1",
         "Loss (train and eval per domain)",
         "Learning rate",
