@@ -1,5 +1,6 @@
 //! Slash commands in comments: `/approve [blake3:<hex>]`, `/reject <reason>`, `/hold`,
-//! `/unhold`, `/cancel`, `/rerun`, `/reproduce`, `/status`, `/help`.
+//! `/unhold`, `/cancel`, `/rerun`, `/reproduce`, `/status`, `/help`, and
+//! `/note [run-<n>] step <n>|steps <a>-<b>: <text>` ([`NoteCommand`]).
 //!
 //! `/approve blake3:<hex>` pins the spec the maintainer reviewed: the full hash or a prefix of
 //! at least [`MIN_PIN_HEX`] hex digits ([`HashPin`]); any other argument is
@@ -13,8 +14,9 @@
 
 use std::fmt;
 
-use glassbox_schemas::SpecHash;
 use glassbox_schemas::hash::HASH_PREFIX;
+use glassbox_schemas::record::MAX_NOTE_CHARS;
+use glassbox_schemas::{RunId, SpecHash};
 
 /// Fewest hex digits a `/approve` pin may have: 48 bits, so a pin names one spec.
 pub const MIN_PIN_HEX: usize = 12;
@@ -51,6 +53,114 @@ impl fmt::Display for HashPin {
     }
 }
 
+/// `/note [run-<n>] step <n>|steps <a>-<b>: <text>`: a note on steps of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NoteCommand {
+    /// The run, when named; the lab picks the only run otherwise.
+    pub run: Option<RunId>,
+    /// First step (1-based).
+    pub from_step: u64,
+    /// Last step (equal to `from_step` for one step).
+    pub to_step: u64,
+    /// The note, trimmed, at most [`MAX_NOTE_CHARS`] characters.
+    pub text: String,
+}
+
+/// Largest step a note may name (the spec's own bound on `train.steps`).
+pub const MAX_NOTE_STEP: u64 = 100_000_000;
+
+impl NoteCommand {
+    /// Reads the arguments of `/note`; the error says what is accepted.
+    pub fn parse(args: &str) -> Result<Self, String> {
+        const USAGE: &str = "write `/note [run-000042] step 500: what you saw` or `/note [run-000042] steps 480-520: what you saw`";
+        let mut rest = args.trim_start();
+        let mut run = None;
+        if let Some(after) = rest.strip_prefix("run-") {
+            let digits = after.chars().take_while(char::is_ascii_digit).count();
+            let next = after[digits..].chars().next();
+            if digits == 0 || digits > 18 || !next.is_none_or(char::is_whitespace) {
+                let shown: String = rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(40)
+                    .collect();
+                return Err(format!("`{shown}` is not a run id (run-<digits>); {USAGE}"));
+            }
+            run = Some(RunId(format!("run-{}", &after[..digits])));
+            rest = after[digits..].trim_start();
+        }
+        let (word, after) = rest.split_at(rest.find(char::is_whitespace).unwrap_or(rest.len()));
+        let range = after.trim_start();
+        let end = range
+            .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+            .unwrap_or(range.len());
+        let (numbers, text) = range.split_at(end);
+        let number = |t: &str| -> Result<u64, String> {
+            t.parse::<u64>()
+                .ok()
+                .filter(|n| (1..=MAX_NOTE_STEP).contains(n))
+                .ok_or_else(|| {
+                    let shown: String = t.chars().take(24).collect();
+                    format!("`{shown}` is not a step; steps are whole numbers from 1 to {MAX_NOTE_STEP}; {USAGE}")
+                })
+        };
+        let (from_step, to_step) = match word.to_ascii_lowercase().as_str() {
+            "step" => {
+                let n = number(numbers)?;
+                (n, n)
+            }
+            "steps" => {
+                let Some((a, b)) = numbers.split_once('-') else {
+                    return Err(format!("`steps` takes a range such as `480-520`; {USAGE}"));
+                };
+                let (a, b) = (number(a)?, number(b)?);
+                if a > b {
+                    return Err(format!("the range {a}-{b} ends before it starts; {USAGE}"));
+                }
+                (a, b)
+            }
+            _ => return Err(format!("a note names its step or steps first; {USAGE}")),
+        };
+        let text = text.trim_start();
+        let text = text.strip_prefix(':').unwrap_or(text).trim();
+        if text.is_empty() {
+            return Err(format!("the note says nothing; {USAGE}"));
+        }
+        let chars = text.chars().count();
+        if chars > MAX_NOTE_CHARS {
+            return Err(format!(
+                "the note is {chars} characters; the most is {MAX_NOTE_CHARS} (link to details instead)"
+            ));
+        }
+        Ok(Self {
+            run,
+            from_step,
+            to_step,
+            text: text.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for NoteCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("/note ")?;
+        if let Some(r) = &self.run {
+            write!(f, "{r} ")?;
+        }
+        if self.from_step == self.to_step {
+            write!(f, "step {}: {}", self.from_step, self.text)
+        } else {
+            write!(
+                f,
+                "steps {}-{}: {}",
+                self.from_step, self.to_step, self.text
+            )
+        }
+    }
+}
+
 /// A recognised command.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Command {
@@ -79,10 +189,12 @@ pub enum Command {
     Status,
     /// List the commands.
     Help,
+    /// Annotate steps of a run (anyone; a maintainer's note is marked as such).
+    Note(NoteCommand),
 }
 
 /// Every command name, in the order `/help` lists them.
-pub const COMMAND_NAMES: [&str; 9] = [
+pub const COMMAND_NAMES: [&str; 10] = [
     "approve",
     "reject",
     "hold",
@@ -91,6 +203,7 @@ pub const COMMAND_NAMES: [&str; 9] = [
     "rerun",
     "reproduce",
     "status",
+    "note",
     "help",
 ];
 
@@ -107,12 +220,14 @@ impl Command {
             Command::Reproduce => "reproduce",
             Command::Status => "status",
             Command::Help => "help",
+            Command::Note(_) => "note",
         }
     }
 
-    /// Whether only maintainers may run it (`/status` and `/help` are open to everyone).
+    /// Whether only maintainers may run it (`/status`, `/note` and `/help` are open to
+    /// everyone).
     pub fn needs_maintainer(&self) -> bool {
-        !matches!(self, Command::Status | Command::Help)
+        !matches!(self, Command::Status | Command::Help | Command::Note(_))
     }
 }
 
@@ -121,6 +236,7 @@ impl fmt::Display for Command {
         match self {
             Command::Reject { reason } if !reason.is_empty() => write!(f, "/reject {reason}"),
             Command::Approve { pin: Some(pin) } => write!(f, "/approve {pin}"),
+            Command::Note(n) => n.fmt(f),
             c => write!(f, "/{}", c.name()),
         }
     }
@@ -235,6 +351,16 @@ pub fn parse_commands(text: &str) -> Vec<ParsedCommand> {
             "reproduce" => Command::Reproduce,
             "status" => Command::Status,
             "help" => Command::Help,
+            "note" => match NoteCommand::parse(args) {
+                Ok(n) => Command::Note(n),
+                Err(problem) => {
+                    out.push(ParsedCommand::Malformed {
+                        name: "note",
+                        problem,
+                    });
+                    continue;
+                }
+            },
             _ => {
                 out.push(ParsedCommand::Unknown {
                     word: word.chars().take(40).collect(),
@@ -357,6 +483,48 @@ mod tests {
         );
         assert_eq!(nearest_command("unhld"), "unhold");
         assert_eq!(nearest_command("REPRODUCEE"), "reproduce");
+    }
+
+    #[test]
+    fn notes_name_a_step_or_a_range_and_maybe_a_run() {
+        let note = |t: &str| match parse_commands(t).as_slice() {
+            [ParsedCommand::Known(Command::Note(n))] => Ok(n.clone()),
+            [
+                ParsedCommand::Malformed {
+                    name: "note",
+                    problem,
+                },
+            ] => Err(problem.clone()),
+            other => panic!("{t}: {other:?}"),
+        };
+        let n = note("/note run-000042 steps 480-520: norm spike from router_bias").unwrap();
+        assert_eq!(n.run, Some(RunId("run-000042".into())));
+        assert_eq!((n.from_step, n.to_step), (480, 520));
+        assert_eq!(n.text, "norm spike from router_bias");
+        assert_eq!(
+            n.to_string(),
+            "/note run-000042 steps 480-520: norm spike from router_bias"
+        );
+        let n = note("/note step 7 loss <b>up</b>").unwrap();
+        assert_eq!((n.run, n.from_step, n.to_step), (None, 7, 7));
+        assert_eq!(
+            n.text, "loss <b>up</b>",
+            "text is kept as written (escaped on output)"
+        );
+        for (bad, says) in [
+            ("/note", "names its step"),
+            ("/note steps 9-3: x", "ends before it starts"),
+            ("/note step 0: x", "not a step"),
+            ("/note step 5:", "says nothing"),
+            ("/note run-abc step 5: x", "not a run id"),
+            ("/note steps 5: x", "takes a range"),
+            ("/note step 99999999999999999999: x", "not a step"),
+        ] {
+            let problem = note(bad).unwrap_err();
+            assert!(problem.contains(says), "{bad}: {problem}");
+        }
+        let long = format!("/note step 1: {}", "x".repeat(MAX_NOTE_CHARS + 1));
+        assert!(note(&long).unwrap_err().contains("the most is"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Who may run which command.
 //!
-//! `/status` and `/help` are open to everyone. Every other command needs a maintainer: a login
+//! `/status`, `/note` and `/help` are open to everyone (a note is marked a maintainer's when
+//! [`is_maintainer`] says so, and a community note otherwise, a failed lookup included). Every other command needs a maintainer: a login
 //! on the config's allowlist or, when `collaborators_are_maintainers` is set, a collaborator
 //! whose permission, asked of the API (`GET /repos/{owner}/{repo}/collaborators/{user}/permission`),
 //! is write, maintain or admin. The webhook's `author_association` is not trusted: it misreports
@@ -42,6 +43,30 @@ pub struct Maintainers {
     pub collaborators: bool,
     /// The repository the command was given on.
     pub repo: RepoName,
+}
+
+/// Whether `actor` is a maintainer of `repo` (listed, or a collaborator with write access when
+/// the config says so); `None` when GitHub could not say. `/note` asks this to mark a note,
+/// never to refuse one.
+pub async fn is_maintainer(
+    config: &BotConfig,
+    github: &GitHub,
+    repo: &RepoName,
+    actor: &Login,
+) -> Option<bool> {
+    if config.is_listed_maintainer(actor) {
+        return Some(true);
+    }
+    if !config.collaborators_are_maintainers {
+        return Some(false);
+    }
+    match github.collaborator_permission(repo, actor).await {
+        Ok(p) => Some(p.can_write()),
+        Err(e) => {
+            tracing::warn!(%actor, error = %e, "permission lookup failed");
+            None
+        }
+    }
 }
 
 /// Decides whether `actor` may run `command` on a proposal filed by `author`.

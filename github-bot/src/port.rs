@@ -144,6 +144,38 @@ pub enum LabError {
     Unavailable(String),
 }
 
+/// A note to record as an `annotation` entry (`/note`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NoteRequest {
+    /// The issue's experiment.
+    pub experiment: ExperimentId,
+    /// The run named, or `None` for the issue's only run.
+    pub run: Option<RunId>,
+    /// Who wrote it (the event's sender).
+    pub author: Login,
+    /// A maintainer's note (permission checked by the bot) or a community one.
+    pub role: glassbox_schemas::record::NoteRole,
+    /// First step.
+    pub from_step: u64,
+    /// Last step.
+    pub to_step: u64,
+    /// The text, as written.
+    pub text: String,
+    /// The comment's URL: an edited comment's new note supersedes the old one.
+    pub url: String,
+}
+
+/// What the lab recorded for a note.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NoteRecorded {
+    /// The run it is on.
+    pub run: RunId,
+    /// Its `annotation` entry.
+    pub entry: u64,
+    /// The entry of the note it supersedes (the same comment, before the edit).
+    pub supersedes: Option<u64>,
+}
+
 /// A new approval to record.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Approval {
@@ -228,6 +260,13 @@ pub trait LabPort: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<ExperimentStatus>, LabError>> + Send;
     /// How many of `author`'s proposals are approved and waiting (queued or held).
     fn queued_count(&self, author: &Login) -> impl Future<Output = Result<u32, LabError>> + Send;
+    /// Records a note as an `annotation` entry. Refused ([`LabError::InvalidState`], with the
+    /// reason) when the run is not one of the experiment's, when no run is named and the
+    /// experiment has none or several, or when the author is over the lab's rate limit.
+    fn annotate(
+        &self,
+        note: NoteRequest,
+    ) -> impl Future<Output = Result<NoteRecorded, LabError>> + Send;
 }
 
 /// What the lab tells the bot, for result comments and labels.
@@ -260,6 +299,48 @@ pub enum LabEvent {
         /// The result.
         result: RunOutcome,
     },
+    /// Something about a running run people should look at (the lab raises each kind once
+    /// per run; the bot comments once per kind and run whatever is redelivered).
+    Alert {
+        /// The issue.
+        issue: IssueKey,
+        /// The run.
+        run: RunId,
+        /// What happened.
+        alert: RunAlert,
+    },
+}
+
+/// An alert about a running run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunAlert {
+    /// The anomaly detector flagged something (the run's first flag; later ones are on the
+    /// dashboard).
+    Anomaly {
+        /// What was flagged.
+        anomaly: glassbox_schemas::record::Anomaly,
+        /// Index of its `anomaly` entry.
+        ledger_index: u64,
+    },
+    /// No step finished for many times the run's median step time.
+    Stalled {
+        /// The last step finished.
+        last_step: u64,
+        /// Seconds since.
+        silent_seconds: f64,
+        /// The median step time, in seconds.
+        median_step_seconds: f64,
+    },
+}
+
+impl RunAlert {
+    /// The alert's kind, one comment per kind and run (`anomaly`, `stalled`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RunAlert::Anomaly { .. } => "anomaly",
+            RunAlert::Stalled { .. } => "stalled",
+        }
+    }
 }
 
 /// The end of a run, as the result comment reports it: the run's [`RunEnding`] with where it
@@ -278,6 +359,39 @@ pub struct RunOutcome {
     pub proof_url: String,
 }
 
+/// The run a note is on: the named one when it is one of `runs` (the experiment's), else a
+/// refusal naming the experiment it belongs to (`owner_of` finds it, if any); with none named,
+/// the experiment's only run. Shared by the lab and the in-memory lab, so both refuse alike.
+pub fn pick_note_run(
+    experiment: &ExperimentId,
+    runs: &[RunId],
+    named: Option<&RunId>,
+    owner_of: impl FnOnce() -> Option<ExperimentId>,
+) -> Result<RunId, LabError> {
+    match (named, runs) {
+        (Some(r), _) if runs.contains(r) => Ok(r.clone()),
+        (Some(r), _) => Err(LabError::InvalidState(match owner_of() {
+            Some(other) => {
+                format!("{r} is a run of {other}, not of {experiment}; note it on its own issue")
+            }
+            None => format!("{r} is not a run of {experiment}"),
+        })),
+        (None, [only]) => Ok(only.clone()),
+        (None, []) => Err(LabError::InvalidState(format!(
+            "{experiment} has no run yet; a note is about steps of a run"
+        ))),
+        (None, many) => Err(LabError::InvalidState(format!(
+            "{experiment} has {} runs ({}); name one, e.g. `/note {} step 100: ...`",
+            many.len(),
+            many.iter()
+                .map(|r| r.0.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            many[many.len() - 1]
+        ))),
+    }
+}
+
 /// An in-memory lab for tests: one record per experiment, a FIFO queue, and a log of every
 /// action so tests can assert what was (and was not) recorded.
 #[derive(Debug, Clone, Default)]
@@ -294,6 +408,11 @@ pub struct LabModel {
     pub queue: Vec<ExperimentId>,
     /// Every recorded action, in order, e.g. `proposal owner/repo#1 blake3:...`.
     pub journal: Vec<String>,
+    /// Every note recorded, in order (its position is its "entry").
+    pub notes: Vec<(NoteRequest, NoteRecorded)>,
+    /// Notes one author may write (the lab's hourly limit; the in-memory lab has no clock, so
+    /// it counts all of them). `0` means the default, 30.
+    pub note_limit: u32,
 }
 
 /// One experiment in the in-memory lab.
@@ -305,6 +424,8 @@ pub struct LabExperiment {
     pub state: ExperimentState,
     /// The approval in force.
     pub approval: Option<ApprovalInfo>,
+    /// Its runs, oldest first.
+    pub runs: Vec<RunId>,
 }
 
 impl InMemoryLab {
@@ -318,12 +439,20 @@ impl InMemoryLab {
         self.lock().clone()
     }
 
+    /// Sets how many notes one author may write.
+    pub fn set_note_limit(&self, limit: u32) {
+        self.lock().note_limit = limit;
+    }
+
     /// Marks an experiment as running (what a worker leasing its job would do).
     pub fn start_run(&self, experiment: &ExperimentId, run: RunId) {
         let mut m = self.lock();
         m.queue.retain(|e| e != experiment);
         if let Some(e) = m.experiments.get_mut(experiment) {
             e.state = ExperimentState::Running { run: run.clone() };
+            if !e.runs.contains(&run) {
+                e.runs.push(run.clone());
+            }
         }
         m.journal.push(format!("run_started {experiment} {run}"));
     }
@@ -378,6 +507,7 @@ impl LabPort for InMemoryLab {
                         proposal: proposal.clone(),
                         state: ExperimentState::Proposed,
                         approval: None,
+                        runs: Vec::new(),
                     },
                 );
             }
@@ -597,6 +727,58 @@ impl LabPort for InMemoryLab {
             },
             approval: e.approval.clone(),
         }))
+    }
+
+    async fn annotate(&self, note: NoteRequest) -> Result<NoteRecorded, LabError> {
+        let mut m = self.lock();
+        let limit = if m.note_limit == 0 { 30 } else { m.note_limit };
+        let written = m
+            .notes
+            .iter()
+            .filter(|(n, _)| n.author == note.author)
+            .count();
+        if written >= limit as usize {
+            return Err(LabError::InvalidState(format!(
+                "{} has written {written} notes in the last hour; the limit is {limit} (limits.max_notes_per_author_per_hour)",
+                note.author
+            )));
+        }
+        let run = {
+            let e = m
+                .experiments
+                .get(&note.experiment)
+                .ok_or_else(|| LabError::UnknownExperiment(note.experiment.clone()))?;
+            pick_note_run(&note.experiment, &e.runs, note.run.as_ref(), || {
+                m.experiments
+                    .iter()
+                    .find(|(_, x)| note.run.as_ref().is_some_and(|r| x.runs.contains(r)))
+                    .map(|(id, _)| id.clone())
+            })?
+        };
+        let supersedes = m
+            .notes
+            .iter()
+            .rev()
+            .find(|(n, _)| n.url == note.url)
+            .map(|(_, r)| r.entry);
+        let recorded = NoteRecorded {
+            run: run.clone(),
+            entry: m.notes.len() as u64,
+            supersedes,
+        };
+        m.journal.push(format!(
+            "annotation {} {run} steps {}-{} by {} ({}){}",
+            note.experiment,
+            note.from_step,
+            note.to_step,
+            note.author,
+            note.role.as_str(),
+            supersedes
+                .map(|s| format!(" supersedes {s}"))
+                .unwrap_or_default()
+        ));
+        m.notes.push((note, recorded.clone()));
+        Ok(recorded)
     }
 
     async fn queued_count(&self, author: &Login) -> Result<u32, LabError> {

@@ -20,8 +20,10 @@ use crate::form::FormProblem;
 use crate::ids::Login;
 use crate::permissions::{Maintainers, Refusal};
 use crate::port::{
-    ApprovalInfo, Cancelled, ExperimentState, ExperimentStatus, LabError, RunOutcome, Voided,
+    ApprovalInfo, Cancelled, ExperimentState, ExperimentStatus, LabError, NoteRecorded, RunAlert,
+    RunOutcome, Voided,
 };
+use glassbox_schemas::record::NoteRole;
 
 /// Hidden marker that opens the validation comment (lets people and tools find it); it is
 /// [`comment_marker`] of the kind `validation`.
@@ -426,7 +428,9 @@ pub fn help() -> String {
     for name in COMMAND_NAMES {
         let _ = writeln!(s, "- {}", command_usage(name));
     }
-    s.push_str("\n`/status` and `/help` are open to everyone; the others need a maintainer.\n");
+    s.push_str(
+        "\n`/status`, `/note` and `/help` are open to everyone; the others need a maintainer.\n",
+    );
     s
 }
 
@@ -443,6 +447,9 @@ fn command_usage(name: &str) -> &'static str {
         "rerun" => "`/rerun` — queue the same spec again",
         "reproduce" => "`/reproduce` — re-run from the ledger and compare with the result",
         "status" => "`/status` — show the state and queue position",
+        "note" => {
+            "`/note [run-<n>] step <n>|steps <a>-<b>: <text>` — annotate steps of a run (the run may be left out when the issue has one); a maintainer's note is marked as such; editing the comment records a note that supersedes it"
+        }
         "help" => "`/help` — this list",
         _ => "",
     }
@@ -544,6 +551,114 @@ pub fn run_result(outcome: &RunOutcome, dashboard: &str) -> String {
         );
     }
     s.push('\n');
+    s
+}
+
+/// Reply to a recorded `/note`. The note's text is not repeated (it is the comment just above,
+/// and the dashboard shows it escaped).
+pub fn note_recorded(
+    actor: &Login,
+    role: NoteRole,
+    steps: (u64, u64),
+    recorded: &NoteRecorded,
+    dashboard: &str,
+) -> String {
+    let steps = if steps.0 == steps.1 {
+        format!("step {}", steps.0)
+    } else {
+        format!("steps {}–{}", steps.0, steps.1)
+    };
+    let mut s = format!(
+        "📝 @{actor}, your note on `{}` {steps} is recorded as a **{}** note (ledger entry {}",
+        recorded.run,
+        role.as_str(),
+        recorded.entry
+    );
+    if let Some(old) = recorded.supersedes {
+        let _ = write!(s, "; it supersedes entry {old}, which stays in the log");
+    }
+    s.push_str(").");
+    if !dashboard.is_empty() {
+        let _ = write!(
+            s,
+            " It is drawn on the run's charts: {}/runs/{}",
+            dashboard.trim_end_matches('/'),
+            recorded.run
+        );
+    }
+    s
+}
+
+/// The alert comment about a running run: its first anomaly, or a stall.
+pub fn run_alert(run: &str, alert: &RunAlert, dashboard: &str) -> String {
+    let mut s = match alert {
+        RunAlert::Anomaly {
+            anomaly,
+            ledger_index,
+        } => {
+            let layer = anomaly
+                .layer
+                .map(|l| format!(" in layer {l}"))
+                .unwrap_or_default();
+            let expert = anomaly
+                .expert
+                .map(|e| format!(" (expert {e})"))
+                .unwrap_or_default();
+            format!(
+                "⚠️ Alert: run `{run}` shows a **{}**{layer}{expert} at step {}: `{}` = {:.4}, against a trailing median of {:.4} ({:.1} robust deviations). Recorded as ledger entry {ledger_index}. Later anomalies of this run are drawn on its charts without another comment.",
+                anomaly.kind.describe(),
+                anomaly.step,
+                anomaly.metric,
+                anomaly.value,
+                anomaly.baseline,
+                anomaly.deviations.min(1e9)
+            )
+        }
+        RunAlert::Stalled {
+            last_step,
+            silent_seconds,
+            median_step_seconds,
+        } => format!(
+            "⏸️ Alert: run `{run}` has **stalled**: no step since step {last_step} for {} (its median step takes {}). Its worker is still alive; a maintainer may `/cancel` it.",
+            duration(*silent_seconds),
+            duration(*median_step_seconds)
+        ),
+    };
+    if !dashboard.is_empty() {
+        let _ = write!(
+            s,
+            " Dashboard: {}/runs/{run}",
+            dashboard.trim_end_matches('/')
+        );
+    }
+    s
+}
+
+/// The alert comment when a run stops because it diverged or ran out of budget (beside its
+/// result comment, so a watcher of alerts sees every kind the same way).
+pub fn run_stopped_alert(outcome: &RunOutcome, dashboard: &str) -> String {
+    let what = match outcome.ending.status {
+        RunStatus::Diverged => "**diverged** (non-finite loss or gradients)",
+        RunStatus::BudgetExceeded => "was **stopped by its budget**",
+        other => other.as_str(),
+    };
+    let mut s = format!(
+        "🚨 Alert: run `{}` {what} after {} steps",
+        outcome.run,
+        thousands(outcome.ending.steps)
+    );
+    if let Some(r) = &outcome.ending.reason {
+        let _ = write!(s, ": {r}");
+    }
+    s.push('.');
+    if !dashboard.is_empty() {
+        let _ = write!(
+            s,
+            " Dashboard: {}/runs/{}",
+            dashboard.trim_end_matches('/'),
+            outcome.run
+        );
+    }
     s
 }
 

@@ -14,6 +14,7 @@
 //!                                 # the device's memory (GPU workers)
 //! max_metric_points = 50000000    # scalar points plus vector components a run may record
 //! max_proposals_per_author_per_day = 20  # proposal entries per GitHub author in any 24 hours
+//! max_notes_per_author_per_hour = 30     # `/note` annotations per GitHub author in any hour
 //!
 //! [queue]
 //! default_priority = 0            # jobs run by priority (higher first), then age (older first)
@@ -27,6 +28,8 @@
 //! heartbeat_seconds = 5           # how often a running worker renews its lease
 //! poll_millis = 500               # how often an idle worker asks for a job
 //! metrics_flush_steps = 50        # train steps per metric-chunk blob (and at every checkpoint)
+//! stall_factor = 10               # a run with no step for this many median step times is
+//! stall_min_seconds = 60          # stalled (and for at least this long): one alert per run
 //!
 //! [storage]
 //! blobs = "s3://bucket/prefix"    # where blobs live: a directory, file:///path or s3://bucket/prefix
@@ -71,6 +74,8 @@ pub struct Limits {
     /// Proposal entries one author may cause in any 24 hours (GitHub proposals; an edit that
     /// does not change the spec hash writes no entry and does not count).
     pub max_proposals_per_author_per_day: u32,
+    /// `/note` annotations one author may write in any hour.
+    pub max_notes_per_author_per_hour: u32,
 }
 
 impl Default for Limits {
@@ -83,6 +88,7 @@ impl Default for Limits {
             max_memory_bytes: None,
             max_metric_points: 50_000_000,
             max_proposals_per_author_per_day: 20,
+            max_notes_per_author_per_hour: 30,
         }
     }
 }
@@ -121,6 +127,10 @@ pub struct WorkerSettings {
     pub poll_millis: u64,
     /// Train steps per metric chunk.
     pub metrics_flush_steps: u64,
+    /// A run with no step for this many median step times is stalled.
+    pub stall_factor: f64,
+    /// ... and for at least this many seconds.
+    pub stall_min_seconds: f64,
 }
 
 impl Default for WorkerSettings {
@@ -130,6 +140,8 @@ impl Default for WorkerSettings {
             heartbeat_seconds: 5.0,
             poll_millis: 500,
             metrics_flush_steps: 50,
+            stall_factor: 10.0,
+            stall_min_seconds: 60.0,
         }
     }
 }
@@ -396,6 +408,27 @@ impl LabConfig {
                     "must be a directory, file:///path or s3://bucket/prefix",
                 );
             }
+        }
+        if !(w.stall_factor.is_finite() && w.stall_factor >= 1.0) {
+            bad(
+                "worker.stall_factor",
+                w.stall_factor.to_string(),
+                "must be at least 1",
+            );
+        }
+        if !(w.stall_min_seconds.is_finite() && w.stall_min_seconds >= 0.0) {
+            bad(
+                "worker.stall_min_seconds",
+                w.stall_min_seconds.to_string(),
+                "must be a number of seconds, 0 or more",
+            );
+        }
+        if l.max_notes_per_author_per_hour == 0 {
+            bad(
+                "limits.max_notes_per_author_per_hour",
+                "0".into(),
+                "must be at least 1",
+            );
         }
         if w.metrics_flush_steps == 0 {
             bad(

@@ -16,20 +16,21 @@
 use std::sync::Arc;
 
 use crate::config::LabConfig;
-use crate::db::forecasts;
 use crate::db::proposals::{self, ProposalRow, Proposed};
+use crate::db::{annotations, forecasts};
 use crate::error::LabError;
-use crate::outbox::{self, Notice, NoticeDelivery};
+use crate::outbox::{self, AlertNotice, Notice, NoticeDelivery};
 use crate::queue::{CancelOutcome, Job, JobId, JobKind, JobState, NewJob, Queue};
 use crate::recorder::Recorder;
 use crate::worker::CancelSwitches;
 use glassbox_github_bot::port::{
     Approval, ApprovalInfo, Cancelled, ExperimentState, ExperimentStatus, LabError as PortError,
-    LabEvent, LabPort, Proposal, ProposalRecorded, RunOutcome as PortOutcome, Voided,
+    LabEvent, LabPort, NoteRecorded, NoteRequest, Proposal, ProposalRecorded, RunAlert,
+    RunOutcome as PortOutcome, Voided, pick_note_run,
 };
 use glassbox_github_bot::{IssueKey, IssueNumber, Login, RepoName};
 use glassbox_schemas::record::{
-    ApprovalBody, ForecastBody, IssueRef, ProposalBody, RejectionBody, refs,
+    AnnotationBody, ApprovalBody, ForecastBody, IssueRef, ProposalBody, RejectionBody, refs,
 };
 use glassbox_schemas::spec::Forecast;
 use glassbox_schemas::{BlobHash, ExperimentId, ExperimentSpec, RunId, RunStatus, SpecHash};
@@ -827,6 +828,25 @@ impl Flow {
                     proof_url: format!("{}/api/v1/entries/{entry}/proof", self.inner.public_url),
                 },
             },
+            Notice::Alert { run, alert, .. } => LabEvent::Alert {
+                issue,
+                run: run.clone(),
+                alert: match alert {
+                    AlertNotice::Anomaly { anomaly, entry } => RunAlert::Anomaly {
+                        anomaly: anomaly.clone(),
+                        ledger_index: *entry,
+                    },
+                    AlertNotice::Stalled {
+                        last_step,
+                        silent_ms,
+                        median_step_ms,
+                    } => RunAlert::Stalled {
+                        last_step: *last_step,
+                        silent_seconds: *silent_ms as f64 / 1000.0,
+                        median_step_seconds: *median_step_ms as f64 / 1000.0,
+                    },
+                },
+            },
         })
     }
 
@@ -871,6 +891,74 @@ impl Flow {
         Ok(n)
     }
 }
+
+impl Flow {
+    /// Records a `/note` as an `annotation` entry: the run must be one of the experiment's (or,
+    /// named by none, its only run), the author under `limits.max_notes_per_author_per_hour`;
+    /// a note from a comment that already gave one supersedes the last such note.
+    pub async fn annotate(&self, note: NoteRequest) -> Result<NoteRecorded, LabError> {
+        let refuse = |e: PortError| LabError::Refused(e.to_string());
+        let max = self.inner.config.limits.max_notes_per_author_per_hour;
+        let written =
+            annotations::count_since(self.pool(), note.author.as_str(), self.now() - HOUR_MS)
+                .await?;
+        if written >= u64::from(max) {
+            return Err(LabError::Refused(format!(
+                "{} has written {written} notes in the last hour; the limit is {max} (limits.max_notes_per_author_per_hour); try again later",
+                note.author
+            )));
+        }
+        let experiment = note.experiment.clone();
+        let named = note.run.clone();
+        let (runs, owner) = self
+            .blocking(move |rec| {
+                let runs = rec.runs_of(&experiment)?;
+                let owner = match &named {
+                    Some(r) => rec.experiment_of_run(r)?,
+                    None => None,
+                };
+                Ok((runs, owner))
+            })
+            .await?;
+        let run =
+            pick_note_run(&note.experiment, &runs, note.run.as_ref(), || owner).map_err(refuse)?;
+        let supersedes = annotations::latest_for_url(self.pool(), &note.url).await?;
+        let body = AnnotationBody {
+            run: run.clone(),
+            author: note.author.as_str().to_string(),
+            role: note.role,
+            from_step: note.from_step,
+            to_step: note.to_step,
+            text: note.text.clone(),
+            url: note.url.clone(),
+            supersedes,
+        };
+        let experiment = note.experiment.clone();
+        let entry = self
+            .blocking(move |rec| rec.record(Some(&experiment), Default::default(), body))
+            .await?;
+        annotations::insert(
+            self.pool(),
+            &annotations::NoteRow {
+                entry,
+                author: note.author.as_str(),
+                experiment: &note.experiment.0,
+                run: &run.0,
+                url: &note.url,
+                created_at: self.now(),
+            },
+        )
+        .await?;
+        Ok(NoteRecorded {
+            run,
+            entry,
+            supersedes,
+        })
+    }
+}
+
+/// An hour in milliseconds (the per-author note window).
+const HOUR_MS: i64 = 60 * 60 * 1000;
 
 /// 24 hours in milliseconds (the per-author proposal window).
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -1088,6 +1176,10 @@ impl LabPort for Flow {
         experiment: &ExperimentId,
     ) -> Result<Option<ExperimentStatus>, PortError> {
         Flow::status(self, experiment).await.map_err(port_error)
+    }
+
+    async fn annotate(&self, note: NoteRequest) -> Result<NoteRecorded, PortError> {
+        Flow::annotate(self, note).await.map_err(port_error)
     }
 
     async fn queued_count(&self, author: &Login) -> Result<u32, PortError> {

@@ -11,7 +11,8 @@
 //!   metric chunks, checkpoints and the `result`, and survives its own death (another worker
 //!   resumes from the checkpoint);
 //! - [`recorder`] — [`Recorder`]: blobs and entries, durably, from any process on the lab;
-//! - [`outbox`] — notices for the bot, written after the entries they announce;
+//! - [`outbox`] — notices for the bot, written after the entries they announce (alerts too:
+//!   a run's first anomaly, a stalled run; [`stall`] tells when a run has stalled);
 //! - [`dataset`], [`tokens`] and [`corpus`] — corpora as blobs with `dataset` entries,
 //!   tokenizers and token shards with `tokenizer` and `tokenized` entries, and the runner's
 //!   corpus store over the blob store;
@@ -40,6 +41,7 @@ pub mod queue;
 pub mod recorder;
 pub mod reproduce;
 pub mod service;
+pub mod stall;
 pub mod tokens;
 pub mod worker;
 

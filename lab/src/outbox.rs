@@ -1,4 +1,5 @@
-//! The notification outbox: what the lab has to tell people (a run started, a run ended),
+//! The notification outbox: what the lab has to tell people (a run started, a run ended, a
+//! running run needs a look),
 //! written to the queue database in the same place the worker records the job's end, and
 //! delivered to the bot by the server. A worker on another machine, or one that dies right
 //! after a run, still gets its result announced: the notice waits in the table until a server
@@ -19,7 +20,7 @@ use std::time::Duration;
 use crate::db::notifications::{self, StoredNotice};
 use crate::error::LabError;
 use crate::queue::Queue;
-use glassbox_schemas::record::{ForecastOutcome, RunEnding};
+use glassbox_schemas::record::{Anomaly, ForecastOutcome, RunEnding};
 use glassbox_schemas::{ExperimentId, RunId, SpecHash};
 use serde::{Deserialize, Serialize};
 
@@ -97,17 +98,91 @@ pub enum Notice {
         /// The `result` entry.
         entry: u64,
     },
+    /// A running run needs a look (raised once per run and kind, `db::alerts`).
+    Alert {
+        /// The experiment.
+        experiment: ExperimentId,
+        /// The run.
+        run: RunId,
+        /// What happened.
+        alert: AlertNotice,
+    },
+}
+
+/// What an [`Notice::Alert`] is about.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "alert", rename_all = "snake_case")]
+pub enum AlertNotice {
+    /// The run's first anomaly.
+    Anomaly {
+        /// What was flagged.
+        anomaly: Anomaly,
+        /// Its `anomaly` entry.
+        entry: u64,
+    },
+    /// The run has not stepped for many median step times.
+    Stalled {
+        /// The last step finished.
+        last_step: u64,
+        /// Milliseconds since.
+        silent_ms: i64,
+        /// The median step time in milliseconds.
+        median_step_ms: i64,
+    },
+}
+
+impl AlertNotice {
+    /// The alert's kind (`anomaly`, `stalled`): at most one per run.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AlertNotice::Anomaly { .. } => "anomaly",
+            AlertNotice::Stalled { .. } => "stalled",
+        }
+    }
 }
 
 impl Notice {
     /// The experiment it is about.
     pub fn experiment(&self) -> &ExperimentId {
         match self {
-            Notice::RunStarted { experiment, .. } | Notice::Finished { experiment, .. } => {
-                experiment
-            }
+            Notice::RunStarted { experiment, .. }
+            | Notice::Finished { experiment, .. }
+            | Notice::Alert { experiment, .. } => experiment,
         }
     }
+}
+
+/// Raises `alert` for `run` unless the run already had one of its kind, and adds its notice to
+/// the outbox; returns whether it was raised now.
+pub async fn raise_alert(
+    queue: &Queue,
+    experiment: &ExperimentId,
+    run: &RunId,
+    alert: AlertNotice,
+) -> Result<bool, LabError> {
+    let db = queue.db();
+    let raised =
+        crate::db::alerts::raise_once(db.pool(), &run.0, alert.kind(), &experiment.0, db.now_ms())
+            .await?;
+    if raised {
+        push(
+            queue,
+            &Notice::Alert {
+                experiment: experiment.clone(),
+                run: run.clone(),
+                alert,
+            },
+        )
+        .await?;
+    }
+    Ok(raised)
+}
+
+/// Clears `run`'s alert of `kind` (a stalled run stepped again): no longer current for the
+/// gauge, and still never raised twice.
+pub async fn clear_alert(queue: &Queue, run: &RunId, kind: &str) -> Result<(), LabError> {
+    let db = queue.db();
+    crate::db::alerts::clear(db.pool(), &run.0, kind, db.now_ms()).await
 }
 
 /// Adds a notice to the outbox.

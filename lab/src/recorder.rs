@@ -7,7 +7,7 @@
 //! also reads entries back (an approval, to check a job against it) and keeps the index in
 //! step with the log, and answers the few questions the lab asks of its own log (which corpora
 //! a `dataset` entry declares, whether a run already has its `result`, the last approval of a
-//! spec), reading only the entries appended since it last looked. It does not decide what to
+//! spec, an experiment's runs), reading only the entries appended since it last looked. It does not decide what to
 //! record: the flow and the worker do.
 
 use std::collections::{BTreeMap, HashMap};
@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use glassbox_ledger::index::Index;
 use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
 use glassbox_schemas::record::{EntryBody, refs};
-use glassbox_schemas::{Blake3Hash, BlobHash, ExperimentId, LedgerEntry, SpecHash};
+use glassbox_schemas::{Blake3Hash, BlobHash, ExperimentId, LedgerEntry, RunId, SpecHash};
 
 use crate::error::LabError;
 
@@ -48,6 +48,10 @@ struct LogFacts {
     results: HashMap<String, u64>,
     /// (experiment, spec hash) -> its last `approval` entry.
     approvals: HashMap<(String, SpecHash), u64>,
+    /// Run id -> the experiment of its `run_started` entry, and runs in the order they
+    /// started.
+    runs: HashMap<String, Option<String>>,
+    run_order: Vec<String>,
 }
 
 impl LogFacts {
@@ -70,6 +74,13 @@ impl LogFacts {
             }
             EntryBody::Result(b) => {
                 self.results.entry(b.run.0.clone()).or_insert(index);
+            }
+            EntryBody::RunStarted(b) => {
+                if !self.runs.contains_key(&b.run.0) {
+                    self.run_order.push(b.run.0.clone());
+                }
+                self.runs
+                    .insert(b.run.0.clone(), e.experiment.as_ref().map(|x| x.0.clone()));
             }
             EntryBody::Approval(b) => {
                 if let Some(exp) = &e.experiment {
@@ -238,6 +249,24 @@ impl Recorder {
     /// The `result` entry of `run`, if it has one.
     pub fn result_entry(&self, run: &str) -> Result<Option<u64>, LabError> {
         self.ask(|f| f.results.get(run).copied())
+    }
+
+    /// The runs of `experiment` (those with a `run_started` entry), oldest first.
+    pub fn runs_of(&self, experiment: &ExperimentId) -> Result<Vec<RunId>, LabError> {
+        self.ask(|f| {
+            f.run_order
+                .iter()
+                .filter(|r| {
+                    f.runs.get(*r).and_then(|x| x.as_deref()) == Some(experiment.0.as_str())
+                })
+                .map(|r| RunId(r.clone()))
+                .collect()
+        })
+    }
+
+    /// The experiment `run` belongs to, when it is on the record.
+    pub fn experiment_of_run(&self, run: &RunId) -> Result<Option<ExperimentId>, LabError> {
+        self.ask(|f| f.runs.get(&run.0).cloned().flatten().map(ExperimentId))
     }
 
     /// The last `approval` entry of `spec_hash` for `experiment`, if any.

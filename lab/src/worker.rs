@@ -53,12 +53,13 @@ use tokio::runtime::Handle;
 
 use crate::config::{Limits, WorkerSettings};
 use crate::error::LabError;
-use crate::outbox::{self, Notice};
+use crate::outbox::{self, AlertNotice, Notice};
 use crate::queue::{
     ABANDONED_CANCELLED_REASON, ABANDONED_REASON, Ending, Job, JobId, JobKind, JobState, Queue,
     QueueError, WorkerId,
 };
 use crate::recorder::{Recorder, one_ref};
+use crate::stall::StallWatch;
 
 mod recording;
 pub mod run_log;
@@ -729,10 +730,19 @@ impl Worker {
             live.status(&job.experiment, run, "running");
         }
 
-        // Heartbeats run on the async side while training blocks a thread.
+        // Heartbeats run on the async side while training blocks a thread; they also ask the
+        // stall watch, which the training thread tells of every step.
+        let settings = &self.opts.settings;
+        let stall = StallWatch::new(
+            self.queue.clock().clone(),
+            settings.stall_factor,
+            (settings.stall_min_seconds * 1000.0) as i64,
+        );
         let lost = Arc::new(AtomicBool::new(false));
         let (hb_stop, hb_task) =
             self.spawn_heartbeat(job.id, cancel.clone(), lost.clone(), log.clone());
+        let stall_task =
+            self.spawn_stall_check(job, run, stall.clone(), hb_stop.subscribe(), log.clone());
         let ctx = recording::RunContext {
             recorder: self.recorder.clone(),
             queue: self.queue.clone(),
@@ -743,11 +753,13 @@ impl Worker {
             run: run.clone(),
             cancel: cancel.clone(),
             lease: self.opts.settings.lease(),
+            log: log.clone(),
         };
         let (mut observer, recording) = recording::spawn(
             ctx,
             self.opts.settings.metrics_flush_steps,
             self.live.clone(),
+            stall,
         )?;
         let (outcome, recorded) = tokio::task::block_in_place(|| {
             // A panic on the training thread (a bug, a failed allocation that panics) ends the
@@ -760,6 +772,7 @@ impl Worker {
         });
         let _ = hb_stop.send(true);
         let _ = hb_task.await;
+        let _ = stall_task.await;
         if lost.load(Ordering::SeqCst) {
             log.warn("lost the lease mid-run; another worker owns the job");
             return Ok(JobEnd::LeaseLost(job.id));
@@ -848,6 +861,60 @@ impl Worker {
             }
         });
         (tx, task)
+    }
+
+    /// Asks the run's stall watch at every heartbeat period until `stop`: a stall raises the
+    /// run's `stalled` alert (once per run) and is warned in its log; a step after it clears
+    /// the alert (the stalled-runs gauge drops) without raising another.
+    fn spawn_stall_check(
+        &self,
+        job: &Job,
+        run: &RunId,
+        watch: StallWatch,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+        log: Arc<RunLog>,
+    ) -> tokio::task::JoinHandle<()> {
+        let queue = self.queue.clone();
+        let every = self.opts.settings.heartbeat();
+        let (experiment, run) = (job.experiment.clone(), run.clone());
+        tokio::spawn(async move {
+            let mut stalled = false;
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => return,
+                }
+                match (watch.check(), stalled) {
+                    (Some(s), false) => {
+                        stalled = true;
+                        log.warn(format!(
+                            "stalled: no step since step {} for {:.1} s (median step {:.3} s)",
+                            s.last_step,
+                            s.silent_ms as f64 / 1000.0,
+                            s.median_step_ms as f64 / 1000.0
+                        ));
+                        let alert = AlertNotice::Stalled {
+                            last_step: s.last_step,
+                            silent_ms: s.silent_ms,
+                            median_step_ms: s.median_step_ms,
+                        };
+                        if let Err(e) = outbox::raise_alert(&queue, &experiment, &run, alert).await
+                        {
+                            log.warn(format!("cannot raise the stalled alert ({e}); will retry"));
+                            stalled = false;
+                        }
+                    }
+                    (None, true) => {
+                        log.info("stepping again after the stall");
+                        match outbox::clear_alert(&queue, &run, "stalled").await {
+                            Ok(()) => stalled = false,
+                            Err(e) => log.warn(format!("cannot clear the stalled alert ({e})")),
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        })
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -33,8 +33,10 @@ use crate::merkle::leaf_hash;
 use crate::tiles::TILE_WIDTH;
 
 /// The embedded migrations, in order.
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "index", include_str!("../migrations/0001_index.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "index", include_str!("../migrations/0001_index.sql")),
+    (2, "search", include_str!("../migrations/0002_search.sql")),
+];
 
 #[derive(Debug)]
 struct Embedded;
@@ -286,6 +288,7 @@ impl Index {
                     .map_err(|e| self.err(e))?;
                 if let Some(store) = blobs {
                     self.insert_metric_chunk(&mut tx, idx, bytes, store).await?;
+                    self.insert_spec_fields(&mut tx, bytes, store).await?;
                 }
             }
             tx.commit().await.map_err(|e| self.err(e))?;
@@ -348,6 +351,78 @@ impl Index {
             .map_err(|e| self.err(e))
     }
 
+    /// Reads the spec blob a `proposal` entry names into `spec_fields`, once per spec hash: every
+    /// leaf of its JSON under its dotted path (array elements share their array's path). A spec
+    /// blob that is missing, too large or not JSON leaves no fields (the proposal may predate
+    /// the blob's upload); the search then finds no spec field of it.
+    async fn insert_spec_fields(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        bytes: &[u8],
+        store: &dyn BlobStore,
+    ) -> Result<(), Error> {
+        let Ok(entry) = LedgerEntry::from_bytes(bytes) else {
+            return Ok(());
+        };
+        let (EntryBody::Proposal(p), Some(hash)) = (&entry.body, entry.refs.get("spec")) else {
+            return Ok(());
+        };
+        let spec_hash = p.spec_hash.to_string();
+        let known = sqlx::query("SELECT 1 AS one FROM spec_fields WHERE spec_hash = $1 LIMIT 1")
+            .bind(spec_hash.clone())
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(|e| self.err(e))?;
+        if known.is_some() {
+            return Ok(());
+        }
+        let limit = MAX_SPEC_BLOB_BYTES;
+        let mut text = Vec::new();
+        let read = store
+            .get(&BlobHash(*hash))
+            .map(|r| std::io::Read::read_to_end(&mut std::io::Read::take(r, limit + 1), &mut text));
+        if !matches!(read, Ok(Ok(n)) if (n as u64) <= limit) {
+            return Ok(());
+        }
+        // Canonical JSON as the lab stores it, or TOML as written: either way the validated
+        // spec with every default, so a left-out field is found by its default.
+        let Ok(text) = String::from_utf8(text) else {
+            return Ok(());
+        };
+        let spec = if text.trim_start().starts_with('{') {
+            glassbox_schemas::validate::parse_json(&text)
+        } else {
+            glassbox_schemas::parse_toml(&text)
+        };
+        let Some(value) = spec.ok().and_then(|s| serde_json::to_value(s).ok()) else {
+            return Ok(());
+        };
+        let mut fields = Vec::new();
+        spec_leaves(&value, &mut String::new(), &mut fields);
+        fields.truncate(MAX_SPEC_FIELDS);
+        for chunk in fields.chunks(200) {
+            let mut sql =
+                String::from("INSERT INTO spec_fields (spec_hash, path, num, text) VALUES ");
+            for k in 0..chunk.len() {
+                if k > 0 {
+                    sql.push_str(", ");
+                }
+                let p = 4 * k;
+                sql.push_str(&format!("(${}, ${}, ${}, ${})", p + 1, p + 2, p + 3, p + 4));
+            }
+            let mut q = sqlx::query(&sql);
+            for (path, num, text) in chunk {
+                q = q
+                    .bind(spec_hash.clone())
+                    .bind(path.clone())
+                    .bind(*num)
+                    .bind(text.clone());
+            }
+            q.execute(&mut **tx).await.map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
     /// Deletes every row and indexes the whole log again.
     pub async fn reindex(&self, log: &LogReader<'_>) -> Result<u64, Error> {
         self.reindex_with_blobs(log, None).await
@@ -360,7 +435,14 @@ impl Index {
         blobs: Option<&dyn BlobStore>,
     ) -> Result<u64, Error> {
         let mut tx = self.writer.begin().await.map_err(|e| self.err(e))?;
-        for t in ["metric_points", "runs", "experiments", "entries"] {
+        for t in [
+            "metric_points",
+            "final_metrics",
+            "spec_fields",
+            "runs",
+            "experiments",
+            "entries",
+        ] {
             sqlx::query(&format!("DELETE FROM {t}"))
                 .execute(&mut *tx)
                 .await
@@ -497,6 +579,45 @@ impl Index {
     }
 }
 
+/// Largest spec blob read for search fields (a spec is at most 1 MiB of TOML; its JSON is no
+/// larger than a few times that).
+const MAX_SPEC_BLOB_BYTES: u64 = 4 << 20;
+
+/// Most search fields kept of one spec.
+const MAX_SPEC_FIELDS: usize = 4000;
+
+/// Every leaf of `v` under `path` as `(path, number, text)`: numbers in the second place,
+/// strings and booleans in the third; array elements take their array's path.
+fn spec_leaves(
+    v: &serde_json::Value,
+    path: &mut String,
+    out: &mut Vec<(String, Option<f64>, Option<String>)>,
+) {
+    use serde_json::Value;
+    match v {
+        Value::Object(map) => {
+            for (k, child) in map {
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(k);
+                spec_leaves(child, path, out);
+                path.truncate(len);
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                spec_leaves(item, path, out);
+            }
+        }
+        Value::Number(n) => out.push((path.clone(), n.as_f64(), None)),
+        Value::String(s) => out.push((path.clone(), None, Some(s.clone()))),
+        Value::Bool(b) => out.push((path.clone(), None, Some(b.to_string()))),
+        Value::Null => {}
+    }
+}
+
 /// The `refs` name under which an `artifact` entry points at a metric chunk.
 pub const METRICS_REF: &str = "metrics";
 
@@ -560,7 +681,7 @@ async fn insert_entry(
         .bind(kind.to_string())
         .bind(experiment.clone())
         .bind(run.clone())
-        .bind(time)
+        .bind(time.clone())
         .bind(text)
         .execute(&mut **tx)
         .await?;
@@ -570,35 +691,72 @@ async fn insert_entry(
             EntryBody::Proposal(p) => (Some(p.spec_hash.to_string()), Some(p.title.clone())),
             _ => (None, None),
         };
+        if let Some(h) = &spec {
+            // A new spec voids an approval of the old one (as the catalog folds it).
+            sqlx::query(
+                "UPDATE experiments SET status = 'proposed' WHERE id = $1 AND status = 'approved' \
+                 AND (spec_hash IS NULL OR spec_hash <> $2)",
+            )
+            .bind(exp.clone())
+            .bind(h.clone())
+            .execute(&mut **tx)
+            .await?;
+        }
         sqlx::query(
-            "INSERT INTO experiments (id, first_entry, last_entry, spec_hash, title) VALUES ($1, $2, $2, $3, $4) \
-             ON CONFLICT (id) DO UPDATE SET last_entry = excluded.last_entry, \
+            "INSERT INTO experiments (id, first_entry, last_entry, spec_hash, title, created, updated) VALUES ($1, $2, $2, $3, $4, $5, $5) \
+             ON CONFLICT (id) DO UPDATE SET last_entry = excluded.last_entry, updated = excluded.updated, \
              spec_hash = COALESCE(excluded.spec_hash, experiments.spec_hash), title = COALESCE(excluded.title, experiments.title)",
         )
         .bind(exp.clone())
         .bind(i)
         .bind(spec)
         .bind(title)
+        .bind(time.clone())
         .execute(&mut **tx)
         .await?;
+        // The experiment's own status, for search rows without a run: proposed, approved or
+        // rejected (a rejection stands until a run; a run's status is the run's).
+        let status = match &entry.body {
+            EntryBody::Proposal(p) => Some((
+                "UPDATE experiments SET author = $2, status = COALESCE(status, 'proposed') WHERE id = $1",
+                Some(p.author.clone()),
+            )),
+            EntryBody::Approval(_) => Some((
+                "UPDATE experiments SET status = 'approved' WHERE id = $1 AND (status IS NULL OR status = 'proposed')",
+                None,
+            )),
+            EntryBody::Rejection(_) => Some((
+                "UPDATE experiments SET status = 'rejected' WHERE id = $1 AND (status IS NULL OR status IN ('proposed', 'approved'))",
+                None,
+            )),
+            _ => None,
+        };
+        if let Some((sql, author)) = status {
+            let mut q = sqlx::query(sql).bind(exp.clone());
+            if let Some(a) = author {
+                q = q.bind(a);
+            }
+            q.execute(&mut **tx).await?;
+        }
     }
     match entry.body {
         EntryBody::RunStarted(b) => {
             sqlx::query(
-                    "INSERT INTO runs (id, experiment, spec_hash, started_entry, status) VALUES ($1, $2, $3, $4, 'running') \
-                     ON CONFLICT (id) DO UPDATE SET started_entry = excluded.started_entry",
+                    "INSERT INTO runs (id, experiment, spec_hash, started_entry, status, started) VALUES ($1, $2, $3, $4, 'running', $5) \
+                     ON CONFLICT (id) DO UPDATE SET started_entry = excluded.started_entry, started = excluded.started",
                 )
                 .bind(b.run.0)
                 .bind(experiment)
                 .bind(b.spec_hash.to_string())
                 .bind(i)
+                .bind(time.clone())
                 .execute(&mut **tx)
                 .await?;
         }
         EntryBody::Result(b) => {
             sqlx::query(
-                    "INSERT INTO runs (id, experiment, spec_hash, result_entry, status, steps) VALUES ($1, $2, $3, $4, $5, $6) \
-                     ON CONFLICT (id) DO UPDATE SET result_entry = excluded.result_entry, status = excluded.status, steps = excluded.steps",
+                    "INSERT INTO runs (id, experiment, spec_hash, result_entry, status, steps, ended) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                     ON CONFLICT (id) DO UPDATE SET result_entry = excluded.result_entry, status = excluded.status, steps = excluded.steps, ended = excluded.ended",
                 )
                 .bind(b.run.0.clone())
                 .bind(experiment)
@@ -606,8 +764,23 @@ async fn insert_entry(
                 .bind(i)
                 .bind(b.ending.status.as_str().to_string())
                 .bind(b.ending.steps as i64)
+                .bind(time.clone())
                 .execute(&mut **tx)
                 .await?;
+            for (name, value) in &b.ending.final_metrics {
+                if !value.is_finite() {
+                    continue;
+                }
+                sqlx::query(
+                    "INSERT INTO final_metrics (run, name, value) VALUES ($1, $2, $3) \
+                     ON CONFLICT (run, name) DO UPDATE SET value = excluded.value",
+                )
+                .bind(b.run.0.clone())
+                .bind(name.clone())
+                .bind(*value)
+                .execute(&mut **tx)
+                .await?;
+            }
             let points = b
                 .ending
                 .final_metrics

@@ -7,6 +7,7 @@
 //! The runner takes a spec and data and reports through an observer. It knows nothing of
 //! GitHub, HTTP or the ledger.
 
+pub mod anomaly;
 pub mod backend;
 pub mod checkpoint;
 pub mod data;

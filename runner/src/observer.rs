@@ -12,6 +12,7 @@ use crate::error::RunnerError;
 use crate::train::RunOutcome;
 
 pub use glassbox_schemas::metrics::{MetricRecord, RecordKind};
+pub use glassbox_schemas::record::Anomaly;
 
 /// Receives a run's telemetry. Every method has an empty default.
 pub trait Observer {
@@ -22,6 +23,8 @@ pub trait Observer {
     /// A checkpoint is about to be written: what was reported so far must be durable first, so
     /// that a process killed once the checkpoint exists has not lost the records before it.
     fn before_checkpoint(&mut self, _step: u64) {}
+    /// The anomaly detector flagged something at a train step (after that step's metrics).
+    fn on_anomaly(&mut self, _anomaly: &Anomaly) {}
     /// A checkpoint was written.
     fn on_checkpoint(&mut self, _step: u64, _path: &Path) {}
     /// The run ended (any way).
@@ -57,6 +60,11 @@ impl Observer for Fanout<'_> {
     fn before_checkpoint(&mut self, step: u64) {
         for o in &mut self.observers {
             o.before_checkpoint(step);
+        }
+    }
+    fn on_anomaly(&mut self, a: &Anomaly) {
+        for o in &mut self.observers {
+            o.on_anomaly(a);
         }
     }
     fn on_checkpoint(&mut self, step: u64, path: &Path) {

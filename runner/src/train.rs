@@ -24,6 +24,7 @@ use glassbox_schemas::record::RunEnding;
 use glassbox_schemas::spec::{Balancing, ExperimentSpec, Precision, Schedule};
 use glassbox_schemas::{RunStatus, cost};
 
+use crate::anomaly::AnomalyDetector;
 use crate::backend::{AdamW, Backend};
 use crate::checkpoint::{self, TrainState};
 use crate::data::{DataPipeline, Source};
@@ -34,8 +35,20 @@ use crate::scalar::Real;
 
 /// Learning rate at 0-based `step`: linear warmup from 0 to `lr` over `warmup_steps`, then the
 /// schedule down to `min_lr_ratio * lr` at the last step (`wsd`: constant, then linear decay
-/// over the last `decay_fraction` of steps).
+/// over the last `decay_fraction` of steps); times the factor of every `lr_milestones` entry
+/// whose step has been reached.
 pub fn learning_rate(spec: &ExperimentSpec, step: u64) -> f64 {
+    let factor: f64 = spec
+        .train
+        .lr_milestones
+        .iter()
+        .filter(|m| step >= m.step)
+        .map(|m| m.factor)
+        .product();
+    factor * scheduled_rate(spec, step)
+}
+
+fn scheduled_rate(spec: &ExperimentSpec, step: u64) -> f64 {
     let t = &spec.train;
     let (lr, min) = (t.lr, t.lr * t.min_lr_ratio);
     if step < t.warmup_steps {
@@ -132,6 +145,8 @@ pub struct Trainer<'a, B: Backend> {
     info: RunInfo,
     /// Last good value of every scalar metric (kept across `run` calls).
     last: BTreeMap<String, f64>,
+    /// Watches the train records for spikes, jumps and collapse.
+    detector: AnomalyDetector,
 }
 
 impl<B: Backend> std::fmt::Debug for Trainer<'_, B> {
@@ -199,7 +214,14 @@ impl<'a, B: Backend> Trainer<'a, B> {
             entropy_floor_nats,
         };
         let n_domains = data.domains.len();
+        let detector = AnomalyDetector::new(
+            &spec.train.anomaly,
+            model.dims.n_layers,
+            model.dims.n_experts,
+            spec.model.moe.top_k as usize,
+        );
         let mut t = Self {
+            detector,
             be,
             spec,
             spec_hash,
@@ -437,6 +459,8 @@ impl<'a, B: Backend> Trainer<'a, B> {
             };
             let dt = t0.elapsed().as_secs_f64().max(1e-9);
             self.flops_used += step_flops;
+            // Every step's expert loads are watched, whatever is kept for the record below.
+            let anomalies = self.detector.observe(&record);
             // Vector metrics at a bounded rate (`metrics.vector_interval`), and at the end.
             if !(self.step % vector_interval == 0 || self.step == total_steps) {
                 record.vectors.clear();
@@ -451,6 +475,9 @@ impl<'a, B: Backend> Trainer<'a, B> {
                 last.insert(k.clone(), *v);
             }
             obs.on_metrics(&record);
+            for a in &anomalies {
+                obs.on_anomaly(a);
+            }
 
             let eval_due =
                 self.step % self.spec.train.eval_interval == 0 || self.step == total_steps;

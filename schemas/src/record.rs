@@ -114,11 +114,15 @@ pub enum EntryKind {
     Tokenizer,
     /// A corpus was tokenized with a tokenizer into a token shard.
     Tokenized,
+    /// Someone explained what they saw in a run (a `/note` on its issue).
+    Annotation,
+    /// The lab's detector flagged something in a run while it trained.
+    Anomaly,
 }
 
 impl EntryKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EntryKind; 12] = [
+    pub const ALL: [EntryKind; 14] = [
         EntryKind::Dataset,
         EntryKind::Proposal,
         EntryKind::Approval,
@@ -131,6 +135,8 @@ impl EntryKind {
         EntryKind::Reproduction,
         EntryKind::Tokenizer,
         EntryKind::Tokenized,
+        EntryKind::Annotation,
+        EntryKind::Anomaly,
     ];
 
     /// The kind's name as written in entries (`run_started`).
@@ -148,6 +154,8 @@ impl EntryKind {
             EntryKind::Reproduction => "reproduction",
             EntryKind::Tokenizer => "tokenizer",
             EntryKind::Tokenized => "tokenized",
+            EntryKind::Annotation => "annotation",
+            EntryKind::Anomaly => "anomaly",
         }
     }
 }
@@ -268,6 +276,10 @@ entry_bodies! {
     Tokenizer(TokenizerBody),
     /// A corpus was tokenized into a token shard.
     Tokenized(TokenizedBody),
+    /// A note on a run's steps.
+    Annotation(AnnotationBody),
+    /// A flag the lab's detector raised while a run trained.
+    Anomaly(AnomalyBody),
 }
 
 impl EntryBody {
@@ -279,6 +291,8 @@ impl EntryBody {
             EntryBody::Artifact(b) => b.run.as_ref(),
             EntryBody::Result(b) => Some(&b.run),
             EntryBody::Reproduction(b) => Some(&b.run),
+            EntryBody::Annotation(b) => Some(&b.run),
+            EntryBody::Anomaly(b) => Some(&b.run),
             EntryBody::Dataset(_)
             | EntryBody::Proposal(_)
             | EntryBody::Approval(_)
@@ -304,6 +318,8 @@ impl EntryBody {
             | EntryBody::Reproduction(_)
             | EntryBody::Tokenizer(_)
             | EntryBody::Tokenized(_) => None,
+            | EntryBody::Annotation(_)
+            | EntryBody::Anomaly(_) => None,
         }
     }
 }
@@ -784,6 +800,160 @@ pub struct ReproductionBody {
     /// The re-run's program.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<BuildIdentity>,
+}
+
+/// Longest annotation text, in characters (a note is a sentence or a paragraph; evidence goes
+/// in the comment it links to).
+pub const MAX_NOTE_CHARS: usize = 2000;
+
+/// Whose note an annotation is: a maintainer's (permission checked when it was written) or
+/// anyone else's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoteRole {
+    /// A maintainer of the lab's repository wrote it.
+    Maintainer,
+    /// Anyone else.
+    Community,
+}
+
+impl NoteRole {
+    /// The name as written in entries.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoteRole::Maintainer => "maintainer",
+            NoteRole::Community => "community",
+        }
+    }
+}
+
+/// Body of an `annotation` entry: someone's note on steps `from_step..=to_step` of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AnnotationBody {
+    /// The run.
+    pub run: RunId,
+    /// Who wrote it (GitHub login).
+    pub author: String,
+    /// A maintainer's note or a community one.
+    pub role: NoteRole,
+    /// First step it is about (1-based, as metrics are).
+    pub from_step: u64,
+    /// Last step it is about (equal to `from_step` for a single step).
+    pub to_step: u64,
+    /// What they saw, as written (at most [`MAX_NOTE_CHARS`] characters; shown escaped).
+    pub text: String,
+    /// The comment it came from.
+    pub url: String,
+    /// The annotation entry this one replaces (the same comment, edited). The old entry stays
+    /// in the log; readers show the newest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supersedes: Option<u64>,
+}
+
+/// What the detector flagged (`runner::anomaly` states the rule for each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnomalyKind {
+    /// `train/loss` far above its trailing median.
+    LossSpike,
+    /// `grad/norm/total` far above its trailing median.
+    GradNormSpike,
+    /// The step-to-step change of `params/norm/total` (trained parameters only) far from its
+    /// trailing median.
+    ParamsNormJump,
+    /// The step-to-step change of one layer's router bias norm (balancing state, not a trained
+    /// parameter) far from its trailing median.
+    RouterBiasJump,
+    /// One expert took more than the threshold share of a layer's tokens for N steps.
+    ExpertCollapse,
+}
+
+impl AnomalyKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [AnomalyKind; 5] = [
+        AnomalyKind::LossSpike,
+        AnomalyKind::GradNormSpike,
+        AnomalyKind::ParamsNormJump,
+        AnomalyKind::RouterBiasJump,
+        AnomalyKind::ExpertCollapse,
+    ];
+
+    /// The name as written in entries (`loss_spike`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnomalyKind::LossSpike => "loss_spike",
+            AnomalyKind::GradNormSpike => "grad_norm_spike",
+            AnomalyKind::ParamsNormJump => "params_norm_jump",
+            AnomalyKind::RouterBiasJump => "router_bias_jump",
+            AnomalyKind::ExpertCollapse => "expert_collapse",
+        }
+    }
+
+    /// A phrase for people (`loss spike`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            AnomalyKind::LossSpike => "loss spike",
+            AnomalyKind::GradNormSpike => "gradient-norm spike",
+            AnomalyKind::ParamsNormJump => "parameter-norm jump (trained parameters)",
+            AnomalyKind::RouterBiasJump => "router-bias jump (balancing state, not trained)",
+            AnomalyKind::ExpertCollapse => "expert collapse",
+        }
+    }
+}
+
+impl fmt::Display for AnomalyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for AnomalyKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        AnomalyKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown anomaly kind {s:?}; expected one of {}",
+                    AnomalyKind::ALL.map(|k| k.as_str()).join(", ")
+                )
+            })
+    }
+}
+
+/// One flag the detector raised, without the run it is about (the runner does not name runs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Anomaly {
+    /// What was flagged.
+    pub kind: AnomalyKind,
+    /// The step (1-based) whose value was flagged.
+    pub step: u64,
+    /// The metric checked (`train/loss`, `train/router/layer_0/bias_norm`, ...).
+    pub metric: String,
+    /// The value flagged: the metric, its step-to-step change for a jump, or the expert's token
+    /// share for a collapse.
+    pub value: f64,
+    /// What it was compared with: the trailing median, or the collapse threshold.
+    pub baseline: f64,
+    /// How far off: robust deviations from the median, or steps collapsed.
+    pub deviations: f64,
+    /// The layer, for per-layer kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<u32>,
+    /// The expert, for a collapse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert: Option<u32>,
+}
+
+/// Body of an `anomaly` entry: the lab's own annotation of a run, written by the worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AnomalyBody {
+    /// The run.
+    pub run: RunId,
+    /// What was flagged, flat in the body.
+    #[serde(flatten)]
+    pub anomaly: Anomaly,
 }
 
 /// Convenience for building `refs`.

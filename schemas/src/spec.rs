@@ -402,6 +402,86 @@ pub struct TrainConfig {
     /// Numeric precision of the step.
     #[serde(default)]
     pub precision: Precision,
+    /// Learning-rate milestones (PyTorch's `MultiStepLR`): from each milestone's step on, the
+    /// scheduled rate is multiplied by its factor (factors compound). A factor above 1 is a
+    /// re-warm (or, on purpose, an injected instability). Left out (or empty), it is left out
+    /// of the hash too, so specs written before it hash as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub lr_milestones: Vec<LrMilestone>,
+    /// How the worker flags anomalies while the run trains (`anomaly` entries). Left out (or
+    /// every key at its default), it is left out of the hash too.
+    #[serde(default, skip_serializing_if = "AnomalyConfig::is_default")]
+    pub anomaly: AnomalyConfig,
+}
+
+/// One learning-rate milestone: from 0-based step `step` on, the rate is multiplied by `factor`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LrMilestone {
+    /// The 0-based step from which the factor applies (the optimiser step `step + 1`).
+    #[schemars(range(min = 1, max = 100000000))]
+    pub step: u64,
+    /// Multiplier on the scheduled learning rate from then on.
+    #[schemars(range(min = 0.0, max = 10000.0))]
+    pub factor: f64,
+}
+
+/// Thresholds of the worker's anomaly detector (`runner::anomaly` states the rule). A scalar
+/// series is flagged at a step when it is further than `threshold` robust deviations
+/// (`1.4826 x MAD` of the trailing `window` values) from the trailing median, and by at least
+/// `min_relative` of the median's magnitude (for a jump, of the norm's previous value): upwards for `train/loss` and `grad/norm/total` (spikes),
+/// either way for the step-to-step change of `params/norm/total` and of each layer's router
+/// bias norm (jumps). Nothing is flagged before `min_steps` values are seen, and a series once
+/// flagged is quiet for `cooldown` steps. An expert collapses when one expert takes more than
+/// `collapse_share` of a layer's tokens for `collapse_steps` steps in a row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct AnomalyConfig {
+    /// Trailing values the median and MAD are taken over.
+    #[schemars(range(min = 4, max = 10000))]
+    pub window: u32,
+    /// Values of a series seen before it can be flagged.
+    #[schemars(range(min = 2, max = 100000000))]
+    pub min_steps: u32,
+    /// Robust deviations (`1.4826 x MAD`) from the trailing median that make a spike or jump.
+    #[schemars(range(min = 1.0, max = 1.0e6))]
+    pub threshold: f64,
+    /// The deviation must also be at least this fraction of the trailing median's magnitude
+    /// (for a jump, of the norm's previous value), so a flat or lumpy series (MAD near 0) is
+    /// not flagged for noise.
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub min_relative: f64,
+    /// Steps after a flag during which the same series is not flagged again.
+    #[schemars(range(max = 100000000))]
+    pub cooldown: u32,
+    /// Share of a layer's tokens one expert must take to count as collapsed.
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub collapse_share: f64,
+    /// Consecutive steps of collapse before it is flagged.
+    #[schemars(range(min = 1, max = 100000000))]
+    pub collapse_steps: u32,
+}
+
+impl Default for AnomalyConfig {
+    fn default() -> Self {
+        Self {
+            window: 32,
+            min_steps: 16,
+            threshold: 8.0,
+            min_relative: 0.1,
+            cooldown: 32,
+            collapse_share: 0.9,
+            collapse_steps: 20,
+        }
+    }
+}
+
+impl AnomalyConfig {
+    /// Whether every key is at its default (the table is then left out of the canonical form).
+    pub fn is_default(&self) -> bool {
+        *self == AnomalyConfig::default()
+    }
 }
 
 /// Learning-rate schedule after warmup.

@@ -544,6 +544,23 @@ fn semantic_errors(value: &Value) -> Vec<FieldError> {
                 format!("must be <= train.steps ({})", t.steps),
             );
         }
+        let mut previous = 0;
+        for (i, m) in t.lr_milestones.iter().enumerate() {
+            if m.step >= t.steps {
+                err(
+                    &format!("train.lr_milestones[{i}].step"),
+                    m.step.to_string(),
+                    format!("must be < train.steps ({})", t.steps),
+                );
+            } else if m.step <= previous && i > 0 {
+                err(
+                    &format!("train.lr_milestones[{i}].step"),
+                    m.step.to_string(),
+                    format!("must be after the previous milestone's step ({previous})"),
+                );
+            }
+            previous = m.step;
+        }
     }
 
     let mut domains = std::collections::BTreeSet::new();

@@ -7,7 +7,11 @@
 //!    connections for `--seconds`, reporting requests/s, p50 and p99 per endpoint, and the
 //!    render cache's hits, misses and size from `/metrics`;
 //! 2. SSE fan-out: `--sse` clients subscribed to one run's live stream, `--events` points
-//!    published 50 ms apart, reporting how long each took to reach every client.
+//!    published 50 ms apart, reporting how long each took to reach every client;
+//! 3. search (issue 19): the experiments list with `?q=` queries of the query language (spec
+//!    fields, final metrics, status, tags, text, `and`/`or`/`not`) over all the runs, from
+//!    `--search-conns` connections for `--seconds`, reporting p50 and p99. The generated specs
+//!    come in four expert counts so spec-field queries select a part of the runs.
 //!
 //! Run: `cargo run --release -p glassbox-web --features bench --example web_load -- [--runs 10000]
 //! [--points 10000000] [--conns 64] [--seconds 20] [--sse 1000] [--dir PATH]`. With `--dir` an
@@ -51,6 +55,7 @@ struct Args {
     seconds: u64,
     sse: usize,
     events: u64,
+    search_conns: usize,
     dir: Option<std::path::PathBuf>,
     export: Option<std::path::PathBuf>,
     serve: Option<std::net::SocketAddr>,
@@ -64,6 +69,7 @@ fn args() -> Args {
         seconds: 20,
         sse: 1000,
         events: 40,
+        search_conns: 4,
         dir: None,
         export: None,
         serve: None,
@@ -79,6 +85,7 @@ fn args() -> Args {
             "--seconds" => a.seconds = x.parse().expect("--seconds N"),
             "--sse" => a.sse = x.parse().expect("--sse N"),
             "--events" => a.events = x.parse().expect("--events N"),
+            "--search-conns" => a.search_conns = x.parse().expect("--search-conns N"),
             "--dir" => a.dir = Some(x.into()),
             "--export" => a.export = Some(x.into()),
             "--serve" => a.serve = Some(x.parse().expect("--serve HOST:PORT")),
@@ -105,12 +112,21 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (Lab, Index
         "/../examples/tiny.toml"
     ))
     .unwrap();
-    let spec = glassbox_schemas::parse_toml(&spec_text).unwrap();
-    let spec_hash = glassbox_schemas::spec_hash(&spec).unwrap();
-    let blob = lab.blobs().put(&mut spec_text.as_bytes()).unwrap().hash.0;
+    // Four variants of the spec (4, 8, 16 and 32 experts), for the search phase.
+    let variants: Vec<_> = [4u32, 8, 16, 32]
+        .iter()
+        .map(|n| {
+            let text = spec_text.replace("n_experts = 4", &format!("n_experts = {n}"));
+            let spec = glassbox_schemas::parse_toml(&text).unwrap();
+            let hash = glassbox_schemas::spec_hash(&spec).unwrap();
+            let blob = lab.blobs().put(&mut text.as_bytes()).unwrap().hash.0;
+            (hash, blob)
+        })
+        .collect();
     let w = lab.writer(LockMode::Wait).unwrap();
     let mut batch = Vec::new();
     for k in 0..runs {
+        let (spec_hash, blob) = variants[(k % 4) as usize];
         let exp = Some(ExperimentId(experiment_id(k)));
         let e = |refs, body: EntryBody| {
             LedgerEntry::new(exp.clone(), refs, body)
@@ -153,9 +169,15 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (Lab, Index
                         RunStatus::Succeeded
                     },
                     steps: 300,
-                    final_metrics: [("train/loss".to_string(), 1.5 + (k % 100) as f64 / 100.0)]
-                        .into_iter()
-                        .collect(),
+                    final_metrics: [
+                        ("train/loss".to_string(), 1.5 + (k % 100) as f64 / 100.0),
+                        (
+                            "eval/markov/loss".to_string(),
+                            1.2 + (k % 37) as f64 / 100.0,
+                        ),
+                    ]
+                    .into_iter()
+                    .collect(),
                     reason: None,
                 },
                 forecast: None,
@@ -184,7 +206,11 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (Lab, Index
         root: lab.root().to_path_buf(),
     };
     let reader = LogReader::open(&source, &vkey).unwrap();
-    index.sync(&reader).await.unwrap();
+    // With the blobs: the specs' search fields are indexed from them.
+    index
+        .sync_with_blobs(&reader, Some(&lab.blobs()))
+        .await
+        .unwrap();
     eprintln!("index sync: {:.1}s", t.elapsed().as_secs_f64());
     let t = Instant::now();
     let per_metric = (points / runs / METRICS.len() as u64).max(1);
@@ -521,6 +547,64 @@ async fn main() {
         lat.last()
             .map(|d| d.as_secs_f64() * 1000.0)
             .unwrap_or(f64::NAN)
+    );
+    // 3. Search.
+    let queries = [
+        "model.moe.n_experts >= 8 and metrics.\"eval/markov/loss\" < 1.3",
+        "status = diverged or (tag = markov and metrics.\"train/loss\" < 1.6)",
+        "not status = succeeded and model.moe.n_experts in (4, 32)",
+        "author = user7",
+        "\"load experiment 99\"",
+        "title ~ \"experiment 12\" or steps < 100",
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for c in 0..a.search_conns {
+        let client = client.clone();
+        let stop = stop.clone();
+        let queries = queries.map(str::to_string);
+        tasks.push(tokio::spawn(async move {
+            let (mut lat, mut errors, mut i) = (Vec::new(), 0u64, c);
+            while !stop.load(Ordering::Relaxed) {
+                let q = &queries[i % queries.len()];
+                i += 1;
+                let uri = format!(
+                    "http://{addr}/experiments?{}",
+                    serde_urlencoded::to_string([("q", q.as_str())]).unwrap()
+                );
+                let t = Instant::now();
+                match client.get(uri.parse().unwrap()).await {
+                    Ok(resp) => {
+                        if !resp.status().is_success() {
+                            errors += 1;
+                        }
+                        let _ = resp.into_body().collect().await;
+                    }
+                    Err(_) => errors += 1,
+                }
+                lat.push(t.elapsed());
+            }
+            (lat, errors)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(a.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut lat, mut errors) = (Vec::new(), 0);
+    for t in tasks {
+        let (l, e) = t.await.unwrap();
+        lat.extend(l);
+        errors += e;
+    }
+    lat.sort();
+    println!(
+        "search ({} queries over {runs} runs, {} connections, {}s): {} requests ({:.0}/s), p50 {:.1} ms, p99 {:.1} ms, errors {errors}",
+        queries.len(),
+        a.search_conns,
+        a.seconds,
+        lat.len(),
+        lat.len() as f64 / a.seconds as f64,
+        pct(&lat, 0.5),
+        pct(&lat, 0.99)
     );
     stop_tx.send(()).unwrap();
     let _ = server.await;

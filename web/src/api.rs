@@ -50,6 +50,10 @@ pub fn routes() -> Router<WebState> {
         .route("/api/v1/runs/{run}/metrics/{*name}", get(metric_series))
         .route("/api/v1/runs/{run}/series", get(series_batch))
         .route("/api/v1/runs/{run}/live", get(live))
+        .route(
+            "/api/v1/runs/{run}/annotations",
+            get(crate::annotations::run_annotations),
+        )
         .route("/api/v1/entries", get(entries))
         .route("/api/v1/entries/{idx}", get(entry))
         .route("/api/v1/entries/{idx}/proof", get(proof))
@@ -80,6 +84,7 @@ pub fn routes() -> Router<WebState> {
         metric_series,
         series_batch,
         live,
+        crate::annotations::run_annotations,
         entries,
         entry,
         proof,
@@ -122,7 +127,9 @@ pub fn routes() -> Router<WebState> {
         Law,
         CompareRun,
         LedgerSummary,
-        LiveEvent
+        LiveEvent,
+        crate::annotations::RunAnnotations,
+        crate::annotations::RunMark
     ))
 )]
 pub struct ApiDoc;
@@ -143,8 +150,9 @@ async fn experiments(
     State(st): State<WebState>,
     Query(f): Query<ExperimentFilter>,
 ) -> Result<Json<ListPage>, WebError> {
+    let only = crate::search::for_filter(&st.index, f.q.as_deref()).await?;
     let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
-    Ok(Json(cat.list(&f)?))
+    Ok(Json(cat.list(&f, only.as_ref())?))
 }
 
 /// One experiment with its runs, forecasts and entries.
@@ -214,18 +222,37 @@ pub struct RunFilter {
     pub status: Option<String>,
     /// Only runs of this experiment.
     pub experiment: Option<String>,
+    /// Only runs matching this search (the query language of `/experiments?q=`).
+    pub q: Option<String>,
 }
 
 /// List runs.
-#[utoipa::path(get, path = "/api/v1/runs", params(RunFilter), responses((status = 200, body = Vec<RunRow>)))]
+#[utoipa::path(get, path = "/api/v1/runs", params(RunFilter), responses((status = 200, body = Vec<RunRow>),
+    (status = 400, description = "a query that does not parse: the column and what was expected")))]
 async fn runs(
     State(st): State<WebState>,
     Query(f): Query<RunFilter>,
 ) -> Result<Json<Vec<RunRow>>, WebError> {
+    let matched: Option<std::collections::BTreeSet<String>> =
+        match f.q.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
+            Some(q) => {
+                let expr =
+                    crate::search::parse(q).map_err(|e| WebError::BadRequest(format!("q: {e}")))?;
+                Some(
+                    crate::search::search(&st.index, &expr)
+                        .await?
+                        .into_iter()
+                        .filter_map(|h| h.run)
+                        .collect(),
+                )
+            }
+            None => None,
+        };
     let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
     Ok(Json(
         cat.runs
             .values()
+            .filter(|r| matched.as_ref().is_none_or(|m| m.contains(&r.id)))
             .filter(|r| f.status.as_deref().is_none_or(|s| r.status == s))
             .filter(|r| {
                 f.experiment

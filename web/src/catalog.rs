@@ -722,8 +722,13 @@ pub struct ExperimentFilter {
     pub tag: Option<String>,
     /// Proposer (case-insensitive).
     pub author: Option<String>,
-    /// Text to find in the id, title, hypothesis or author (case-insensitive).
+    /// A search in the query language (`model.moe.n_experts >= 8 and status = succeeded`; a
+    /// bare word is found in the id, title, author or hypothesis). A bad query is a 400 naming
+    /// the column and what was expected.
     pub q: Option<String>,
+    /// The columns shown, comma-separated (a saved view): any of the sort columns, and
+    /// `metric:<name>` for a final metric of the latest run.
+    pub cols: Option<String>,
     /// Column: `id`, `title`, `status`, `author`, `runs`, `final_loss`, `forecast`, `spec_hash`,
     /// `updated` (default).
     pub sort: Option<String>,
@@ -789,8 +794,14 @@ pub const SORT_COLUMNS: &[&str] = &[
 ];
 
 impl CatalogData {
-    /// The experiments list: filtered, sorted, one page.
-    pub fn list(&self, f: &ExperimentFilter) -> Result<ListPage, WebError> {
+    /// The experiments list: filtered, sorted, one page. `f.q` is not read here: the caller
+    /// runs the query on the index ([`crate::search`]) and passes the experiments it matched as
+    /// `only`.
+    pub fn list(
+        &self,
+        f: &ExperimentFilter,
+        only: Option<&std::collections::BTreeSet<String>>,
+    ) -> Result<ListPage, WebError> {
         let sort = f.sort.as_deref().unwrap_or("updated");
         if !SORT_COLUMNS.contains(&sort) {
             return Err(WebError::BadRequest(format!(
@@ -809,10 +820,6 @@ impl CatalogData {
         };
         let per_page = f.per_page.unwrap_or(50).clamp(1, 500);
         let page = f.page.unwrap_or(1).max(1);
-        let q =
-            f.q.as_deref()
-                .map(str::to_lowercase)
-                .filter(|s| !s.is_empty());
         let author = f
             .author
             .as_deref()
@@ -820,7 +827,9 @@ impl CatalogData {
             .filter(|s| !s.is_empty());
         let status = f.status.as_deref().filter(|s| !s.is_empty());
         let tag = f.tag.as_deref().filter(|s| !s.is_empty());
-        let mut rows: Vec<ListRow> = self
+        // Keys are computed once per experiment and rows built for the page only: with 10,000
+        // experiments, cloning every row and every key per comparison was most of a list's time.
+        let picked: Vec<&ExperimentRow> = self
             .experiments
             .values()
             .filter(|e| tag.is_none_or(|t| e.tags().iter().any(|x| x == t)))
@@ -829,64 +838,64 @@ impl CatalogData {
                     e.author.as_deref().map(str::to_lowercase).as_deref() == Some(a)
                 })
             })
-            .filter(|e| {
-                q.as_deref().is_none_or(|q| {
-                    e.id.to_lowercase().contains(q)
-                        || e.title
-                            .as_deref()
-                            .is_some_and(|t| t.to_lowercase().contains(q))
-                        || e.author
-                            .as_deref()
-                            .is_some_and(|t| t.to_lowercase().contains(q))
-                        || e.spec
-                            .as_ref()
-                            .is_some_and(|s| s.hypothesis.to_lowercase().contains(q))
-                })
-            })
-            .map(|e| self.list_row(e))
-            .filter(|r| status.is_none_or(|s| r.status == s))
+            .filter(|e| only.is_none_or(|ids| ids.contains(&e.id)))
+            .filter(|e| status.is_none_or(|s| e.status(self) == s))
             .collect();
-        let key_f = |r: &ListRow| -> Option<f64> {
+        let key_f = |e: &ExperimentRow| -> Option<f64> {
+            let latest = e.latest_run(self);
             match sort {
-                "final_loss" => r.final_loss,
-                "runs" => Some(r.runs as f64),
-                "forecast" => r.forecast_hit.map(|h| if h { 1.0 } else { 0.0 }),
+                "final_loss" => latest.and_then(|r| {
+                    r.final_metrics
+                        .get(glassbox_schemas::metrics::TRAIN_LOSS)
+                        .copied()
+                }),
+                "runs" => Some(e.runs.len() as f64),
+                "forecast" => latest
+                    .and_then(|r| r.forecast.as_ref())
+                    .map(|f| if f.hit { 1.0 } else { 0.0 }),
                 _ => None,
             }
         };
-        let key_s = |r: &ListRow| -> String {
+        let key_s = |e: &ExperimentRow| -> String {
             match sort {
-                "id" => r.id.clone(),
-                "title" => r.title.clone().unwrap_or_default().to_lowercase(),
-                "status" => r.status.clone(),
-                "author" => r.author.clone().unwrap_or_default().to_lowercase(),
-                "spec_hash" => r.spec_hash.clone().unwrap_or_default(),
-                _ => r.updated.clone(),
+                "id" => e.id.clone(),
+                "title" => e.title.clone().unwrap_or_default().to_lowercase(),
+                "status" => e.status(self),
+                "author" => e.author.clone().unwrap_or_default().to_lowercase(),
+                "spec_hash" => e.spec_hash.clone().unwrap_or_default(),
+                _ => e.updated.clone(),
             }
         };
-        if matches!(sort, "final_loss" | "runs" | "forecast") {
+        let mut order: Vec<&ExperimentRow> = if matches!(sort, "final_loss" | "runs" | "forecast") {
+            let mut keyed: Vec<(Option<f64>, &ExperimentRow)> =
+                picked.into_iter().map(|e| (key_f(e), e)).collect();
             // Missing values sort last whatever the direction.
-            rows.sort_by(|a, b| match (key_f(a), key_f(b)) {
+            keyed.sort_by(|(ka, a), (kb, b)| match (ka, kb) {
                 (Some(x), Some(y)) => {
-                    let o = x.total_cmp(&y);
+                    let o = x.total_cmp(y);
                     if desc { o.reverse() } else { o }
                 }
                 (Some(_), None) => std::cmp::Ordering::Less,
                 (None, Some(_)) => std::cmp::Ordering::Greater,
                 (None, None) => a.id.cmp(&b.id),
             });
+            keyed.into_iter().map(|(_, e)| e).collect()
         } else {
-            rows.sort_by(|a, b| {
-                let o = key_s(a).cmp(&key_s(b)).then_with(|| a.id.cmp(&b.id));
+            let mut keyed: Vec<(String, &ExperimentRow)> =
+                picked.into_iter().map(|e| (key_s(e), e)).collect();
+            keyed.sort_by(|(ka, a), (kb, b)| {
+                let o = ka.cmp(kb).then_with(|| a.id.cmp(&b.id));
                 if desc { o.reverse() } else { o }
             });
-        }
-        let total = rows.len();
+            keyed.into_iter().map(|(_, e)| e).collect()
+        };
+        let total = order.len();
         let start = ((page - 1) as usize).saturating_mul(per_page as usize);
-        let items = rows
-            .into_iter()
+        let items = order
+            .drain(..)
             .skip(start)
             .take(per_page as usize)
+            .map(|e| self.list_row(e))
             .collect();
         Ok(ListPage {
             total,

@@ -57,6 +57,21 @@ pub struct Axes {
     pub log_y: bool,
     /// Fixed x range (so charts of one run line up step for step).
     pub x_range: Option<(f64, f64)>,
+    /// Bands or lines over x ranges (a run's notes and anomalies), drawn under the lines.
+    pub marks: Vec<Mark>,
+}
+
+/// A marked x range: a band, or a line where it is one step wide. Its label is the tooltip.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    /// First x.
+    pub from: f64,
+    /// Last x (equal to `from` for a single step).
+    pub to: f64,
+    /// Tooltip text (escaped here).
+    pub label: String,
+    /// An anomaly (red) rather than a person's note (purple).
+    pub anomaly: bool,
 }
 
 /// Escapes text for XML character data and attribute values.
@@ -205,6 +220,39 @@ pub fn line_chart(title: &str, lines: &[Line], axes: &Axes) -> String {
             .y_label_formatter(&|v| fmt_tick(*v, ly))
             .label_style(("sans-serif", 11))
             .draw()?;
+        for m in &axes.marks {
+            let (a, b) = (tx(m.from), tx(m.to.max(m.from)));
+            if !(a.is_finite() && b.is_finite()) || b < x0 || a > x1 {
+                continue;
+            }
+            let (a, b) = (a.max(x0), b.min(x1));
+            let (color, class) = if m.anomaly {
+                (RGBColor(214, 39, 40), "mark anomaly")
+            } else {
+                (RGBColor(148, 103, 189), "mark annotation")
+            };
+            if b - a < (x1 - x0) * 0.004 {
+                chart.draw_series(std::iter::once(PathElement::new(
+                    vec![(a, y0), (a, y1)],
+                    color.mix(0.8).stroke_width(2),
+                )))?;
+            } else {
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(a, y0), (b, y1)],
+                    color.mix(0.18).filled(),
+                )))?;
+            }
+            let (px0, py0) = chart.backend_coord(&(a, y1));
+            let (px1, py1) = chart.backend_coord(&(b, y0));
+            let _ = write!(
+                hover,
+                "<rect class=\"{class}\" x=\"{}\" y=\"{py0}\" width=\"{}\" height=\"{}\" fill=\"transparent\"><title>{}</title></rect>",
+                px0 - 3,
+                (px1 - px0).max(0) + 6,
+                (py1 - py0).max(1),
+                escape_xml(&m.label)
+            );
+        }
         for (i, (label, pts, markers)) in lines.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
             chart

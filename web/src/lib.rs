@@ -27,6 +27,7 @@
 //! Its only write route is whatever the caller merges in (the signed webhook of
 //! `glassbox-github-bot`).
 
+pub mod annotations;
 pub mod api;
 pub mod catalog;
 pub mod chart;
@@ -38,6 +39,7 @@ pub mod ops;
 pub mod page_cache;
 pub mod pages;
 pub mod render_cache;
+pub mod search;
 pub mod series;
 pub mod series_cache;
 pub mod static_log;

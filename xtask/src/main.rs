@@ -50,6 +50,9 @@ const PYTHON_PINS: [&str; 3] = [
 /// The Debian packages that hold the browser and its driver.
 const BROWSER_PACKAGES: [&str; 2] = ["chromium", "chromium-driver"];
 
+/// The Debian package that holds `promtool` (the sample alert rules are checked with it).
+const PROMETHEUS_PACKAGE: &str = "prometheus";
+
 /// A task that could not be done, in words for the person who ran it.
 #[derive(Debug)]
 struct Failure(String);
@@ -214,6 +217,7 @@ fn test(mut cargo_args: Vec<OsString>) -> Result<ExitCode> {
         let mut provided = Provided::default();
         // Browsers first: the one thing that may stop us and ask the user, so it stops at once.
         provide_browser(&mut provided)?;
+        provide_promtool(&mut provided)?;
         provide_python(&paths, &mut provided)?;
         Ok(provided)
     })();
@@ -351,6 +355,7 @@ fn env_task() -> Result<ExitCode> {
     let paths = Paths::find()?;
     let mut provided = Provided::default();
     provide_browser(&mut provided)?;
+    provide_promtool(&mut provided)?;
     provide_python(&paths, &mut provided)?;
     let cluster = provide_postgres(&paths, &mut provided)?;
     for line in &provided.report {
@@ -442,7 +447,7 @@ fn provide_browser(provided: &mut Provided) -> Result<()> {
                 }
             ));
         }
-        println!("xtask: installing {} with apt", BROWSER_PACKAGES.join(" "));
+        eprintln!("xtask: installing {} with apt", BROWSER_PACKAGES.join(" "));
         run(
             "apt-get update",
             Command::new("apt-get").args(["update", "-qq"]),
@@ -465,6 +470,64 @@ fn provide_browser(provided: &mut Provided) -> Result<()> {
         "Chromium {} and ChromeDriver {}{}",
         chromium.display(),
         driver.display(),
+        if installed {
+            " (installed now with apt)"
+        } else {
+            " (found)"
+        }
+    ));
+    Ok(())
+}
+
+// ---- promtool ---------------------------------------------------------------------------
+
+/// `promtool`, for the test that checks `docs/prometheus-alerts.yml` (`GLASSBOX_PROMTOOL`):
+/// found on `PATH`, or installed with apt (Debian's `prometheus` package) when running as root.
+fn provide_promtool(provided: &mut Provided) -> Result<()> {
+    if let Some(p) = std::env::var_os("GLASSBOX_PROMTOOL") {
+        provided.report.push(format!(
+            "promtool: {} (GLASSBOX_PROMTOOL, yours)",
+            PathBuf::from(p).display()
+        ));
+        return Ok(());
+    }
+    let mut installed = false;
+    let mut found = find_program(&["promtool"], &[]);
+    if found.is_none() {
+        let install = format!("apt-get install -y {PROMETHEUS_PACKAGE}");
+        if !is_root() || find_program(&["apt-get"], &[]).is_none() {
+            return fail(format!(
+                "the alert-rules test needs promtool, and this machine lacks it. Install it, \
+                 then run the tests again:\n\n    sudo {install}\n"
+            ));
+        }
+        eprintln!("xtask: installing {PROMETHEUS_PACKAGE} with apt (for promtool)");
+        run(
+            "apt-get update",
+            Command::new("apt-get").args(["update", "-qq"]),
+        )?;
+        run(
+            "apt-get install",
+            Command::new("apt-get")
+                .args([
+                    "install",
+                    "-y",
+                    "-qq",
+                    "--no-install-recommends",
+                    PROMETHEUS_PACKAGE,
+                ])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
+        found = find_program(&["promtool"], &[]);
+        installed = true;
+    }
+    let Some(promtool) = found else {
+        return fail("promtool is still missing after installing prometheus with apt");
+    };
+    provided.set("GLASSBOX_PROMTOOL", promtool.as_os_str());
+    provided.report.push(format!(
+        "promtool {}{}",
+        promtool.display(),
         if installed {
             " (installed now with apt)"
         } else {

@@ -16,6 +16,7 @@ pub mod cancel;
 pub mod closed;
 pub mod help;
 pub mod hold;
+pub mod note;
 pub mod proposal;
 pub mod reject;
 pub mod reproduce;
@@ -44,6 +45,8 @@ pub struct CommandContext {
     pub experiment: ExperimentId,
     /// Who runs the command: the event's sender (for an edited comment, the editor).
     pub actor: Login,
+    /// The comment the command is in.
+    pub comment: crate::ids::CommentId,
 }
 
 pub(crate) async fn dispatch<L: LabPort>(
@@ -111,6 +114,7 @@ pub(crate) async fn dispatch<L: LabPort>(
                 experiment: experiment_id(&issue.key),
                 issue,
                 actor: sender,
+                comment: comment.id,
             };
             let mut ran = 0;
             for c in commands {
@@ -242,6 +246,7 @@ async fn run_command<L: LabPort>(
         Command::Reproduce => reproduce::handle(bot, ctx).await,
         Command::Status => status::handle(bot, ctx).await,
         Command::Help => help::handle(bot, ctx).await,
+        Command::Note(note) => note::handle(bot, ctx, ctx.comment, note).await,
     }
 }
 

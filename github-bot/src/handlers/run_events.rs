@@ -1,16 +1,19 @@
 //! Lab events to comments and labels: a run comment when a run starts (edited in place as it
 //! progresses, with the live dashboard link), and a result comment when it ends, whatever the
 //! ending, with the final metrics, forecast vs outcome, ledger index and inclusion proof link.
+//! Alerts — a run's first anomaly, a stalled run, and a run that diverged or was stopped by
+//! its budget — get a comment each, one per (alert kind, run).
 //!
-//! Each is safe to deliver again: both comments are found by their marker before one is
-//! posted (at most one result comment per run, even across a lost store row or a crash after
-//! the POST), and labels are added and removed, never toggled.
+//! Each is safe to deliver again: every comment is found by its marker before one is posted
+//! (at most one result comment and one alert of each kind per run, even across a lost store
+//! row or a crash after the POST), and labels are added and removed, never toggled.
 
 use crate::bot::Bot;
 use crate::error::BotError;
 use crate::labels::{RUNNING, outcome_labels};
 use crate::port::{LabEvent, LabPort};
 use crate::render;
+use glassbox_schemas::RunStatus;
 
 fn run_comment_kind(run: &str) -> String {
     format!("run:{run}")
@@ -18,6 +21,10 @@ fn run_comment_kind(run: &str) -> String {
 
 fn result_comment_kind(run: &str) -> String {
     format!("result:{run}")
+}
+
+fn alert_comment_kind(kind: &str, run: &str) -> String {
+    format!("alert:{kind}:{run}")
 }
 
 pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, event: LabEvent) -> Result<(), BotError> {
@@ -45,6 +52,14 @@ pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, event: LabEvent) -> Result<
             bot.upsert_comment(&issue, &run_comment_kind(&run.0), &body)
                 .await?;
         }
+        LabEvent::Alert { issue, run, alert } => {
+            bot.upsert_comment(
+                &issue,
+                &alert_comment_kind(alert.kind(), &run.0),
+                &render::run_alert(&run.0, &alert, dashboard),
+            )
+            .await?;
+        }
         LabEvent::Finished { issue, result } => {
             bot.upsert_comment(
                 &issue,
@@ -52,6 +67,15 @@ pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, event: LabEvent) -> Result<
                 &render::run_result(&result, dashboard),
             )
             .await?;
+            let status = result.ending.status;
+            if matches!(status, RunStatus::Diverged | RunStatus::BudgetExceeded) {
+                bot.upsert_comment(
+                    &issue,
+                    &alert_comment_kind(status.as_str(), &result.run.0),
+                    &render::run_stopped_alert(&result, dashboard),
+                )
+                .await?;
+            }
             bot.github
                 .remove_label(&issue.repo, issue.number, RUNNING)
                 .await?;

@@ -541,3 +541,68 @@ fn run_result_of_every_status() {
         );
     }
 }
+
+#[test]
+fn note_recorded_as_maintainer_and_community() {
+    let first = NoteRecorded {
+        run: RunId::from("run-000042"),
+        entry: 117,
+        supersedes: None,
+    };
+    let body = note_recorded(
+        &login("alice"),
+        NoteRole::Maintainer,
+        (480, 520),
+        &first,
+        "https://lab.example.org",
+    );
+    assert_snapshot!("note_recorded_maintainer_range", body);
+    let edited = NoteRecorded {
+        entry: 121,
+        supersedes: Some(117),
+        ..first
+    };
+    let body = note_recorded(&login("zed"), NoteRole::Community, (500, 500), &edited, "");
+    assert_snapshot!("note_recorded_community_superseding", body);
+}
+
+#[test]
+fn alerts_of_every_kind() {
+    let anomaly = RunAlert::Anomaly {
+        anomaly: glassbox_schemas::record::Anomaly {
+            kind: glassbox_schemas::record::AnomalyKind::RouterBiasJump,
+            step: 501,
+            metric: "train/router/layer_3/bias_norm".into(),
+            value: 0.8125,
+            baseline: 0.0021,
+            deviations: 412.5,
+            layer: Some(3),
+            expert: None,
+        },
+        ledger_index: 88,
+    };
+    let body = run_alert("run-000042", &anomaly, "https://lab.example.org");
+    assert_snapshot!(
+        "alert_anomaly",
+        with_marker("alert:anomaly:run-000042", &body)
+    );
+    let stalled = RunAlert::Stalled {
+        last_step: 212,
+        silent_seconds: 754.0,
+        median_step_seconds: 1.5,
+    };
+    let body = run_alert("run-000042", &stalled, "https://lab.example.org");
+    assert_snapshot!(
+        "alert_stalled",
+        with_marker("alert:stalled:run-000042", &body)
+    );
+    for status in [RunStatus::Diverged, RunStatus::BudgetExceeded] {
+        let mut stopped = outcome(status);
+        stopped.ending.steps = 212;
+        let body = run_stopped_alert(&stopped, "https://lab.example.org");
+        assert_snapshot!(
+            format!("alert_{status}"),
+            with_marker(&format!("alert:{status}:run-000042"), &body)
+        );
+    }
+}

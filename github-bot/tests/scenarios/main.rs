@@ -9,6 +9,7 @@
 //! The crate's one integration-test binary: the property tests of the parsers that read
 //! untrusted text are the module `fuzz_parsers`.
 
+mod debugging;
 mod fake_github;
 mod fuzz_parsers;
 mod harness;

@@ -7,13 +7,17 @@
 //! - [`proposals`] — the flow's state per experiment (`proposals`) and the per-author count
 //!   of proposal entries (`proposal_entries`);
 //! - [`forecasts`] — forecasts registered for a spec hash, for the worker to score;
-//! - [`notifications`] — the outbox (what [`crate::outbox`] delivers to the bot).
+//! - [`notifications`] — the outbox (what [`crate::outbox`] delivers to the bot);
+//! - [`annotations`] — notes written through `/note` (rate limit, superseding);
+//! - [`alerts`] — anomalies flagged and alerts raised (one per run and kind).
 //!
 //! Every statement is written once, in the `$N` placeholder form both engines accept, and
 //! binds every value. The tables are operational state: ids, hashes and times; the record
 //! itself is the ledger's. Not here: what a change means (the queue, the flow, the worker
 //! decide), or the ledger.
 
+pub mod alerts;
+pub mod annotations;
 pub mod forecasts;
 pub mod jobs;
 pub mod notifications;

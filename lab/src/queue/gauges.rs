@@ -1,12 +1,23 @@
 //! The queue's Prometheus gauges and counters as text: jobs by state, queue depth, running
-//! jobs, this process's writes and commits, and each leasing worker's seconds until its lease
-//! expires. `glassbox serve` appends this to the dashboard's `/metrics`.
+//! jobs, this process's writes and commits, each leasing worker's seconds until its lease
+//! expires, the anomalies workers flagged by kind and the runs stalled now (`db::alerts`). `glassbox serve` appends this to the dashboard's `/metrics`.
 //!
 //! Not here: serving it (the web crate's `/metrics` route), the HTTP request counters.
 
 use std::fmt::Write as _;
 
 use super::{JobState, Queue, QueueError};
+
+/// The queue's error inside a lab error (the table functions speak the lab's).
+fn queue_error(e: crate::error::LabError) -> QueueError {
+    match e {
+        crate::error::LabError::Queue(q) => q,
+        other => QueueError::Corrupt {
+            job: 0,
+            detail: other.to_string(),
+        },
+    }
+}
 
 /// A Prometheus label value, escaped.
 fn label(v: &str) -> String {
@@ -67,6 +78,25 @@ impl Queue {
                 }
             }
         }
+        out.push_str("# HELP glassbox_run_anomalies_total Anomalies the workers' detectors flagged (anomaly entries), by kind.\n# TYPE glassbox_run_anomalies_total counter\n");
+        let flagged = crate::db::alerts::anomaly_counts(self.db.pool())
+            .await
+            .map_err(queue_error)?;
+        for kind in glassbox_schemas::record::AnomalyKind::ALL {
+            let n = flagged
+                .iter()
+                .find(|(k, _)| k == kind.as_str())
+                .map_or(0, |(_, n)| *n);
+            let _ = writeln!(out, "glassbox_run_anomalies_total{{kind=\"{kind}\"}} {n}");
+        }
+        let stalled = crate::db::alerts::current(self.db.pool(), "stalled")
+            .await
+            .map_err(queue_error)?;
+        let _ = writeln!(
+            out,
+            "# HELP glassbox_stalled_runs Running jobs whose run has not stepped for worker.stall_factor median step times.\n# TYPE glassbox_stalled_runs gauge\nglassbox_stalled_runs {}",
+            stalled.len()
+        );
         Ok(out)
     }
 }

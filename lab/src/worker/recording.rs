@@ -12,6 +12,10 @@
 //! resumes from the queue's checkpoint finds the metrics up to that step on the record. The
 //! first failure cancels the run (it ends `failed` with the reason) and later work is skipped.
 //!
+//! Anomalies the runner's detector flags take the same path: each becomes an `anomaly` entry
+//! (with a warning in the run's log), is counted for `/metrics`, and the run's first raises
+//! an alert in the outbox. Each train step also tells the run's [`StallWatch`] when it ended.
+//!
 //! This module does not decide what a run's result is; [`super::Worker`] does, after
 //! [`Recording::finish`] has drained the thread.
 
@@ -20,16 +24,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use glassbox_runner::observer::{MetricRecord, Observer, RecordKind};
+use glassbox_runner::observer::{Anomaly, MetricRecord, Observer, RecordKind};
 use glassbox_runner::train::RunOutcome;
-use glassbox_schemas::record::{ArtifactBody, CheckpointBody};
+use glassbox_schemas::record::{AnomalyBody, ArtifactBody, CheckpointBody};
 use glassbox_schemas::{BlobHash, ExperimentId, RunId};
 use tokio::runtime::Handle;
 
-use super::{LiveSink, retry_db};
+use super::{LiveSink, RunLog, retry_db};
 use crate::error::LabError;
+use crate::outbox::{self, AlertNotice};
 use crate::queue::{JobId, Queue, QueueError, WorkerId};
 use crate::recorder::{Recorder, one_ref};
+use crate::stall::StallWatch;
 
 /// Finished chunks and checkpoints waiting for the recording thread before training waits.
 const BACKLOG: usize = 16;
@@ -40,6 +46,8 @@ enum Work {
     Chunk(Vec<MetricRecord>),
     /// A checkpoint file the runner wrote (moved into the store, so it is gone afterwards).
     Checkpoint { step: u64, path: PathBuf },
+    /// Something the anomaly detector flagged.
+    Anomaly(Anomaly),
 }
 
 /// Who and what a run's records belong to.
@@ -55,6 +63,8 @@ pub(super) struct RunContext {
     pub cancel: Arc<AtomicBool>,
     /// How long to ride out a database outage.
     pub lease: std::time::Duration,
+    /// The run's own log (anomalies are warned there).
+    pub log: Arc<RunLog>,
 }
 
 /// What the recording thread leaves behind.
@@ -71,9 +81,11 @@ pub(super) fn spawn(
     ctx: RunContext,
     flush_steps: u64,
     live: Option<Arc<dyn LiveSink>>,
+    stall: StallWatch,
 ) -> Result<(RecordingObserver, RecordingThread), LabError> {
     let (tx, rx) = sync_channel(BACKLOG);
     let observer = RecordingObserver {
+        stall,
         experiment: ctx.experiment.clone(),
         run: ctx.run.clone(),
         live,
@@ -105,6 +117,7 @@ impl RecordingThread {
 
 /// The observer the trainer calls: buffers metrics and hands work to the recording thread.
 pub(super) struct RecordingObserver {
+    stall: StallWatch,
     experiment: ExperimentId,
     run: RunId,
     live: Option<Arc<dyn LiveSink>>,
@@ -141,11 +154,16 @@ impl Observer for RecordingObserver {
         }
         self.chunk.push(record.clone());
         if record.kind == RecordKind::Train {
+            self.stall.stepped(record.step);
             self.chunk_train_steps += 1;
             if self.chunk_train_steps >= self.flush_steps {
                 self.flush();
             }
         }
+    }
+
+    fn on_anomaly(&mut self, anomaly: &Anomaly) {
+        self.hand_over(Work::Anomaly(anomaly.clone()));
     }
 
     fn on_checkpoint(&mut self, step: u64, path: &std::path::Path) {
@@ -174,6 +192,7 @@ fn record_all(ctx: RunContext, rx: Receiver<Work>) -> Recording {
         let done = match work {
             Work::Chunk(records) => store_chunk(&ctx, &records),
             Work::Checkpoint { step, path } => store_checkpoint(&ctx, &mut state, step, &path),
+            Work::Anomaly(anomaly) => store_anomaly(&ctx, anomaly),
         };
         if let Err(e) = done {
             tracing::error!(run = %ctx.run, error = %e, "recording failed; stopping the run");
@@ -206,6 +225,49 @@ fn store_chunk(ctx: &RunContext, records: &[MetricRecord]) -> Result<(), LabErro
         one_ref(glassbox_ledger::index::METRICS_REF, &hash),
         body,
     )?;
+    Ok(())
+}
+
+/// An anomaly: a warning in the run's log, an `anomaly` entry, its count, and, for the run's
+/// first, an alert.
+fn store_anomaly(ctx: &RunContext, anomaly: Anomaly) -> Result<(), LabError> {
+    let where_ = anomaly
+        .layer
+        .map(|l| format!(" in layer {l}"))
+        .unwrap_or_default();
+    ctx.log.warn(format!(
+        "anomaly at step {}: {}{where_} ({} = {:.6}, trailing median {:.6}, {:.1} deviations)",
+        anomaly.step,
+        anomaly.kind.describe(),
+        anomaly.metric,
+        anomaly.value,
+        anomaly.baseline,
+        anomaly.deviations
+    ));
+    let body = AnomalyBody {
+        run: ctx.run.clone(),
+        anomaly,
+    };
+    let entry = ctx
+        .recorder
+        .record(Some(&ctx.experiment), Default::default(), body.clone())?;
+    let db = ctx.queue.db();
+    ctx.handle.block_on(async {
+        crate::db::alerts::count_anomaly(
+            db.pool(),
+            entry,
+            &ctx.run.0,
+            body.anomaly.kind.as_str(),
+            body.anomaly.step,
+            db.now_ms(),
+        )
+        .await?;
+        let alert = AlertNotice::Anomaly {
+            anomaly: body.anomaly.clone(),
+            entry,
+        };
+        outbox::raise_alert(&ctx.queue, &ctx.experiment, &ctx.run, alert).await
+    })?;
     Ok(())
 }
 

@@ -31,11 +31,11 @@ fn postgres_url() -> String {
 }
 
 /// A lab directory, a queue on `engine`, a flow and its recorder.
-struct Setup {
-    dir: tempfile::TempDir,
-    flow: Flow,
-    queue: Queue,
-    recorder: Arc<Recorder>,
+pub(crate) struct Setup {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) flow: Flow,
+    pub(crate) queue: Queue,
+    pub(crate) recorder: Arc<Recorder>,
     /// The queue database's URL (for a test that reaches behind the flow).
     url: String,
 }
@@ -45,7 +45,12 @@ async fn setup(engine: &str, name: &str, config: LabConfig) -> Setup {
 }
 
 /// [`setup`] with a given clock (a manual one moves leases and days without sleeping).
-async fn setup_clocked(engine: &str, name: &str, config: LabConfig, clock: Clock) -> Setup {
+pub(crate) async fn setup_clocked(
+    engine: &str,
+    name: &str,
+    config: LabConfig,
+    clock: Clock,
+) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let (lab, _) = Lab::init(&dir.path().join("lab"), "test.glassbox/lab").unwrap();
     let url = match engine {
@@ -81,7 +86,7 @@ async fn setup_clocked(engine: &str, name: &str, config: LabConfig, clock: Clock
 }
 
 impl Setup {
-    fn worker(&self, name: &str) -> Worker {
+    pub(crate) fn worker(&self, name: &str) -> Worker {
         self.worker_with(name, |_| {})
     }
 
@@ -106,7 +111,7 @@ impl Setup {
     }
 
     /// Proposes `sp` as issue `n` by `author` and has a maintainer approve it.
-    async fn propose_and_approve(
+    pub(crate) async fn propose_and_approve(
         &self,
         n: u64,
         author: &str,
@@ -131,7 +136,7 @@ impl Setup {
     }
 
     /// Every entry in the log, in order.
-    fn entries(&self) -> Vec<LedgerEntry> {
+    pub(crate) fn entries(&self) -> Vec<LedgerEntry> {
         let lab = self.recorder.lab();
         let source = DirSource {
             root: lab.root().to_path_buf(),
@@ -147,7 +152,7 @@ impl Setup {
 }
 
 /// A micro spec: trains in well under a second on one thread.
-fn spec(steps: u64, extra_train: &str, budget: &str) -> ExperimentSpec {
+pub(crate) fn spec(steps: u64, extra_train: &str, budget: &str) -> ExperimentSpec {
     let text = format!(
         r#"
 [experiment]
@@ -213,7 +218,7 @@ fn proposal(n: u64, author: &str, spec: ExperimentSpec, forecast: Option<Forecas
     }
 }
 
-fn recorded(end: Option<JobEnd>) -> glassbox_lab::worker::Finished {
+pub(crate) fn recorded(end: Option<JobEnd>) -> glassbox_lab::worker::Finished {
     match end {
         Some(JobEnd::Recorded(f)) => *f,
         other => panic!("expected a recorded job end, got {other:?}"),
@@ -814,7 +819,7 @@ async fn a_failing_notice_backs_off_and_the_others_go_out(engine: &str) {
     }
     let number = |e: &LabEvent| match e {
         LabEvent::RunStarted { issue, .. } | LabEvent::Finished { issue, .. } => issue.number.0,
-        LabEvent::Progress { issue, .. } => issue.number.0,
+        LabEvent::Progress { issue, .. } | LabEvent::Alert { issue, .. } => issue.number.0,
     };
     // #1 fails (GitHub down), #3 cannot succeed (GitHub refused it); #2 still goes out.
     let tried = std::sync::Mutex::new(Vec::new());
@@ -879,12 +884,12 @@ async fn a_failing_notice_backs_off_and_the_others_go_out_postgres() {
 // Trust (issue 16): limits, endings, reproductions, the run's own record.
 
 /// Entries of `kind`.
-fn of_kind(entries: &[LedgerEntry], kind: EntryKind) -> Vec<&LedgerEntry> {
+pub(crate) fn of_kind(entries: &[LedgerEntry], kind: EntryKind) -> Vec<&LedgerEntry> {
     entries.iter().filter(|e| e.kind() == kind).collect()
 }
 
 /// The run log artifact of `run` (`logs/<run>/attempt-<n>.log`), as text.
-fn run_log(s: &Setup, run: &str) -> String {
+pub(crate) fn run_log(s: &Setup, run: &str) -> String {
     let entries = s.entries();
     let e = entries
         .iter()
@@ -901,7 +906,7 @@ fn run_log(s: &Setup, run: &str) -> String {
     String::from_utf8(s.recorder.get_bytes(&hash).unwrap()).unwrap()
 }
 
-fn manual_clock() -> Clock {
+pub(crate) fn manual_clock() -> Clock {
     Clock::Manual(Arc::new(std::sync::atomic::AtomicI64::new(
         1_700_000_000_000,
     )))

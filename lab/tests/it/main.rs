@@ -1,5 +1,6 @@
 //! glassbox-lab's integration tests (the queue, and the flow from proposal to ledger), in one
 //! test binary.
 
+mod debugging;
 mod flow;
 mod queue;

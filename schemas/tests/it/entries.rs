@@ -4,7 +4,8 @@
 //! wrote them with `serde_json::Value` bodies (a CLI run with its reproduction, a ladder and its
 //! scaling-law forecast, a quickstart proposal from an issue with an author's forecast, a
 //! dataset of each source; and a rejection, a failed result, a differing reproduction and a
-//! resumed CUDA run_started built from the body types of that time). Each must parse into its
+//! resumed CUDA run_started built from the body types of that time; a superseding annotation
+//! and a router-bias anomaly as issue 19 writes them). Each must parse into its
 //! typed body and re-encode to the same bytes: a log's leaf hashes are over these bytes, so a
 //! change here would make old entries unreadable or new ones differently shaped.
 

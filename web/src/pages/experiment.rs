@@ -166,9 +166,16 @@ fn heatmap_columns(experts: &BTreeMap<u32, &Vec<(u64, f64)>>) -> Vec<(f64, f64, 
 }
 
 /// The chart panels of `run`'s series (already restricted to the view's step range): a line
-/// chart per panel (server-drawn, made interactive by the chart script) and an expert-load
-/// heatmap per layer (server-drawn, redrawn for the zoomed range by the script).
-pub fn charts(run: &str, all: &RunSeries, view: &View, flops_per_token: Option<f64>) -> Markup {
+/// chart per panel (server-drawn, made interactive by the chart script) with the run's notes and
+/// anomalies marked on it, and an expert-load heatmap per layer (server-drawn, redrawn for the
+/// zoomed range by the script).
+pub fn charts(
+    run: &str,
+    all: &RunSeries,
+    view: &View,
+    flops_per_token: Option<f64>,
+    marks: &[chart::Mark],
+) -> Markup {
     let (mut lo, mut hi) = (u64::MAX, 0u64);
     for pts in all.values() {
         if let (Some(a), Some(b)) = (pts.first(), pts.last()) {
@@ -205,6 +212,7 @@ pub fn charts(run: &str, all: &RunSeries, view: &View, flops_per_token: Option<f
                 y_desc: p.unit.into(),
                 x_range,
                 log_y: view.log_y,
+                marks: marks.to_vec(),
                 ..Axes::default()
             },
         );
@@ -608,7 +616,15 @@ pub async fn page(
                         .put(&r.id, name, t, std::sync::Arc::new(pts.clone()));
                 }
             }
-            Some(charts(&r.id, &all, &view, flops_per_token))
+            let marks = crate::annotations::run_marks(&st, &r.id).await?;
+            let drawn = charts(
+                &r.id,
+                &all,
+                &view,
+                flops_per_token,
+                &crate::annotations::chart_marks(&marks),
+            );
+            Some((drawn, crate::annotations::list(&marks)))
         }
         None => None,
     };
@@ -656,12 +672,13 @@ pub async fn page(
             h2 { "Runs" }
             @if runs.is_empty() { p.empty { "Not run yet." } } @else { (runs_table(&exp, &runs, selected.map(|r| r.id.as_str()))) }
         }
-        @if let (Some(r), Some(c)) = (selected, &charts_markup) {
+        @if let (Some(r), Some((c, notes))) = (selected, &charts_markup) {
             section #charts-section {
                 h2 { "Charts: " (r.id) }
-                p.meta { "Hover a line for step and value. " a href={ "/live/" (encode_path(&r.id)) } { "Follow live" } " · " a href={ "/api/v1/runs/" (encode_path(&r.id)) "/metrics" } { "metrics as JSON" } }
+                p.meta { "Hover a line for step and value. " a href={ "/live/" (encode_path(&r.id)) } { "Follow live" } " · " a href={ "/api/v1/runs/" (encode_path(&r.id)) "/metrics" } { "metrics as JSON" } " · " a href={ "/runs/" (encode_path(&r.id)) "/log" } { "log" } }
                 (controls::form(&view, &[("run", r.id.as_str())]))
                 div #charts data-live=[(r.status == "running").then(|| live_list(&r.id))] { (c) }
+                (notes)
             }
         }
         section.spec {
@@ -781,12 +798,14 @@ async fn live_markup(
         view.to.unwrap_or(u64::MAX),
     )
     .await?;
+    let marks = crate::annotations::run_marks(st, run).await?;
+    let marks = crate::annotations::chart_marks(&marks);
     let last_step = all.values().filter_map(|p| p.last().map(|x| x.0)).max();
     let markup = html! {
         p.live-status {
             "latest step " span #last-step { (last_step.map(|s| s.to_string()).unwrap_or_else(|| "–".into())) }
         }
-        (charts(run, &all, view, flops_per_token))
+        (charts(run, &all, view, flops_per_token, &marks))
     };
     let body = Bytes::from(markup.into_string());
     st.renders.put(key, body.clone(), stamp);

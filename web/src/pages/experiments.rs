@@ -1,8 +1,10 @@
-//! The Experiments list (filter by status, tag, author and text; sort by any column;
-//! paginated; pick runs to compare) and the Negative results index (diverged, failed,
-//! over-budget and refuted-forecast runs in one table).
+//! The Experiments list (filter by status, tag, author and a search in the query language of
+//! [`crate::search`]; sort by any column; paginated; pick runs to compare; choose the columns,
+//! final metrics included, and keep the whole view as a link) and the Negative results index
+//! (diverged, failed, over-budget and refuted-forecast runs in one table).
 //!
-//! Both read the in-memory catalog; neither queries metric curves.
+//! Both read the in-memory catalog (the search runs on the index first); neither queries metric
+//! curves.
 
 use axum::extract::{Query, State};
 use maud::{Markup, html};
@@ -36,6 +38,58 @@ const STATUSES: &[&str] = &[
     "cancelled",
 ];
 
+/// Most columns a view may ask for.
+const MAX_COLS: usize = 24;
+
+/// A column of the list.
+#[derive(Debug, Clone, PartialEq)]
+enum Col {
+    /// One of [`COLUMNS`]: its key and heading.
+    Std(&'static str, &'static str),
+    /// A final metric of the latest run.
+    Metric(String),
+}
+
+/// The columns `cols` asks for (comma-separated keys of [`COLUMNS`] and `metric:<name>`), or
+/// all of [`COLUMNS`]; an unknown one is a 400 naming it and what is accepted.
+fn columns(cols: Option<&str>) -> Result<Vec<Col>, WebError> {
+    let Some(cols) = cols.map(str::trim).filter(|c| !c.is_empty()) else {
+        return Ok(COLUMNS.iter().map(|(k, n)| Col::Std(k, n)).collect());
+    };
+    let mut out = Vec::new();
+    for part in cols.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if out.len() >= MAX_COLS {
+            return Err(WebError::BadRequest(format!(
+                "cols: at most {MAX_COLS} columns"
+            )));
+        }
+        if let Some(name) = part.strip_prefix("metric:") {
+            if name.is_empty() || name.chars().count() > 200 {
+                return Err(WebError::BadRequest(format!(
+                    "cols: `{part}` needs a metric name of 1 to 200 characters after `metric:`"
+                )));
+            }
+            out.push(Col::Metric(name.to_string()));
+            continue;
+        }
+        match COLUMNS.iter().find(|(k, _)| *k == part) {
+            Some((k, n)) => out.push(Col::Std(k, n)),
+            None => {
+                let shown: String = part.chars().take(40).collect();
+                return Err(WebError::BadRequest(format!(
+                    "cols: `{shown}` is not a column; use {} or metric:<name>",
+                    COLUMNS
+                        .iter()
+                        .map(|(k, _)| *k)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn filter_pairs(f: &ExperimentFilter) -> Vec<(&'static str, &str)> {
     let mut v = Vec::new();
     for (k, val) in [
@@ -43,6 +97,7 @@ fn filter_pairs(f: &ExperimentFilter) -> Vec<(&'static str, &str)> {
         ("tag", &f.tag),
         ("author", &f.author),
         ("q", &f.q),
+        ("cols", &f.cols),
     ] {
         if let Some(x) = val.as_deref().filter(|x| !x.is_empty()) {
             v.push((k, x));
@@ -51,7 +106,10 @@ fn filter_pairs(f: &ExperimentFilter) -> Vec<(&'static str, &str)> {
     v
 }
 
-fn table(page: &ListPage, f: &ExperimentFilter) -> Markup {
+/// The final metric values the view's metric columns show, by experiment.
+type MetricCells = std::collections::HashMap<String, Vec<Option<f64>>>;
+
+fn table(page: &ListPage, f: &ExperimentFilter, cols: &[Col], metrics: &MetricCells) -> Markup {
     let sort = f.sort.as_deref().unwrap_or("updated");
     let desc = f.dir.as_deref() != Some("asc");
     let base = filter_pairs(f);
@@ -67,11 +125,14 @@ fn table(page: &ListPage, f: &ExperimentFilter) -> Markup {
             table.list #experiments {
                 thead { tr {
                     th { abbr title="pick runs to compare" { "⇄" } }
-                    @for (key, name) in COLUMNS {
-                        th { a href=(sort_href(key)) {
-                            (name)
-                            @if sort == *key { @if desc { " ▼" } @else { " ▲" } }
-                        } }
+                    @for c in cols {
+                        @match c {
+                            Col::Std(key, name) => th { a href=(sort_href(key)) {
+                                (name)
+                                @if sort == *key { @if desc { " ▼" } @else { " ▲" } }
+                            } },
+                            Col::Metric(m) => th.metric { (m) },
+                        }
                     }
                 } }
                 tbody {
@@ -80,22 +141,10 @@ fn table(page: &ListPage, f: &ExperimentFilter) -> Markup {
                             td { @if let Some(run) = &r.latest_run {
                                 input type="checkbox" name="run" value=(run) aria-label={ "compare " (run) };
                             } }
-                            td { a href=(experiment_href(&r.id)) { (r.id) } }
-                            td { (r.title.as_deref().unwrap_or("")) }
-                            td { (status_badge(&r.status)) }
-                            td { (r.author.as_deref().unwrap_or("")) }
-                            td { @if let Some(h) = &r.spec_hash { (short_hash(h)) } }
-                            td.n { (r.runs) }
-                            td.n { (num(r.final_loss)) }
-                            td { @match r.forecast_hit {
-                                Some(true) => span.badge.ok { "hit" },
-                                Some(false) => span.badge.bad { "miss" },
-                                None => "",
-                            } }
-                            td { time { (r.updated) } }
+                            @for (i, c) in cols.iter().enumerate() { (cell(r, c, metrics.get(&r.id).and_then(|v| v.get(metric_slot(cols, i)).copied().flatten()))) }
                         }
                         @if !r.tags.is_empty() {
-                            tr.tags { td {} td colspan="9" { @for t in &r.tags {
+                            tr.tags { td {} td colspan=(cols.len()) { @for t in &r.tags {
                                 a.tag href={ "/experiments?" (query(&[("tag", t)])) } { (t) } " "
                             } } }
                         }
@@ -104,6 +153,35 @@ fn table(page: &ListPage, f: &ExperimentFilter) -> Markup {
             }
             button type="submit" { "Compare selected runs" }
         }
+    }
+}
+
+/// Which metric column (0-based among the metric columns) column `i` is.
+fn metric_slot(cols: &[Col], i: usize) -> usize {
+    cols[..i]
+        .iter()
+        .filter(|c| matches!(c, Col::Metric(_)))
+        .count()
+}
+
+fn cell(r: &crate::catalog::ListRow, c: &Col, metric: Option<f64>) -> Markup {
+    let Col::Std(key, _) = c else {
+        return html! { td.n { (num(metric)) } };
+    };
+    match *key {
+        "id" => html! { td { a href=(experiment_href(&r.id)) { (r.id) } } },
+        "title" => html! { td { (r.title.as_deref().unwrap_or("")) } },
+        "status" => html! { td { (status_badge(&r.status)) } },
+        "author" => html! { td { (r.author.as_deref().unwrap_or("")) } },
+        "spec_hash" => html! { td { @if let Some(h) = &r.spec_hash { (short_hash(h)) } } },
+        "runs" => html! { td.n { (r.runs) } },
+        "final_loss" => html! { td.n { (num(r.final_loss)) } },
+        "forecast" => html! { td { @match r.forecast_hit {
+            Some(true) => span.badge.ok { "hit" },
+            Some(false) => span.badge.bad { "miss" },
+            None => "",
+        } } },
+        _ => html! { td { time { (r.updated) } } },
     }
 }
 
@@ -138,8 +216,44 @@ pub async fn list_page(
     State(st): State<WebState>,
     Query(f): Query<ExperimentFilter>,
 ) -> Result<Markup, WebError> {
+    let cols = columns(f.cols.as_deref())?;
+    let only = crate::search::for_filter(&st.index, f.q.as_deref()).await?;
     let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
-    let page = cat.list(&f)?;
+    let page = cat.list(&f, only.as_ref())?;
+    let wanted: Vec<&str> = cols
+        .iter()
+        .filter_map(|c| match c {
+            Col::Metric(m) => Some(m.as_str()),
+            Col::Std(..) => None,
+        })
+        .collect();
+    let metrics: MetricCells = if wanted.is_empty() {
+        MetricCells::new()
+    } else {
+        page.items
+            .iter()
+            .map(|r| {
+                let last = cat.experiments.get(&r.id).and_then(|e| e.latest_run(&cat));
+                let values = wanted
+                    .iter()
+                    .map(|m| last.and_then(|run| run.final_metrics.get(*m).copied()))
+                    .collect();
+                (r.id.clone(), values)
+            })
+            .collect()
+    };
+    let mut view = filter_pairs(&f);
+    let (sort, dir) = (
+        f.sort.clone().unwrap_or_default(),
+        f.dir.clone().unwrap_or_default(),
+    );
+    if !sort.is_empty() {
+        view.push(("sort", &sort));
+    }
+    if !dir.is_empty() {
+        view.push(("dir", &dir));
+    }
+    let view_url = format!("/experiments?{}", query(&view));
     let body = html! {
         h1 { "Experiments" }
         p.lead { "Every proposal and run of the lab, failures included. Filter, sort, open one, or tick runs to compare." }
@@ -150,11 +264,29 @@ pub async fn list_page(
             } }
             label { "Tag " input type="text" name="tag" value=(f.tag.as_deref().unwrap_or("")); }
             label { "Author " input type="text" name="author" value=(f.author.as_deref().unwrap_or("")); }
-            label { "Text " input type="search" name="q" value=(f.q.as_deref().unwrap_or("")); }
+            label.search { "Search " input type="search" name="q" size="48"
+                placeholder="model.moe.n_experts >= 8 and metrics.\"eval/markov/loss\" < 1.3"
+                value=(f.q.as_deref().unwrap_or("")); }
+            label { "Columns " input type="text" name="cols" placeholder="id,status,metric:eval/markov/loss" value=(f.cols.as_deref().unwrap_or("")); }
             button type="submit" { "Filter" }
         }
-        (table(&page, &f))
+        p.view {
+            "This view: " a #view-link href=(view_url) { "link" } " "
+            input #view-url type="text" readonly value=(view_url) aria-label="link to this view";
+            " " button #copy-view type="button" data-copy="view-url" { "copy link" }
+        }
+        details.search-help {
+            summary { "Search syntax" }
+            p { "Fields: " code { "id run title author status tag steps created updated started ended" }
+                ", spec paths such as " code { "model.moe.n_experts" } " or " code { "train.lr" }
+                ", final metrics such as " code { "metrics.\"eval/markov/loss\"" } " (quote names with slashes)." }
+            p { "Operators " code { "= != < <= > >= ~ in (…)" } " (" code { "~" } " finds text), "
+                code { "and or not" } " and parentheses; dates as " code { "2026-01-31" }
+                "; a bare word or \"phrase\" is looked for in the id, title, author and hypothesis." }
+        }
+        (table(&page, &f, &cols, &metrics))
         (pager(&page, &f))
+        script src=(super::assets::VIEW_JS) defer {}
     };
     Ok(frame("Experiments", Nav::Experiments, false, body))
 }

@@ -264,6 +264,7 @@ pub async fn page(State(st): State<WebState>) -> Result<Markup, WebError> {
                 log_x: true,
                 log_y: true,
                 x_range: None,
+                marks: Vec::new(),
             },
         );
         charts.push(points_figure(&title, &l.metric, &lines, &svg));

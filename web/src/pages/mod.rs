@@ -16,6 +16,7 @@ pub mod experiment;
 pub mod experiments;
 pub mod ladder;
 pub mod ledger;
+pub mod run_log;
 
 use axum::Router;
 use axum::routing::get;
@@ -30,6 +31,7 @@ pub fn routes() -> Router<WebState> {
         .route("/experiments", get(experiments::list_page))
         .route("/experiments/{*id}", get(experiment::page))
         .route("/runs/{run}", get(experiment::run_page))
+        .route("/runs/{run}/log", get(run_log::page))
         .route("/live/{run}", get(experiment::live_page))
         .route("/runs/{run}/heatmap/{layer}", get(experiment::heatmap_svg))
         .route("/compare", get(compare::page))
@@ -52,6 +54,7 @@ pub enum Scripts {
     /// The charts and the parallel-coordinates script (compare).
     ChartsAndParcoords,
 }
+
 
 /// Which navigation item is current.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -230,6 +230,55 @@ async fn browser_follows_experiments_charts_live_updates_and_compare() {
     );
     shot(&c, "experiment").await;
 
+    // 2b. Notes and anomalies (issue 19): the current note is a band and the anomaly a line on
+    // every chart of the run, each with its text as the tooltip, and both are listed under the
+    // charts, the note's markup as text and the superseded note struck through.
+    let marks = c
+        .find_all(Locator::Css("figure.chart[data-title^='Loss'] rect.mark"))
+        .await
+        .unwrap();
+    assert_eq!(
+        marks.len(),
+        2,
+        "one note band and one anomaly line on the loss chart"
+    );
+    let band = c
+        .find(Locator::Css(
+            "figure.chart[data-title^='Loss'] rect.mark.annotation title",
+        ))
+        .await
+        .unwrap()
+        .html(true)
+        .await
+        .unwrap();
+    assert!(
+        band.contains("&lt;i&gt;router_bias&lt;/i&gt;"),
+        "the tooltip is escaped: {band}"
+    );
+    assert!(
+        c.find(Locator::Css(
+            "figure.chart[data-title^='Gradient'] rect.mark.anomaly"
+        ))
+        .await
+        .is_ok(),
+        "the anomaly is on the gradient-norm chart too"
+    );
+    let list = text_of(&c, "#annotations-list").await.unwrap();
+    assert!(list.contains(crate::fixture::NOTE_TEXT), "{list}");
+    assert!(list.contains("grad_norm_spike"), "{list}");
+    assert!(
+        c.find(Locator::Css("#annotations-list del")).await.is_ok(),
+        "the superseded note is struck through"
+    );
+    c.goto(&format!("{base}/experiments/acme/lab%231#annotations"))
+        .await
+        .unwrap();
+    eventually("the notes list", || async {
+        c.find(Locator::Css("#annotations-list")).await.ok()
+    })
+    .await;
+    shot(&c, "annotations").await;
+
     // 3. Live: the page subscribes over SSE; points published now appear without a reload.
     live.publish(LiveEvent::Status {
         run: "run-live".into(),

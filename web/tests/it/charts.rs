@@ -66,6 +66,7 @@ async fn add_long_run(fx: &Fixture) {
                 kernel_hashes: BTreeMap::new(),
                 resumed_from_step: None,
                 build: None,
+                data: None,
             },
         ));
         batch.push(entry(

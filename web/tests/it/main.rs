@@ -3,7 +3,9 @@
 
 mod fixture;
 
+mod annotations;
 mod browser;
 mod charts;
 mod data_browser;
 mod routes;
+mod search;

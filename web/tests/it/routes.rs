@@ -15,7 +15,10 @@ use glassbox_web::{LiveEvent, app};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
-async fn get(state: &glassbox_web::WebState, uri: &str) -> (StatusCode, HeaderMap, String) {
+pub(crate) async fn get(
+    state: &glassbox_web::WebState,
+    uri: &str,
+) -> (StatusCode, HeaderMap, String) {
     let resp = app(state.clone())
         .oneshot(Request::get(uri).body(Body::empty()).unwrap())
         .await

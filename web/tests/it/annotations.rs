@@ -1,0 +1,78 @@
+//! A run's notes and anomalies in the API (issue 19): `/api/v1/runs/{run}/annotations` lists
+//! the fixture's note on run-1, the edit that superseded it (both kept, the old one marked) and
+//! the lab's anomaly; the OpenAPI document describes the route; the page shows the text escaped.
+
+use axum::http::StatusCode;
+
+use crate::fixture::{NOTE_TEXT, build};
+use crate::routes::get;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_notes_and_anomalies_are_served() {
+    let fx = build().await;
+    let st = fx.state();
+    let (status, _, body) = get(&st, "/api/v1/runs/run-1/annotations").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let marks = v["marks"].as_array().unwrap();
+    assert_eq!(marks.len(), 3, "{body}");
+    let (old, new, anomaly) = (&marks[0], &marks[1], &marks[2]);
+    assert_eq!(old["superseded_by"], new["entry"]);
+    assert_eq!(new["supersedes"], old["entry"]);
+    assert_eq!(new["text"], NOTE_TEXT);
+    assert_eq!(
+        (new["from_step"].as_u64(), new["to_step"].as_u64()),
+        (Some(140), Some(160))
+    );
+    assert_eq!(new["label"], "maintainer");
+    assert_eq!(anomaly["kind"], "anomaly");
+    assert_eq!(anomaly["label"], "grad_norm_spike");
+    assert_eq!(anomaly["from_step"], 150);
+    let (_, _, none) = get(&st, "/api/v1/runs/run-2/annotations").await;
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&none).unwrap()["marks"],
+        serde_json::json!([])
+    );
+
+    let (_, _, doc) = get(&st, "/api/v1/openapi.json").await;
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    assert!(doc["paths"]["/api/v1/runs/{run}/annotations"]["get"].is_object());
+    assert!(doc["components"]["schemas"]["RunMark"].is_object());
+
+    let (_, _, page) = get(&st, "/experiments/acme/lab%231").await;
+    assert!(
+        page.contains("norm spike from &lt;i&gt;router_bias&lt;/i&gt;"),
+        "escaped"
+    );
+    assert!(!page.contains("<i>router_bias</i>"));
+}
+
+/// A run's log page: the worker's log of each attempt, warnings and errors highlighted, text
+/// escaped, a search that keeps matching lines, and a bound on the search.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_log_is_shown_with_levels_and_search() {
+    let fx = build().await;
+    let st = fx.state();
+    let (status, _, page) = get(&st, "/runs/run-2/log").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("logs/run-2/attempt-1.log"), "{page}");
+    assert!(page.contains("<span class=\"warn\">2026-12-01T10:00:01Z warn heartbeat"));
+    assert!(page.contains("<span class=\"error\">2026-12-01T10:00:09Z error"));
+    assert!(page.contains("&lt;script&gt;x&lt;/script&gt;") && !page.contains("<script>x"));
+    assert!(page.contains("3 of 3 lines"), "{page}");
+    let (_, _, found) = get(&st, "/runs/run-2/log?q=RETRYING").await;
+    assert!(
+        found.contains("1 of 1 lines matching") && !found.contains("leased by"),
+        "{found}"
+    );
+    let (_, _, tail) = get(&st, "/runs/run-2/log?lines=1").await;
+    assert!(
+        tail.contains("1 of 3 lines") && tail.contains("non-finite"),
+        "{tail}"
+    );
+    let long = format!("/runs/run-2/log?q={}", "x".repeat(201));
+    let (status, _, _) = crate::routes::get(&st, &long).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (_, _, none) = get(&st, "/runs/run-1/log").await;
+    assert!(none.contains("No log is stored for this run yet"));
+}
