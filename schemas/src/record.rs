@@ -318,8 +318,7 @@ impl EntryBody {
             | EntryBody::Reproduction(_)
             | EntryBody::Tokenizer(_)
             | EntryBody::Tokenized(_) => None,
-            | EntryBody::Annotation(_)
-            | EntryBody::Anomaly(_) => None,
+            EntryBody::Annotation(_) | EntryBody::Anomaly(_) => None,
         }
     }
 }

@@ -55,7 +55,6 @@ pub enum Scripts {
     ChartsAndParcoords,
 }
 
-
 /// Which navigation item is current.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Nav {
