@@ -1,6 +1,6 @@
 //! glassbox-web: the public dashboard of an open lab, served by `glassbox serve`.
 //!
-//! - [`WebState`] — what the server reads: the lab directory ([`glassbox_ledger::Lab`]: the
+//! - [`WebState`] — what the server reads: the lab directory ([`glassbox_ledger::LabDir`]: the
 //!   static log and blobs), the index database ([`glassbox_ledger::index::Index`]), the
 //!   [`LiveHub`] of live metric points, and what the binary adds: routes (the GitHub webhook)
 //!   and [`ops::MetricsSource`]s (the job queue's gauges);
@@ -51,7 +51,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use glassbox_ledger::index::Index;
-use glassbox_ledger::{BlobStore, Lab};
+use glassbox_ledger::{BlobStore, LabDir};
 use glassbox_schemas::BlobHash;
 
 pub use error::WebError;
@@ -66,7 +66,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 #[derive(Clone)]
 pub struct WebState {
     /// The lab directory: `log/` and `vkey` are served from it.
-    pub lab: Lab,
+    pub lab: LabDir,
     /// The blob store (`/blobs/`, specs on the pages): the lab's `blobs/` directory unless the
     /// server was given another store ([`WebState::with_blobs`]).
     pub blobs: Arc<dyn BlobStore>,
@@ -107,7 +107,7 @@ impl std::fmt::Debug for WebState {
 impl WebState {
     /// State for a lab and its index, without a queue or extra routes; finished pages are kept
     /// in `<lab>/web-cache/` ([`WebState::with_page_cache`] to change that).
-    pub fn new(lab: Lab, index: Index, live: LiveHub) -> Self {
+    pub fn new(lab: LabDir, index: Index, live: LiveHub) -> Self {
         WebState {
             pages: Arc::new(page_cache::PageCache::new(Some(
                 lab.root().join("web-cache"),

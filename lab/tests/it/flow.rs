@@ -19,7 +19,7 @@ use glassbox_lab::queue::{Clock, JobKind, JobState, NewJob, Queue, WorkerId};
 use glassbox_lab::worker::{JobEnd, WorkerOptions};
 use glassbox_lab::{Flow, LabConfig, NewProposal, Recorder, Worker};
 use glassbox_ledger::index::Index;
-use glassbox_ledger::{DirSource, Lab, LogReader};
+use glassbox_ledger::{DirSource, LabDir, LogReader};
 use glassbox_runner::train::Peak;
 use glassbox_schemas::record::{IssueRef, RejectionBody, ResultBody, RunStartedBody};
 use glassbox_schemas::spec::Forecast;
@@ -52,7 +52,7 @@ pub(crate) async fn setup_clocked(
     clock: Clock,
 ) -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    let (lab, _) = Lab::init(&dir.path().join("lab"), "test.glassbox/lab").unwrap();
+    let (lab, _) = LabDir::init(&dir.path().join("lab"), "test.glassbox/lab").unwrap();
     let url = match engine {
         "sqlite" => format!("sqlite://{}", dir.path().join("queue.db").display()),
         _ => {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use glassbox_ledger::index::{Index, IndexMismatch, METRICS_REF};
-use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
+use glassbox_ledger::{BlobStore, DirSource, LabDir, LockMode, LogReader};
 use glassbox_schemas::record::{ArtifactBody, EntryBody, ProposalBody, ResultBody, RunStartedBody};
 use glassbox_schemas::{
     Blake3Hash, EntryKind, ExperimentId, LedgerEntry, RunId, RunStatus, SpecHash,
@@ -20,7 +20,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// A lab whose log holds a proposal, a run start, a result and some artifacts.
-fn lab_with_a_run() -> (tempfile::TempDir, Lab) {
+fn lab_with_a_run() -> (tempfile::TempDir, LabDir) {
     let (d, lab) = crate::fixture::new_lab();
     let exp = Some(ExperimentId::from("glassbox-lab/glassbox#7"));
     let spec = SpecHash(Blake3Hash::of(b"spec"));
@@ -103,7 +103,7 @@ fn lab_with_a_run() -> (tempfile::TempDir, Lab) {
     (d, lab)
 }
 
-async fn exercise(url: &str, lab: &Lab) {
+async fn exercise(url: &str, lab: &LabDir) {
     let src = DirSource {
         root: lab.root().to_path_buf(),
     };
@@ -183,7 +183,7 @@ fn sqlite_index_syncs_checks_and_reindexes() {
 }
 
 /// Indexes the whole log of `lab` into the SQLite index at `url`.
-async fn sync_all(lab: &Lab, url: &str) {
+async fn sync_all(lab: &LabDir, url: &str) {
     let src = DirSource {
         root: lab.root().to_path_buf(),
     };
@@ -203,7 +203,7 @@ async fn edit_behind_its_back(url: &str, sql: &str) {
 }
 
 /// What `check` says of the index at `url` against `lab`'s log.
-async fn check(lab: &Lab, url: &str) -> Result<(), IndexMismatch> {
+async fn check(lab: &LabDir, url: &str) -> Result<(), IndexMismatch> {
     let src = DirSource {
         root: lab.root().to_path_buf(),
     };
@@ -296,7 +296,7 @@ fn postgres_index() {
 }
 
 /// A lab whose log holds one `artifact` entry naming `chunk` as a metric chunk of `run-000002`.
-fn lab_with_a_chunk(chunk: &[u8]) -> (tempfile::TempDir, Lab) {
+fn lab_with_a_chunk(chunk: &[u8]) -> (tempfile::TempDir, LabDir) {
     let (d, lab) = crate::fixture::new_lab();
     let put = lab.blobs().put(&mut &chunk[..]).unwrap();
     let w = lab.writer(LockMode::FailFast).unwrap();
