@@ -225,7 +225,7 @@ pub fn charts(
                 flops_per_token,
             })
             .collect();
-        out.push(line_figure(p.title, p.unit, &refs, &svg));
+        out.push(line_figure(p.title, p.unit, &refs, marks, &svg));
     }
     type Experts<'a> = BTreeMap<u32, &'a Vec<(u64, f64)>>;
     let mut layers: BTreeMap<u32, Experts> = BTreeMap::new();
