@@ -471,13 +471,20 @@ fn command_usage(name: &str) -> &'static str {
 }
 
 /// `/status`.
-pub fn status(status: Option<&ExperimentStatus>) -> String {
+pub fn status(status: Option<&ExperimentStatus>, dashboard: &str) -> String {
     match status {
         None => "No valid proposal is recorded for this issue yet.".into(),
         Some(st) => {
             let mut s = format!("Spec `{}`: {}.", st.spec_hash, state_line(Some(st)));
             if let Some(a) = &st.approval {
                 let _ = write!(s, " Approved by @{} for `{}`.", a.approver, a.spec_hash);
+            }
+            if !dashboard.is_empty() {
+                let _ = write!(
+                    s,
+                    " The whole queue, in the order it runs: {}/queue",
+                    dashboard.trim_end_matches('/')
+                );
             }
             s
         }

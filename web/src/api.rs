@@ -66,6 +66,7 @@ pub fn routes() -> Router<WebState> {
         .route("/api/v1/negative", get(negative))
         .route("/api/v1/compare", get(compare_runs))
         .route("/api/v1/ledger", get(ledger_summary))
+        .route("/api/v1/queue", get(queue))
 }
 
 /// The OpenAPI document.
@@ -96,7 +97,8 @@ pub fn routes() -> Router<WebState> {
         ladders,
         negative,
         compare_runs,
-        ledger_summary
+        ledger_summary,
+        queue
     ),
     components(schemas(
         ListPage,
@@ -129,7 +131,10 @@ pub fn routes() -> Router<WebState> {
         LedgerSummary,
         LiveEvent,
         crate::annotations::RunAnnotations,
-        crate::annotations::RunMark
+        crate::annotations::RunMark,
+        crate::queue::QueueView,
+        crate::queue::QueueRow,
+        crate::queue::QueueJob
     ))
 )]
 pub struct ApiDoc;
@@ -738,4 +743,15 @@ async fn compare_runs(
 #[utoipa::path(get, path = "/api/v1/ledger", responses((status = 200, body = LedgerSummary)))]
 async fn ledger_summary(State(st): State<WebState>) -> Result<Json<LedgerSummary>, WebError> {
     Ok(Json(ledger::summary(&st).await?))
+}
+
+/// The lab's job queue: running, waiting in the order they will run, held, and the last
+/// finished, with estimated durations and starts (404 when this dashboard has no queue).
+#[utoipa::path(get, path = "/api/v1/queue",
+    responses((status = 200, body = crate::queue::QueueView), (status = 404)))]
+async fn queue(State(st): State<WebState>) -> Result<Json<crate::queue::QueueView>, WebError> {
+    crate::queue::view(&st)
+        .await?
+        .map(Json)
+        .ok_or_else(|| WebError::not_found("the job queue (this dashboard serves a published log)"))
 }

@@ -3,7 +3,8 @@
 //! - [`WebState`] — what the server reads: the lab directory ([`glassbox_ledger::LabDir`]: the
 //!   static log and blobs), the index database ([`glassbox_ledger::index::Index`]), the
 //!   [`LiveHub`] of live metric points, and what the binary adds: routes (the GitHub webhook)
-//!   and [`ops::MetricsSource`]s (the job queue's gauges);
+//!   [`ops::MetricsSource`]s (the job queue's gauges) and a [`queue::QueueSource`] (the jobs,
+//!   for the public queue page);
 //! - [`app`] — the axum router: HTML pages (`pages`), the JSON API under `/api/v1` with its
 //!   OpenAPI document (`api`), the log's static read API `/log/...`, `/vkey`, `/blobs/...`
 //!   (`static_log`), and operations `/healthz`, `/metrics` (`ops`);
@@ -23,7 +24,8 @@
 //! The key design choice: the dashboard is read-only. It never writes the log, the blob store
 //! or the index, and it does not know the lab's queue or workers (this crate depends on
 //! `glassbox-schemas` and `glassbox-ledger` only); everything it shows comes from the index
-//! (derived from the log), the blobs, the in-process [`LiveHub`], or a [`ops::MetricsSource`].
+//! (derived from the log), the blobs, the in-process [`LiveHub`], or what the binary hands in
+//! ([`ops::MetricsSource`], [`queue::QueueSource`]).
 //! Its only write route is whatever the caller merges in (the signed webhook of
 //! `glassbox-github-bot`).
 
@@ -38,6 +40,7 @@ pub mod lttb;
 pub mod ops;
 pub mod page_cache;
 pub mod pages;
+pub mod queue;
 pub mod render_cache;
 pub mod search;
 pub mod series;
@@ -75,6 +78,8 @@ pub struct WebState {
     /// What `/metrics` adds from parts of the server this crate does not know (the lab's job
     /// queue).
     pub metric_sources: Arc<Vec<Arc<dyn ops::MetricsSource>>>,
+    /// The lab's job queue, for the public queue page (`None`: a dashboard of a published log).
+    pub queue: Option<Arc<dyn queue::QueueSource>>,
     /// Live metric points and run-status changes.
     pub live: LiveHub,
     /// Routes merged into [`app`] as they are (the GitHub webhook).
@@ -99,6 +104,7 @@ impl std::fmt::Debug for WebState {
             .field("blobs", &self.blobs.describe())
             .field("index", &self.index.url())
             .field("metric_sources", &self.metric_sources.len())
+            .field("queue", &self.queue.is_some())
             .field("extra", &self.extra.is_some())
             .finish()
     }
@@ -119,6 +125,7 @@ impl WebState {
             lab,
             index,
             metric_sources: Arc::new(Vec::new()),
+            queue: None,
             live,
             extra: None,
             catalog: Arc::new(catalog::Catalog::default()),
@@ -176,6 +183,12 @@ impl WebState {
     /// Adds a source of `/metrics` lines (the lab's queue gauges).
     pub fn with_metrics(mut self, source: Arc<dyn ops::MetricsSource>) -> Self {
         Arc::make_mut(&mut self.metric_sources).push(source);
+        self
+    }
+
+    /// Shows the lab's job queue on `/queue` and `/api/v1/queue`.
+    pub fn with_queue(mut self, source: Arc<dyn queue::QueueSource>) -> Self {
+        self.queue = Some(source);
         self
     }
 

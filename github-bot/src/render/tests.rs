@@ -460,13 +460,16 @@ fn help_reply() {
 
 #[test]
 fn status_reply_with_nothing_recorded() {
-    assert_snapshot!(status(None));
+    assert_snapshot!(status(None, "https://lab.example.org"));
 }
 
 #[test]
 fn status_reply_in_every_state() {
     for (name, st) in every_state() {
-        assert_snapshot!(format!("status_reply_{name}"), status(Some(&st)));
+        assert_snapshot!(
+            format!("status_reply_{name}"),
+            status(Some(&st), "https://lab.example.org")
+        );
     }
 }
 

@@ -2,7 +2,8 @@
 //! interpolated value, so a hypothesis containing `<script>` is shown as text).
 //!
 //! One file per page family: `experiments` (the list and negative results), `experiment`
-//! (one experiment, its charts, and the Live page), `compare`, `ladder`, `data`, `ledger`.
+//! (one experiment, its charts, and the Live page), `compare`, `ladder`, `data`, `ledger`,
+//! `queue`.
 //! This file holds the page frame, the routes and the small formatting pieces pages share; the
 //! stylesheet and scripts are in `assets` (served from `/assets/`, so the
 //! Content-Security-Policy can forbid inline code). Pages read through `catalog` and `series`;
@@ -16,6 +17,7 @@ pub mod experiment;
 pub mod experiments;
 pub mod ladder;
 pub mod ledger;
+pub mod queue;
 pub mod run_log;
 
 use axum::Router;
@@ -41,6 +43,7 @@ pub fn routes() -> Router<WebState> {
         .route("/data/runs/{run}", get(data::run_page))
         .route("/negative", get(experiments::negative_page))
         .route("/ledger", get(ledger::page))
+        .route("/queue", get(queue::page))
         .merge(assets::routes())
 }
 
@@ -70,6 +73,8 @@ pub enum Nav {
     Negative,
     /// Ledger.
     Ledger,
+    /// The job queue.
+    Queue,
     /// None of the above.
     Other,
 }
@@ -113,6 +118,7 @@ pub fn frame_with(title: &str, nav: Nav, scripts: Scripts, body: Markup) -> Mark
                         (item(Nav::Ladder, "/ladder", "Ladder"))
                         (item(Nav::Data, "/data", "Data"))
                         (item(Nav::Negative, "/negative", "Negative results"))
+                        (item(Nav::Queue, "/queue", "Queue"))
                         (item(Nav::Ledger, "/ledger", "Ledger"))
                     }
                 }
