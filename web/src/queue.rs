@@ -311,6 +311,7 @@ mod tests {
             reason: None,
             tokenizer: None,
             shards: BTreeMap::new(),
+            anomalies: 0,
         }
     }
 

@@ -58,6 +58,17 @@ pub enum Scripts {
     ChartsAndParcoords,
 }
 
+/// A warning badge for a run's anomalies (none when there are none), linking to its notes.
+pub fn anomaly_badge(n: u32, href: &str) -> Markup {
+    html! {
+        @if n > 0 {
+            " " a.badge.warn href=(href) title="anomalies the worker flagged during the run" {
+                "⚠ " (n) @if n == 1 { " anomaly" } @else { " anomalies" }
+            }
+        }
+    }
+}
+
 /// Which navigation item is current.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Nav {
