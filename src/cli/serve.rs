@@ -334,6 +334,13 @@ impl LiveSink for HubSink {
             status: status.to_string(),
         });
     }
+
+    fn log(&self, _e: &ExperimentId, run: &RunId, line: &str) {
+        self.0.publish(LiveEvent::Log {
+            run: run.0.clone(),
+            line: line.to_string(),
+        });
+    }
 }
 
 /// Several sinks as one.
@@ -353,6 +360,11 @@ impl LiveSink for FanoutSink {
     fn status(&self, e: &ExperimentId, r: &RunId, st: &str) {
         for s in &self.0 {
             s.status(e, r, st);
+        }
+    }
+    fn log(&self, e: &ExperimentId, r: &RunId, line: &str) {
+        for s in &self.0 {
+            s.log(e, r, line);
         }
     }
 }

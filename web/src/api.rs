@@ -450,7 +450,7 @@ pub const MAX_POINTS_CAP: usize = 100_000;
 /// Live updates of a run.
 #[utoipa::path(get, path = "/api/v1/runs/{run}/live", params(("run" = String, Path)),
     responses((status = 200, content_type = "text/event-stream", body = LiveEvent,
-        description = "Server-Sent Events: `point` and `status` events whose data is a LiveEvent; `lagged` when events were skipped")))]
+        description = "Server-Sent Events: `point`, `status` and `log` events whose data is a LiveEvent; `lagged` when events were skipped")))]
 async fn live(
     State(st): State<WebState>,
     Path(run): Path<String>,
@@ -470,6 +470,7 @@ async fn live(
                         let kind = match &ev {
                             LiveEvent::Point { .. } => "point",
                             LiveEvent::Status { .. } => "status",
+                            LiveEvent::Log { .. } => "log",
                         };
                         let data = serde_json::to_string(&ev).unwrap_or_default();
                         Event::default().event(kind).data(data)

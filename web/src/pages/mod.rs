@@ -56,6 +56,8 @@ pub enum Scripts {
     Charts,
     /// The charts and the parallel-coordinates script (compare).
     ChartsAndParcoords,
+    /// The run log's live-follow script (no charts).
+    RunLog,
 }
 
 /// A warning badge for a run's anomalies (none when there are none), linking to its notes.
@@ -112,13 +114,15 @@ pub fn frame_with(title: &str, nav: Nav, scripts: Scripts, body: Markup) -> Mark
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · glassbox" }
-                @if scripts != Scripts::None { link rel="stylesheet" href=(assets::UPLOT_CSS); }
+                @let charts = matches!(scripts, Scripts::Charts | Scripts::ChartsAndParcoords);
+                @if charts { link rel="stylesheet" href=(assets::UPLOT_CSS); }
                 link rel="stylesheet" href=(assets::STYLE_CSS);
-                @if scripts != Scripts::None {
+                @if charts {
                     script src=(assets::UPLOT_JS) defer {}
                     script src=(assets::CHARTS_JS) defer {}
                 }
                 @if scripts == Scripts::ChartsAndParcoords { script src=(assets::PARCOORDS_JS) defer {} }
+                @if scripts == Scripts::RunLog { script src=(assets::RUNLOG_JS) defer {} }
             }
             body {
                 header {

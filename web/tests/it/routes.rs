@@ -687,6 +687,18 @@ async fn sse_streams_the_runs_live_events_only() {
         name: "train/loss".into(),
         value: 2.5,
     });
+    fx.live.publish(LiveEvent::Log {
+        run: "run-7".into(),
+        line: "2026-12-03T10:00:00Z warn retrying <b>the lease</b>".into(),
+    });
+    // The run log page shows the lines so far (escaped) and follows new ones.
+    let log_page = ok(&st, "/runs/run-7/log").await;
+    assert!(
+        log_page.contains("<span class=\"warn\">2026-12-03T10:00:00Z warn retrying &lt;b&gt;the lease&lt;/b&gt;</span>"),
+        "{log_page}"
+    );
+    assert!(log_page.contains("src=\"/assets/runlog.js\""), "{log_page}");
+    assert!(!log_page.contains("uPlot"), "no chart scripts on a log page");
     fx.live.publish(LiveEvent::Status {
         run: "run-7".into(),
         status: "succeeded".into(),
@@ -707,6 +719,10 @@ async fn sse_streams_the_runs_live_events_only() {
         "{text}"
     );
     assert!(text.contains("event: status"));
+    assert!(
+        text.contains("event: log\ndata: {\"type\":\"log\",\"run\":\"run-7\",\"line\":"),
+        "{text}"
+    );
     assert!(!text.contains("\"other\""));
     // The live point is also drawn on the run's live page.
     let charts = ok(&st, "/live/run-7").await;
