@@ -33,5 +33,17 @@ fn main() {
     {
         println!("cargo:rerun-if-changed={p}");
     }
+    // The dirty flag must follow edits that are not staged too: watch every tracked top-level
+    // file and directory (cargo watches a directory's contents recursively).
+    if let Some(files) = git(&["ls-files"]) {
+        let mut top: Vec<&str> = files
+            .lines()
+            .map(|f| f.split('/').next().unwrap_or(f))
+            .collect();
+        top.dedup();
+        for entry in top {
+            println!("cargo:rerun-if-changed={entry}");
+        }
+    }
     println!("cargo:rerun-if-env-changed=GLASSBOX_GIT_REVISION");
 }

@@ -267,11 +267,11 @@ impl BotConfig {
                 message: "at least one secret is needed (the one set on the GitHub webhook)".into(),
             });
         }
-        if let Some(i) = self.webhook_secrets.iter().position(Secret::is_empty) {
+        if let Some(i) = self.webhook_secrets.iter().position(Secret::is_blank) {
             return Err(ConfigError {
                 key: "webhook_secrets",
                 message: format!(
-                    "secret {} of {} is empty; an empty HMAC key lets anyone sign a delivery",
+                    "secret {} of {} is empty or only whitespace; such an HMAC key lets anyone sign a delivery",
                     i + 1,
                     self.webhook_secrets.len()
                 ),
@@ -380,6 +380,9 @@ mod tests {
         assert!(err.message.contains("secret 2 of 2 is empty"), "{err}");
         let none = minimal("repositories=['o/r']\nwebhook_secrets=[]").unwrap();
         assert_eq!(none.validate().unwrap_err().key, "webhook_secrets");
+        let blank = minimal("repositories=['o/r']\nwebhook_secrets=['   ']").unwrap();
+        let err = blank.validate().unwrap_err();
+        assert!(err.message.contains("secret 1 of 1 is empty or only whitespace"), "{err}");
     }
 
     #[test]

@@ -51,6 +51,10 @@ pub struct Proposal {
 pub struct ProposalRecorded {
     /// An approval of an earlier spec hash that this new hash voided.
     pub voided_approval: Option<ApprovalInfo>,
+    /// What in the spec is over the lab's limits (or names an undeclared corpus), one line
+    /// each with the figure and the limit: the proposal is recorded, but `/approve` will be
+    /// refused until the spec changes. Empty when it fits.
+    pub over_limits: Vec<String>,
 }
 
 /// An approval as the lab holds it.
@@ -413,6 +417,12 @@ pub struct LabModel {
     /// Notes one author may write (the lab's hourly limit; the in-memory lab has no clock, so
     /// it counts all of them). `0` means the default, 30.
     pub note_limit: u32,
+    /// When set, every proposal is refused with this reason (as the lab refuses one over an
+    /// author's daily limit, or a forecast naming a metric the run will not report).
+    pub refuse_proposals: Option<String>,
+    /// What the lab says is over its limits for every proposal (see
+    /// [`ProposalRecorded::over_limits`]); `/approve` is refused while it is not empty.
+    pub over_limits: Vec<String>,
 }
 
 /// One experiment in the in-memory lab.
@@ -442,6 +452,16 @@ impl InMemoryLab {
     /// Sets how many notes one author may write.
     pub fn set_note_limit(&self, limit: u32) {
         self.lock().note_limit = limit;
+    }
+
+    /// Makes the lab refuse every proposal with `reason` (`None`: accept them again).
+    pub fn refuse_proposals(&self, reason: Option<&str>) {
+        self.lock().refuse_proposals = reason.map(str::to_string);
+    }
+
+    /// Makes the lab say these limits are exceeded by every proposal (empty: none are).
+    pub fn set_over_limits(&self, problems: Vec<String>) {
+        self.lock().over_limits = problems;
     }
 
     /// Marks an experiment as running (what a worker leasing its job would do).
@@ -485,8 +505,14 @@ impl InMemoryLab {
 impl LabPort for InMemoryLab {
     async fn record_proposal(&self, proposal: Proposal) -> Result<ProposalRecorded, LabError> {
         let mut m = self.lock();
+        if let Some(reason) = &m.refuse_proposals {
+            return Err(LabError::InvalidState(reason.clone()));
+        }
         let id = proposal.experiment.clone();
-        let mut recorded = ProposalRecorded::default();
+        let mut recorded = ProposalRecorded {
+            over_limits: m.over_limits.clone(),
+            ..ProposalRecorded::default()
+        };
         match m.experiments.get_mut(&id) {
             Some(e) if e.proposal.spec_hash == proposal.spec_hash => {
                 e.proposal = proposal;
@@ -544,6 +570,12 @@ impl LabPort for InMemoryLab {
 
     async fn approve(&self, approval: Approval) -> Result<u32, LabError> {
         let mut m = self.lock();
+        if !m.over_limits.is_empty() {
+            return Err(LabError::InvalidState(format!(
+                "refused: {}",
+                m.over_limits.join("; ")
+            )));
+        }
         let id = approval.experiment.clone();
         let e = m
             .experiments

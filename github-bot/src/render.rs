@@ -104,6 +104,7 @@ pub fn valid_proposal(
     flops_per_second: f64,
     status: Option<&ExperimentStatus>,
     voided: Option<&ApprovalInfo>,
+    over_limits: &[String],
 ) -> String {
     let mut s = format!("{VALIDATION_MARKER}\n### ✅ Valid experiment spec\n\n");
     let _ = writeln!(s, "| | |\n|---|---|");
@@ -136,7 +137,21 @@ pub fn valid_proposal(
             v.approver, v.spec_hash
         );
     }
+    if !over_limits.is_empty() {
+        s.push_str("\n### ⛔ Over the lab's limits\n\nThe proposal is recorded, but `/approve` will be refused until the spec fits:\n\n");
+        for p in over_limits {
+            let _ = writeln!(s, "- {p}");
+        }
+    }
     s
+}
+
+/// The validation comment for a valid spec the lab would not record (an author over the daily
+/// proposal limit, a forecast on a metric the run will not report): the lab's reason as given.
+pub fn proposal_refused(hash: &SpecHash, reason: &str) -> String {
+    format!(
+        "{VALIDATION_MARKER}\n### ⛔ Not recorded by the lab\n\nThe spec `{hash}` is valid, but the lab refused to record it: {reason}\n\nNothing was added to the ledger. Edit the issue to try again.\n"
+    )
 }
 
 /// The validation comment for a form or spec with mistakes: every one, by field.
@@ -456,13 +471,20 @@ fn command_usage(name: &str) -> &'static str {
 }
 
 /// `/status`.
-pub fn status(status: Option<&ExperimentStatus>) -> String {
+pub fn status(status: Option<&ExperimentStatus>, dashboard: &str) -> String {
     match status {
         None => "No valid proposal is recorded for this issue yet.".into(),
         Some(st) => {
             let mut s = format!("Spec `{}`: {}.", st.spec_hash, state_line(Some(st)));
             if let Some(a) = &st.approval {
                 let _ = write!(s, " Approved by @{} for `{}`.", a.approver, a.spec_hash);
+            }
+            if !dashboard.is_empty() {
+                let _ = write!(
+                    s,
+                    " The whole queue, in the order it runs: {}/queue",
+                    dashboard.trim_end_matches('/')
+                );
             }
             s
         }

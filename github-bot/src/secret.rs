@@ -31,6 +31,12 @@ impl Secret {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// Whether the value is empty or only whitespace (a secret that is a stray space or newline
+    /// in a config file is no secret at all).
+    pub fn is_blank(&self) -> bool {
+        self.0.trim().is_empty()
+    }
 }
 
 impl fmt::Debug for Secret {

@@ -394,13 +394,10 @@ impl Flow {
             .map_or(0, |p| p as u32 + 1))
     }
 
-    /// The lab's budget and quota rules for approving `spec` by `author`.
-    async fn check_limits(
-        &self,
-        spec: &ExperimentSpec,
-        author: &str,
-        local: bool,
-    ) -> Result<(), LabError> {
+    /// What in `spec` is over the lab's limits (FLOPs, wall clock, memory, metric volume) or
+    /// names corpora no `dataset` entry declares: listed in the bot's validation comment when
+    /// the proposal is recorded, and refused at approval ([`Flow::check_limits`]).
+    pub async fn spec_limit_problems(&self, spec: &ExperimentSpec) -> Result<Vec<String>, LabError> {
         let limits = &self.inner.config.limits;
         let cost = glassbox_schemas::estimate(spec);
         let mut problems = Vec::new();
@@ -420,6 +417,19 @@ impl Flow {
         }
         problems.extend(crate::limits::spec_problems(limits, spec));
         problems.extend(self.undeclared_corpora(spec).await?);
+        Ok(problems)
+    }
+
+    /// The lab's budget and quota rules for approving `spec` by `author`: the spec's own
+    /// limits ([`Flow::spec_limit_problems`]) and the author's open jobs.
+    async fn check_limits(
+        &self,
+        spec: &ExperimentSpec,
+        author: &str,
+        local: bool,
+    ) -> Result<(), LabError> {
+        let limits = &self.inner.config.limits;
+        let mut problems = self.spec_limit_problems(spec).await?;
         if !local {
             let open = self.inner.queue.open_jobs_of(author).await?;
             if open >= limits.max_open_per_author {
@@ -1009,11 +1019,16 @@ impl LabPort for Flow {
             })
             .await
             .map_err(port_error)?;
+        let over_limits = self
+            .spec_limit_problems(&p.spec)
+            .await
+            .map_err(port_error)?;
         Ok(ProposalRecorded {
             voided_approval: recorded.voided.map(|(h, by)| ApprovalInfo {
                 spec_hash: h,
                 approver: Login::new(by),
             }),
+            over_limits,
         })
     }
 

@@ -2,7 +2,7 @@
 //! ledger's own files, and how a process finds its queue, blobs and configuration from it.
 //!
 //! Layout, on top of the ledger's (`blobs/`, `log/`, `vkey`, `keys/`, `index.db`, see
-//! [`glassbox_ledger::Lab`]):
+//! [`glassbox_ledger::LabDir`]):
 //!
 //! - `lab.toml` — the lab configuration ([`LabConfig`]), used when no other file is named;
 //! - `queue.db` — the job queue, when no database URL is given (SQLite);
@@ -18,7 +18,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use glassbox_ledger::{BlobStore, Lab};
+use glassbox_ledger::{BlobStore, LabDir};
 
 use crate::config::LabConfig;
 use crate::error::LabError;
@@ -50,7 +50,7 @@ pub struct LabOptions {
 #[derive(Debug)]
 pub struct LabHandle {
     /// The ledger directory.
-    pub lab: Lab,
+    pub lab: LabDir,
     /// The job queue.
     pub queue: Queue,
     /// The ledger writer (blobs and entries).
@@ -66,11 +66,11 @@ pub struct LabHandle {
 impl LabHandle {
     /// Opens the lab at `root` as `options` say.
     pub async fn open(root: &Path, options: LabOptions) -> Result<LabHandle, LabError> {
-        let (lab, created) = match Lab::open(root) {
+        let (lab, created) = match LabDir::open(root) {
             Ok(lab) => (lab, None),
             Err(glassbox_ledger::Error::NoLab { .. }) if options.create => {
-                let origin = Lab::random_origin()?;
-                let (lab, _) = Lab::init(root, &origin)?;
+                let origin = LabDir::random_origin()?;
+                let (lab, _) = LabDir::init(root, &origin)?;
                 (lab, Some(origin))
             }
             Err(e) => return Err(e.into()),
@@ -155,7 +155,7 @@ pub fn own_config(root: &Path) -> Result<Option<LabConfig>, LabError> {
 }
 
 /// The blob store at `location`, or the lab directory's `blobs/`.
-pub fn blob_store(lab: &Lab, location: Option<&str>) -> Result<Arc<dyn BlobStore>, LabError> {
+pub fn blob_store(lab: &LabDir, location: Option<&str>) -> Result<Arc<dyn BlobStore>, LabError> {
     Ok(match location {
         Some(loc) => Arc::from(glassbox_ledger::open_store(loc)?),
         None => Arc::new(lab.blobs()),
@@ -164,7 +164,7 @@ pub fn blob_store(lab: &Lab, location: Option<&str>) -> Result<Arc<dyn BlobStore
 
 /// The blob store of a lab opened without its queue (`ledger`, `publish`, `verify --lab`):
 /// `location` when given, else the lab's own `lab.toml` `[storage] blobs`, else `blobs/`.
-pub fn own_blob_store(lab: &Lab, location: Option<&str>) -> Result<Arc<dyn BlobStore>, LabError> {
+pub fn own_blob_store(lab: &LabDir, location: Option<&str>) -> Result<Arc<dyn BlobStore>, LabError> {
     match location {
         Some(loc) => blob_store(lab, Some(loc)),
         None => {
@@ -214,7 +214,7 @@ mod tests {
     async fn the_lab_toml_in_the_directory_is_read_and_a_bad_one_names_the_key() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        Lab::init(root, "test/origin").unwrap();
+        LabDir::init(root, "test/origin").unwrap();
         std::fs::write(root.join(CONFIG_FILE), "[worker]\nlease_seconds = 77\n").unwrap();
         let lab = LabHandle::open(root, LabOptions::default()).await.unwrap();
         assert_eq!(

@@ -840,6 +840,17 @@ impl Queue {
         jobs::list(self.db.pool(), state, limit).await
     }
 
+    /// The open jobs (queued, held, leased, running) in the order a worker would lease the
+    /// waiting ones (priority, then first approved); at most `limit`.
+    pub async fn open_jobs(&self, limit: u32) -> Result<Vec<Job>, QueueError> {
+        jobs::open(self.db.pool(), limit).await
+    }
+
+    /// The jobs that ended last, newest ending first; at most `limit`.
+    pub async fn recently_ended(&self, limit: u32) -> Result<Vec<Job>, QueueError> {
+        jobs::recently_ended(self.db.pool(), limit).await
+    }
+
     /// How many queued jobs run before this one (0 = next); `None` if it is not queued.
     pub async fn position(&self, job: JobId) -> Result<Option<u64>, QueueError> {
         let j = self.get(job).await?;

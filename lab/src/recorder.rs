@@ -15,7 +15,7 @@ use std::io::Read;
 use std::sync::{Arc, Mutex};
 
 use glassbox_ledger::index::Index;
-use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
+use glassbox_ledger::{BlobStore, DirSource, LabDir, LockMode, LogReader};
 use glassbox_schemas::record::{EntryBody, refs};
 use glassbox_schemas::{Blake3Hash, BlobHash, ExperimentId, LedgerEntry, RunId, SpecHash};
 
@@ -23,7 +23,7 @@ use crate::error::LabError;
 
 /// Writes blobs and entries to one lab's ledger.
 pub struct Recorder {
-    lab: Lab,
+    lab: LabDir,
     blobs: Arc<dyn BlobStore>,
     /// Serialises this process's appends (the OS lock serialises processes).
     append_lock: Mutex<()>,
@@ -101,7 +101,7 @@ impl std::fmt::Debug for Recorder {
 impl Recorder {
     /// A recorder for `lab`, storing blobs in `blobs` (the lab's directory store or an object
     /// store shared by many machines).
-    pub fn new(lab: Lab, blobs: Arc<dyn BlobStore>) -> Self {
+    pub fn new(lab: LabDir, blobs: Arc<dyn BlobStore>) -> Self {
         Self {
             lab,
             blobs,
@@ -121,13 +121,13 @@ impl Recorder {
     }
 
     /// A recorder on the lab's own blob directory.
-    pub fn local(lab: Lab) -> Self {
+    pub fn local(lab: LabDir) -> Self {
         let blobs: Arc<dyn BlobStore> = Arc::new(lab.blobs());
         Self::new(lab, blobs)
     }
 
     /// The lab.
-    pub fn lab(&self) -> &Lab {
+    pub fn lab(&self) -> &LabDir {
         &self.lab
     }
 

@@ -83,6 +83,8 @@ pub trait LiveSink: Send + Sync {
     fn metrics(&self, experiment: &ExperimentId, run: &RunId, record: &MetricRecord);
     /// `run` changed state (`running`, or its final status).
     fn status(&self, experiment: &ExperimentId, run: &RunId, status: &str);
+    /// A line of the run's own log (`<time> <level> <text>`), as the worker writes it.
+    fn log(&self, _experiment: &ExperimentId, _run: &RunId, _line: &str) {}
 }
 
 /// Cancel flags of the jobs running in this process, so a maintainer's `/cancel` reaches a
@@ -444,7 +446,14 @@ impl Worker {
     }
 
     async fn execute(&self, job: Job) -> Result<JobEnd, LabError> {
-        let log = Arc::new(RunLog::default());
+        // The run's log, its lines also sent live (a reproduction's run is named later).
+        let log = Arc::new(match (&self.live, job.kind) {
+            (Some(live), JobKind::Run) => {
+                let (live, experiment, run) = (live.clone(), job.experiment.clone(), job.run());
+                RunLog::following(Box::new(move |line| live.log(&experiment, &run, line)))
+            }
+            _ => RunLog::default(),
+        });
         log.info(format!(
             "job {} ({}), attempt {} of {}, leased by worker {}",
             job.id, job.experiment, job.attempts, job.max_attempts, self.opts.id

@@ -17,11 +17,11 @@ use crate::log::{LockMode, LogWriter};
 
 /// A lab directory that exists and has a log.
 #[derive(Debug, Clone)]
-pub struct Lab {
+pub struct LabDir {
     root: PathBuf,
 }
 
-impl Lab {
+impl LabDir {
     /// A fresh origin line for a new lab's log: `glassbox-lab/<8 random hex digits>`.
     pub fn random_origin() -> Result<String, Error> {
         let mut b = [0u8; 4];
@@ -34,8 +34,8 @@ impl Lab {
 
     /// Creates a lab: directories, a fresh Ed25519 signing key named `origin` (mode 0600), the
     /// verifier key and the empty log's first checkpoint. Refuses a directory that has a lab.
-    pub fn init(root: &Path, origin: &str) -> Result<(Lab, SignedCheckpoint), Error> {
-        let lab = Lab {
+    pub fn init(root: &Path, origin: &str) -> Result<(LabDir, SignedCheckpoint), Error> {
+        let lab = LabDir {
             root: root.to_path_buf(),
         };
         for existing in ["keys/ledger.key", "log/checkpoint"] {
@@ -59,14 +59,14 @@ impl Lab {
     }
 
     /// Opens an existing lab; a clear error names what is missing.
-    pub fn open(root: &Path) -> Result<Lab, Error> {
+    pub fn open(root: &Path) -> Result<LabDir, Error> {
         if !root.is_dir() {
             return Err(Error::NoLab {
                 path: root.to_path_buf(),
                 reason: "the directory does not exist".into(),
             });
         }
-        let lab = Lab {
+        let lab = LabDir {
             root: root.to_path_buf(),
         };
         if !lab.log_dir().join("checkpoint").is_file() {

@@ -48,7 +48,7 @@ pub use audit::{AuditFailure, AuditOptions, AuditReport, audit};
 pub use blob::{BlobStore, LocalBlobStore, PutOutcome, open_store};
 pub use checkpoint::{Checkpoint, SignedCheckpoint, SigningKey, VerifierKey};
 pub use error::Error;
-pub use lab::Lab;
+pub use lab::LabDir;
 pub use log::{LockMode, LogReader, LogWriter};
 pub use merkle::{LeafIndex, MerkleHash, TreeSize};
 pub use source::{DirSource, HttpSource, LogSource, ReadLimit, WithBlobStore};

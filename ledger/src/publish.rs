@@ -17,7 +17,7 @@ use crate::audit::OMITTED_BLOBS;
 use crate::blob::{BlobStore, blob_rel_path};
 use crate::checkpoint::SignedCheckpoint;
 use crate::error::Error;
-use crate::lab::Lab;
+use crate::lab::LabDir;
 use crate::log::LogReader;
 use crate::merkle::verify_consistency;
 use crate::source::DirSource;
@@ -49,14 +49,14 @@ fn git_err(path: &Path) -> impl Fn(git2::Error) -> Error + '_ {
 }
 
 /// Publishes `lab` into the git repository at `repo_dir` (created if absent).
-pub fn publish(lab: &Lab, repo_dir: &Path, max_blob_bytes: u64) -> Result<PublishReport, Error> {
+pub fn publish(lab: &LabDir, repo_dir: &Path, max_blob_bytes: u64) -> Result<PublishReport, Error> {
     publish_with_blobs(lab, &lab.blobs(), repo_dir, max_blob_bytes)
 }
 
 /// [`publish`] for a lab whose blobs live in `blobs` (an object store) rather than its
 /// `blobs/` directory; the published copy holds them in `blobs/` as usual.
 pub fn publish_with_blobs(
-    lab: &Lab,
+    lab: &LabDir,
     blobs: &dyn BlobStore,
     repo_dir: &Path,
     max_blob_bytes: u64,

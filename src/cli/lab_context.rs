@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use glassbox_lab::{LabConfig, LabHandle, LabOptions};
-use glassbox_ledger::{BlobStore, Lab};
+use glassbox_ledger::{BlobStore, LabDir};
 
 use crate::GlobalOpts;
 
@@ -72,7 +72,7 @@ pub async fn open_with(
 /// The blob store of a lab opened without the queue (`ledger ...`, `publish`): `location` (a
 /// `--blobs` flag), else `GLASSBOX_BLOBS`, else the lab's own `lab.toml` `[storage] blobs`, else
 /// its `blobs/` directory.
-pub fn lab_blob_store(lab: &Lab, location: Option<&str>) -> anyhow::Result<Arc<dyn BlobStore>> {
+pub fn lab_blob_store(lab: &LabDir, location: Option<&str>) -> anyhow::Result<Arc<dyn BlobStore>> {
     let from_env = std::env::var("GLASSBOX_BLOBS")
         .ok()
         .filter(|v| !v.is_empty());

@@ -14,7 +14,7 @@ use base64::Engine as _;
 use clap::{Args, Subcommand};
 use glassbox_ledger::index::Index;
 use glassbox_ledger::merkle::{self, LeafIndex, TreeSize};
-use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
+use glassbox_ledger::{BlobStore, DirSource, LabDir, LockMode, LogReader};
 use glassbox_schemas::record::{ArtifactBody, refs};
 use glassbox_schemas::{BlobHash, EntryKind, LedgerEntry};
 use serde_json::json;
@@ -32,7 +32,7 @@ pub struct IndexOpts {
 }
 
 impl IndexOpts {
-    pub fn url(&self, lab: &Lab) -> String {
+    pub fn url(&self, lab: &LabDir) -> String {
         self.index_url
             .clone()
             .unwrap_or_else(|| lab.index_path().display().to_string())
@@ -186,7 +186,7 @@ pub fn run_init(args: InitArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode>
         Some(o) => o,
         None => default_origin()?,
     };
-    let (lab, cp) = Lab::init(&global.lab, &origin)?;
+    let (lab, cp) = LabDir::init(&global.lab, &origin)?;
     let url = args.index.url(&lab);
     runtime()?.block_on(async {
         let idx = Index::connect(&url).await?;
@@ -206,19 +206,19 @@ pub fn run_init(args: InitArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode>
 
 /// A fresh lab's log origin when none is given: `glassbox-lab/<8 random hex>`.
 pub fn default_origin() -> anyhow::Result<String> {
-    Ok(Lab::random_origin()?)
+    Ok(LabDir::random_origin()?)
 }
 
 pub fn run(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     finish(run_inner(cmd, global))
 }
 
-fn open_reader<'s>(lab: &Lab, source: &'s DirSource) -> anyhow::Result<LogReader<'s>> {
+fn open_reader<'s>(lab: &LabDir, source: &'s DirSource) -> anyhow::Result<LogReader<'s>> {
     Ok(LogReader::open(source, &lab.verifier_key()?)?)
 }
 
 fn run_inner(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
-    let lab = Lab::open(&global.lab)?;
+    let lab = LabDir::open(&global.lab)?;
     let source = DirSource {
         root: lab.root().to_path_buf(),
     };
@@ -341,7 +341,7 @@ enum Ingest {
 }
 
 fn put(
-    lab: &Lab,
+    lab: &LabDir,
     blobs: &dyn BlobStore,
     source: &DirSource,
     file: &Path,
@@ -458,7 +458,7 @@ fn check_digest(h: &blake3::Hasher, want: &BlobHash) -> anyhow::Result<()> {
 
 /// `ledger proof precedes`: the library builds and checks the proof; this prints it.
 fn precedes(
-    lab: &Lab,
+    lab: &LabDir,
     source: &DirSource,
     first: u64,
     second: u64,
@@ -570,7 +570,7 @@ fn b64(h: &merkle::MerkleHash) -> String {
     base64::engine::general_purpose::STANDARD.encode(h.0)
 }
 
-fn proof(lab: &Lab, source: &DirSource, cmd: ProofCommand) -> anyhow::Result<ExitCode> {
+fn proof(lab: &LabDir, source: &DirSource, cmd: ProofCommand) -> anyhow::Result<ExitCode> {
     if let ProofCommand::Precedes {
         first,
         second,

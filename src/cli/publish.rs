@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use glassbox_ledger::Lab;
+use glassbox_ledger::LabDir;
 use glassbox_ledger::publish::{DEFAULT_MAX_BLOB_BYTES, publish_with_blobs};
 
 use crate::GlobalOpts;
@@ -28,7 +28,7 @@ pub struct PublishArgs {
 
 pub fn run(args: PublishArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     finish((|| {
-        let lab = Lab::open(&global.lab)?;
+        let lab = LabDir::open(&global.lab)?;
         let blobs = crate::cli::lab_context::lab_blob_store(&lab, args.blobs.as_deref())?;
         let r = publish_with_blobs(&lab, blobs.as_ref(), &args.git, args.max_blob_bytes)?;
         if r.committed {

@@ -26,7 +26,7 @@ use glassbox_github_bot::form::render_issue_form;
 use glassbox_github_bot::local::{LOCAL_BOT_LOGIN, LOCAL_GITHUB_PREFIX, LocalGitHub, LocalIssues};
 use glassbox_github_bot::{Login, RepoName, Secret, WEBHOOK_PATH};
 use glassbox_lab::{LiveSink, dataset};
-use glassbox_ledger::Lab;
+use glassbox_ledger::LabDir;
 use glassbox_schemas::ExperimentId;
 
 use crate::GlobalOpts;
@@ -144,7 +144,7 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
             );
             return Ok(exit::code(exit::CHECK_FAILED));
         }
-        if Lab::open(dir).is_err() {
+        if LabDir::open(dir).is_err() {
             eprintln!(
                 "error: {} exists and is not a glassbox lab; refusing to delete it even with --force",
                 dir.display()
@@ -157,7 +157,7 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
         "glassbox-quickstart/{}",
         crate::cli::ledger::default_origin()?.trim_start_matches("glassbox-lab/")
     );
-    let (lab, _) = Lab::init(dir, &origin)?;
+    let (lab, _) = LabDir::init(dir, &origin)?;
     stage(
         "lab",
         format!("created {} (log origin {origin})", lab.root().display()),

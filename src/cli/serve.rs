@@ -334,6 +334,13 @@ impl LiveSink for HubSink {
             status: status.to_string(),
         });
     }
+
+    fn log(&self, _e: &ExperimentId, run: &RunId, line: &str) {
+        self.0.publish(LiveEvent::Log {
+            run: run.0.clone(),
+            line: line.to_string(),
+        });
+    }
 }
 
 /// Several sinks as one.
@@ -355,6 +362,11 @@ impl LiveSink for FanoutSink {
             s.status(e, r, st);
         }
     }
+    fn log(&self, e: &ExperimentId, r: &RunId, line: &str) {
+        for s in &self.0 {
+            s.log(e, r, line);
+        }
+    }
 }
 
 /// The lab's queue gauges on the dashboard's `/metrics`.
@@ -363,6 +375,48 @@ struct QueueMetrics(glassbox_lab::Queue);
 impl glassbox_web::ops::MetricsSource for QueueMetrics {
     fn prometheus_text(&self) -> glassbox_web::ops::MetricsText<'_> {
         Box::pin(async move { self.0.prometheus_text().await.map_err(|e| e.to_string()) })
+    }
+}
+
+/// The lab's jobs on the dashboard's public queue page.
+struct QueueJobs(glassbox_lab::Queue);
+
+/// Open jobs the queue page lists at most.
+const QUEUE_PAGE_JOBS: u32 = 500;
+
+impl glassbox_web::queue::QueueSource for QueueJobs {
+    fn jobs(&self, finished: u32) -> glassbox_web::queue::QueueFuture<'_> {
+        Box::pin(async move {
+            let row = |j: glassbox_lab::Job| glassbox_web::queue::QueueJob {
+                id: j.id.0,
+                kind: j.kind.as_str().to_string(),
+                experiment: j.experiment.0.clone(),
+                spec_hash: j.spec_hash.to_string(),
+                author: j.author.clone(),
+                priority: j.priority,
+                state: j.state.as_str().to_string(),
+                run: j.run_id.as_ref().map(|r| r.0.clone()),
+                worker: j.lease_owner.as_ref().map(|w| w.to_string()),
+                reason: j.reason.clone(),
+                created_at_ms: j.created_at,
+                updated_at_ms: j.updated_at,
+            };
+            let open = self
+                .0
+                .open_jobs(QUEUE_PAGE_JOBS)
+                .await
+                .map_err(|e| e.to_string())?;
+            let ended = self
+                .0
+                .recently_ended(finished)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(glassbox_web::queue::QueueJobs {
+                open: open.into_iter().map(row).collect(),
+                finished: ended.into_iter().map(row).collect(),
+                now_ms: self.0.clock().now_ms(),
+            })
+        })
     }
 }
 
@@ -448,6 +502,7 @@ pub async fn start(
     let state = WebState::new(ctx.lab.clone(), index.clone(), live.clone())
         .with_blobs(ctx.recorder.blobs().clone())
         .with_metrics(Arc::new(QueueMetrics(ctx.queue.clone())))
+        .with_queue(Arc::new(QueueJobs(ctx.queue.clone())))
         .with_extra(router);
     let addr = listener.local_addr()?;
     let (stop, mut stop_rx) = tokio::sync::watch::channel(false);

@@ -501,8 +501,38 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A blob to get, a text file to import, a short spec to train.
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, "To be, or not to be.\n\nThat is the question.\n").unwrap();
+    let file = file.to_str().unwrap();
+    let put = Command::new(BIN)
+        .args(["ledger", "put", file, "--lab"])
+        .arg(&lab)
+        .output()
+        .unwrap();
+    assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
+    let hash = format!("blake3:{}", blake3::hash(std::fs::read(file).unwrap().as_slice()).to_hex());
+    let short = dir.path().join("short.toml");
+    std::fs::write(
+        &short,
+        std::fs::read_to_string(spec)
+            .unwrap()
+            .replace("steps = 300", "steps = 4")
+            .replace("warmup_steps = 30", "warmup_steps = 1")
+            .replace("eval_interval = 100", "eval_interval = 2"),
+    )
+    .unwrap();
+    let short = short.to_str().unwrap();
+    let out_dir = dir.path().join("run-out");
+    let out_dir = out_dir.to_str().unwrap();
     let commands: &[&[&str]] = &[
         &["--help"],
+        &["--version"],
+        &["ledger", "put", file],
+        &["ledger", "get", &hash],
+        &["data", "import", "--domain", "play", "--format", "text", "--separator", "\n\n", file],
+        &["run", short, "--no-ledger", "--backend", "cpu", "--out", out_dir],
+        &["run", short, "--no-ledger", "--backend", "cpu", "--json", "--out", out_dir],
         &["spec", "schema"],
         &["spec", "check", spec],
         &["spec", "check", "--json", spec],

@@ -291,7 +291,7 @@ fn rewritten_history_of_the_same_size_fails_consistency() {
     std::fs::write(&saved, env.ok(&["ledger", "checkpoint"])).unwrap();
     // Rebuild the log under the same key with three different entries: same size, validly
     // signed, different history.
-    let lab = glassbox_ledger::Lab::open(&env.lab()).unwrap();
+    let lab = glassbox_ledger::LabDir::open(&env.lab()).unwrap();
     std::fs::remove_dir_all(lab.log_dir()).unwrap();
     std::fs::remove_file(lab.index_path()).unwrap();
     glassbox_ledger::LogWriter::create(&lab.log_dir(), &lab.signing_key().unwrap()).unwrap();

@@ -136,3 +136,81 @@ fn a_spec_over_the_memory_limit_is_refused_by_glassbox_run() {
         "nothing was approved"
     );
 }
+
+/// Item 8: an allocation the machine cannot satisfy ends the run `failed` with a result entry
+/// naming it, and the process exits with the failed-run status instead of aborting. The address
+/// space is capped at 3 GB (`RLIMIT_AS`) and the spec's first expert layer alone needs 3.2 GB of
+/// parameters; the lab's memory limit is set high so that the refusal is the allocator's.
+#[test]
+fn a_run_whose_allocation_fails_ends_failed_on_the_record() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let spec = d.join("big.toml");
+    std::fs::write(
+        &spec,
+        r#"
+[experiment]
+name = "too big for its address space"
+slug = "too-big"
+hypothesis = "An allocation failure is a failed run on the record, not an abort."
+[model]
+d_model = 1024
+n_layers = 4
+n_heads = 8
+seq_len = 16
+[model.moe]
+n_experts = 64
+top_k = 2
+d_expert = 4096
+[[data.mixture]]
+domain = "markov"
+generator = { kind = "markov", seed = 1, order = 1, alphabet = 8, branching = 2 }
+[train]
+steps = 1
+batch_size = 1
+lr = 0.003
+eval_interval = 1
+eval_batches = 1
+seed = 1
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("lab.toml"),
+        "[limits]\nmax_memory_bytes = 1e12\nmax_flops_per_proposal = 1e18\n",
+    )
+    .unwrap();
+    let mut cmd =
+        crate::support::glassbox(d, None, &["run", spec.to_str().unwrap(), "--threads", "1"]);
+    cmd.env("GLASSBOX_CONFIG", d.join("lab.toml"));
+    // SAFETY: runs in the child between fork and exec; setrlimit is async-signal-safe and
+    // touches nothing of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            let cap = libc::rlimit {
+                rlim_cur: 3 << 30,
+                rlim_max: 3 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &cap) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(13), "{stderr}");
+    assert!(stderr.contains("cannot allocate"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let entries = crate::support::entries(&d.join("lab"));
+    let results: Vec<_> = entries
+        .iter()
+        .filter(|e| e.kind() == EntryKind::Result)
+        .collect();
+    assert_eq!(results.len(), 1, "one result entry");
+    let body: glassbox_schemas::record::ResultBody = results[0].body_as().unwrap();
+    assert_eq!(body.ending.status, glassbox_schemas::RunStatus::Failed);
+    let reason = body.ending.reason.unwrap_or_default();
+    assert!(reason.contains("cannot allocate"), "{reason}");
+}

@@ -230,6 +230,9 @@
   function Chart(el) {
     this.el = el;
     this.lines = JSON.parse(el.dataset.series || '[]');
+    // The run's notes and anomalies, by step: drawn over the lines after every redraw.
+    this.marks = JSON.parse(el.dataset.marks || '[]');
+    this.maps = {};
     this.title = el.dataset.title || '';
     this.unit = el.dataset.unit || '';
     this.raw = this.lines.map(function () { return { steps: [], ys: [] }; });
@@ -334,6 +337,7 @@
       cursor: { sync: { key: 'glassbox' }, drag: { x: true, y: false, setScale: false } },
       legend: { live: true },
       hooks: {
+        draw: [function (u) { self.drawMarks(u); }],
         setSelect: [function (u) {
           if (u.select.width < 3) { return; }
           var a = u.posToVal(u.select.left, 'x');
@@ -343,6 +347,40 @@
         }]
       }
     };
+  };
+
+  // Notes as translucent purple bands, anomalies as red lines, over the plotting area; a step
+  // is placed on the chosen x axis as the lines are (tokens, FLOPs and time by the run's map).
+  Chart.prototype.drawMarks = function (u) {
+    if (!this.marks.length) { return; }
+    var map = view.x === 'step' ? null : this.maps[this.lines[0] && this.lines[0].run];
+    if (view.x !== 'step' && !map) { return; }
+    var at = function (step) { return u.valToPos(map ? interp(map, step) : step, 'x', true); };
+    var ctx = u.ctx;
+    var top = u.bbox.top;
+    var height = u.bbox.height;
+    var left = u.bbox.left;
+    var right = left + u.bbox.width;
+    var drawn = 0;
+    ctx.save();
+    this.marks.forEach(function (m) {
+      var a = at(m.from);
+      var b = at(m.to);
+      if (!isFinite(a) || !isFinite(b) || b < left || a > right) { return; }
+      drawn++;
+      a = Math.max(a, left);
+      b = Math.min(b, right);
+      if (m.anomaly || b - a < 2) {
+        ctx.fillStyle = m.anomaly ? 'rgba(200, 30, 30, 0.85)' : 'rgba(120, 60, 170, 0.85)';
+        ctx.fillRect(Math.round(a) - 1, top, 2, height);
+      } else {
+        ctx.fillStyle = 'rgba(120, 60, 170, 0.18)';
+        ctx.fillRect(a, top, b - a, height);
+      }
+    });
+    ctx.restore();
+    // How many are in view, for a reader of the page's DOM (and the browser test).
+    this.el.dataset.marksDrawn = String(drawn);
   };
 
   // The step range of x range [a, b] on this chart's axis.
@@ -358,6 +396,7 @@
   Chart.prototype.draw = function (reset) {
     var self = this;
     return this.data().then(function (d) {
+      self.maps = d.maps || {};
       var shape = [view.smooth > 0, view.logy, view.x, self.lines.length].join();
       if (!self.plot || shape !== self.shape) {
         if (self.plot) { self.plot.destroy(); }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use glassbox_ledger::index::Index;
-use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
+use glassbox_ledger::{BlobStore, DirSource, LabDir, LockMode, LogReader};
 use glassbox_schemas::record::{
     EntryBody, ProposalBody, ResultBody, RunEnding, RunStartedBody, refs,
 };
@@ -104,9 +104,9 @@ fn experiment_id(k: u64) -> String {
     format!("load/lab#{k}")
 }
 
-async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (Lab, Index) {
+async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (LabDir, Index) {
     let t = Instant::now();
-    let (lab, _) = Lab::init(root, "load.example/glassbox").unwrap();
+    let (lab, _) = LabDir::init(root, "load.example/glassbox").unwrap();
     let spec_text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../examples/tiny.toml"
@@ -308,7 +308,7 @@ async fn main() {
     let tmp = tempfile::tempdir().unwrap();
     let root = a.dir.clone().unwrap_or_else(|| tmp.path().join("lab"));
     let (lab, index) = if root.join("log/checkpoint").is_file() {
-        let lab = Lab::open(&root).unwrap();
+        let lab = LabDir::open(&root).unwrap();
         let index = Index::connect(&lab.index_path().display().to_string())
             .await
             .unwrap();

@@ -66,6 +66,7 @@ pub fn routes() -> Router<WebState> {
         .route("/api/v1/negative", get(negative))
         .route("/api/v1/compare", get(compare_runs))
         .route("/api/v1/ledger", get(ledger_summary))
+        .route("/api/v1/queue", get(queue))
 }
 
 /// The OpenAPI document.
@@ -96,7 +97,8 @@ pub fn routes() -> Router<WebState> {
         ladders,
         negative,
         compare_runs,
-        ledger_summary
+        ledger_summary,
+        queue
     ),
     components(schemas(
         ListPage,
@@ -129,7 +131,10 @@ pub fn routes() -> Router<WebState> {
         LedgerSummary,
         LiveEvent,
         crate::annotations::RunAnnotations,
-        crate::annotations::RunMark
+        crate::annotations::RunMark,
+        crate::queue::QueueView,
+        crate::queue::QueueRow,
+        crate::queue::QueueJob
     ))
 )]
 pub struct ApiDoc;
@@ -445,7 +450,7 @@ pub const MAX_POINTS_CAP: usize = 100_000;
 /// Live updates of a run.
 #[utoipa::path(get, path = "/api/v1/runs/{run}/live", params(("run" = String, Path)),
     responses((status = 200, content_type = "text/event-stream", body = LiveEvent,
-        description = "Server-Sent Events: `point` and `status` events whose data is a LiveEvent; `lagged` when events were skipped")))]
+        description = "Server-Sent Events: `point`, `status` and `log` events whose data is a LiveEvent; `lagged` when events were skipped")))]
 async fn live(
     State(st): State<WebState>,
     Path(run): Path<String>,
@@ -465,6 +470,7 @@ async fn live(
                         let kind = match &ev {
                             LiveEvent::Point { .. } => "point",
                             LiveEvent::Status { .. } => "status",
+                            LiveEvent::Log { .. } => "log",
                         };
                         let data = serde_json::to_string(&ev).unwrap_or_default();
                         Event::default().event(kind).data(data)
@@ -738,4 +744,15 @@ async fn compare_runs(
 #[utoipa::path(get, path = "/api/v1/ledger", responses((status = 200, body = LedgerSummary)))]
 async fn ledger_summary(State(st): State<WebState>) -> Result<Json<LedgerSummary>, WebError> {
     Ok(Json(ledger::summary(&st).await?))
+}
+
+/// The lab's job queue: running, waiting in the order they will run, held, and the last
+/// finished, with estimated durations and starts (404 when this dashboard has no queue).
+#[utoipa::path(get, path = "/api/v1/queue",
+    responses((status = 200, body = crate::queue::QueueView), (status = 404)))]
+async fn queue(State(st): State<WebState>) -> Result<Json<crate::queue::QueueView>, WebError> {
+    crate::queue::view(&st)
+        .await?
+        .map(Json)
+        .ok_or_else(|| WebError::not_found("the job queue (this dashboard serves a published log)"))
 }

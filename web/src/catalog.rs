@@ -17,8 +17,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use glassbox_ledger::BlobStore;
 use glassbox_schemas::data::{CorpusFormat, TokenizedBody, TokenizerBody};
 use glassbox_schemas::record::{
-    ApprovalBody, DatasetBody, ForecastBody, IssueRef, ProposalBody, RejectionBody, ResultBody,
-    RunStartedBody,
+    AnomalyBody, ApprovalBody, DatasetBody, ForecastBody, IssueRef, ProposalBody, RejectionBody,
+    ResultBody, RunStartedBody,
 };
 use glassbox_schemas::{BlobHash, EntryKind, ExperimentSpec, LedgerEntry};
 use serde::Serialize;
@@ -148,6 +148,8 @@ pub struct RunRow {
     pub tokenizer: Option<String>,
     /// Domain -> the token shard it drew from, from `run_started`.
     pub shards: BTreeMap<String, String>,
+    /// Anomalies the worker flagged during the run (`anomaly` entries).
+    pub anomalies: u32,
 }
 
 /// One experiment.
@@ -355,7 +357,7 @@ impl Catalog {
             let rows = sqlx::query(
                 "SELECT idx, experiment, run, CASE WHEN kind IN \
                  ('dataset', 'proposal', 'approval', 'rejection', 'forecast', 'run_started', 'result', \
-                 'tokenizer', 'tokenized') \
+                 'tokenizer', 'tokenized', 'anomaly') \
                  THEN entry ELSE NULL END AS entry FROM entries WHERE idx >= $1 \
                  ORDER BY idx LIMIT $2",
             )
@@ -560,6 +562,7 @@ impl CatalogData {
             reason: None,
             tokenizer: None,
             shards: BTreeMap::new(),
+            anomalies: 0,
         })
     }
 
@@ -660,6 +663,13 @@ impl CatalogData {
                         actual: f.actual,
                         hit: f.hit,
                     });
+                }
+            }
+            EntryKind::Anomaly => {
+                if let Ok(a) = e.body_as::<AnomalyBody>()
+                    && let Some(run) = self.runs.get_mut(&a.run.0)
+                {
+                    run.anomalies += 1;
                 }
             }
             EntryKind::Dataset => {
@@ -763,6 +773,8 @@ pub struct ListRow {
     pub final_loss: Option<f64>,
     /// Latest run's forecast outcome.
     pub forecast_hit: Option<bool>,
+    /// Anomalies flagged in the latest run.
+    pub anomalies: u32,
     /// Time of the last entry.
     pub updated: String,
 }
@@ -923,6 +935,7 @@ impl CatalogData {
                     .copied()
             }),
             forecast_hit: latest.and_then(|r| r.forecast.as_ref().map(|f| f.hit)),
+            anomalies: latest.map_or(0, |r| r.anomalies),
             updated: e.updated.clone(),
         }
     }

@@ -62,7 +62,8 @@ pub struct Axes {
 }
 
 /// A marked x range: a band, or a line where it is one step wide. Its label is the tooltip.
-#[derive(Debug, Clone, PartialEq)]
+/// Serialized (as steps) into the figure's `data-marks` for the chart script to draw too.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Mark {
     /// First x.
     pub from: f64,

@@ -29,6 +29,9 @@ pub enum WebError {
     /// A [`crate::ops::MetricsSource`] could not be read.
     #[error("metrics: {0}")]
     Metrics(String),
+    /// The [`crate::queue::QueueSource`] could not be read.
+    #[error("queue: {0}")]
+    Queue(String),
     /// A file could not be read, or the server socket failed.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),

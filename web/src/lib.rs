@@ -1,9 +1,10 @@
 //! glassbox-web: the public dashboard of an open lab, served by `glassbox serve`.
 //!
-//! - [`WebState`] — what the server reads: the lab directory ([`glassbox_ledger::Lab`]: the
+//! - [`WebState`] — what the server reads: the lab directory ([`glassbox_ledger::LabDir`]: the
 //!   static log and blobs), the index database ([`glassbox_ledger::index::Index`]), the
 //!   [`LiveHub`] of live metric points, and what the binary adds: routes (the GitHub webhook)
-//!   and [`ops::MetricsSource`]s (the job queue's gauges);
+//!   [`ops::MetricsSource`]s (the job queue's gauges) and a [`queue::QueueSource`] (the jobs,
+//!   for the public queue page);
 //! - [`app`] — the axum router: HTML pages (`pages`), the JSON API under `/api/v1` with its
 //!   OpenAPI document (`api`), the log's static read API `/log/...`, `/vkey`, `/blobs/...`
 //!   (`static_log`), and operations `/healthz`, `/metrics` (`ops`);
@@ -23,7 +24,8 @@
 //! The key design choice: the dashboard is read-only. It never writes the log, the blob store
 //! or the index, and it does not know the lab's queue or workers (this crate depends on
 //! `glassbox-schemas` and `glassbox-ledger` only); everything it shows comes from the index
-//! (derived from the log), the blobs, the in-process [`LiveHub`], or a [`ops::MetricsSource`].
+//! (derived from the log), the blobs, the in-process [`LiveHub`], or what the binary hands in
+//! ([`ops::MetricsSource`], [`queue::QueueSource`]).
 //! Its only write route is whatever the caller merges in (the signed webhook of
 //! `glassbox-github-bot`).
 
@@ -38,6 +40,7 @@ pub mod lttb;
 pub mod ops;
 pub mod page_cache;
 pub mod pages;
+pub mod queue;
 pub mod render_cache;
 pub mod search;
 pub mod series;
@@ -51,7 +54,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use glassbox_ledger::index::Index;
-use glassbox_ledger::{BlobStore, Lab};
+use glassbox_ledger::{BlobStore, LabDir};
 use glassbox_schemas::BlobHash;
 
 pub use error::WebError;
@@ -66,7 +69,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 #[derive(Clone)]
 pub struct WebState {
     /// The lab directory: `log/` and `vkey` are served from it.
-    pub lab: Lab,
+    pub lab: LabDir,
     /// The blob store (`/blobs/`, specs on the pages): the lab's `blobs/` directory unless the
     /// server was given another store ([`WebState::with_blobs`]).
     pub blobs: Arc<dyn BlobStore>,
@@ -75,6 +78,8 @@ pub struct WebState {
     /// What `/metrics` adds from parts of the server this crate does not know (the lab's job
     /// queue).
     pub metric_sources: Arc<Vec<Arc<dyn ops::MetricsSource>>>,
+    /// The lab's job queue, for the public queue page (`None`: a dashboard of a published log).
+    pub queue: Option<Arc<dyn queue::QueueSource>>,
     /// Live metric points and run-status changes.
     pub live: LiveHub,
     /// Routes merged into [`app`] as they are (the GitHub webhook).
@@ -99,6 +104,7 @@ impl std::fmt::Debug for WebState {
             .field("blobs", &self.blobs.describe())
             .field("index", &self.index.url())
             .field("metric_sources", &self.metric_sources.len())
+            .field("queue", &self.queue.is_some())
             .field("extra", &self.extra.is_some())
             .finish()
     }
@@ -107,7 +113,7 @@ impl std::fmt::Debug for WebState {
 impl WebState {
     /// State for a lab and its index, without a queue or extra routes; finished pages are kept
     /// in `<lab>/web-cache/` ([`WebState::with_page_cache`] to change that).
-    pub fn new(lab: Lab, index: Index, live: LiveHub) -> Self {
+    pub fn new(lab: LabDir, index: Index, live: LiveHub) -> Self {
         WebState {
             pages: Arc::new(page_cache::PageCache::new(Some(
                 lab.root().join("web-cache"),
@@ -119,6 +125,7 @@ impl WebState {
             lab,
             index,
             metric_sources: Arc::new(Vec::new()),
+            queue: None,
             live,
             extra: None,
             catalog: Arc::new(catalog::Catalog::default()),
@@ -176,6 +183,12 @@ impl WebState {
     /// Adds a source of `/metrics` lines (the lab's queue gauges).
     pub fn with_metrics(mut self, source: Arc<dyn ops::MetricsSource>) -> Self {
         Arc::make_mut(&mut self.metric_sources).push(source);
+        self
+    }
+
+    /// Shows the lab's job queue on `/queue` and `/api/v1/queue`.
+    pub fn with_queue(mut self, source: Arc<dyn queue::QueueSource>) -> Self {
+        self.queue = Some(source);
         self
     }
 

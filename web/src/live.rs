@@ -1,11 +1,13 @@
-//! [`LiveHub`]: the in-process fan-out of live metric points and run-status changes.
+//! [`LiveHub`]: the in-process fan-out of live metric points, run-status changes and the lines
+//! of a running attempt's own log.
 //!
 //! The lab's workers call [`LiveHub::publish`] as steps complete; the Live page's SSE endpoint
 //! (`/api/v1/runs/{run}/live`) calls [`LiveHub::subscribe`]. Underneath is a tokio broadcast
 //! channel: publishing never blocks and never fails, and a subscriber that falls more than
 //! `capacity` events behind skips ahead (it is told how many it missed) instead of slowing the
 //! trainer. The hub also keeps the most recent points of each live run (a bounded window), so a
-//! page opened mid-run draws the curve so far, and the last tokens/s per run for `/metrics`.
+//! page opened mid-run draws the curve so far, the last [`RECENT_LOG_LINES`] log lines, and the
+//! last tokens/s per run for `/metrics`.
 //!
 //! The hub is not a record: nothing here is durable, and the ledger (metric-chunk blobs, result
 //! entries) stays the source of truth for curves once they are indexed.
@@ -20,6 +22,10 @@ use tokio::sync::broadcast;
 
 /// Points kept per live series (the newest ones).
 pub const RECENT_POINTS: usize = 4096;
+/// Log lines kept per live run (the newest ones).
+pub const RECENT_LOG_LINES: usize = 500;
+/// Longest log line passed on (longer ones are cut, with a note).
+pub const MAX_LOG_LINE_BYTES: usize = 4096;
 /// Runs whose recent points are kept; the least recently updated is dropped first.
 pub const MAX_LIVE_RUNS: usize = 64;
 
@@ -45,13 +51,22 @@ pub enum LiveEvent {
         /// The new status.
         status: String,
     },
+    /// A line of the running attempt's own log (`<time> <level> <text>`).
+    Log {
+        /// The run.
+        run: String,
+        /// The line, without its newline.
+        line: String,
+    },
 }
 
 impl LiveEvent {
     /// The run the event is about.
     pub fn run(&self) -> &str {
         match self {
-            LiveEvent::Point { run, .. } | LiveEvent::Status { run, .. } => run,
+            LiveEvent::Point { run, .. }
+            | LiveEvent::Status { run, .. }
+            | LiveEvent::Log { run, .. } => run,
         }
     }
 }
@@ -65,6 +80,9 @@ pub(crate) struct LiveRun {
     pub status: Option<String>,
     /// Last `throughput/tokens_per_second`.
     pub tokens_per_second: Option<f64>,
+    /// The newest lines of its log, oldest first (they do not change its `version`: no chart
+    /// shows them).
+    pub log: VecDeque<String>,
     /// The hub's publish count when this run last changed: equal versions, equal contents.
     pub version: u64,
     updated: Option<Instant>,
@@ -105,7 +123,7 @@ impl LiveHub {
 
     /// Sends `event` to every subscriber and remembers it in the run's recent window. Never
     /// blocks; with no subscriber the event is only remembered.
-    pub fn publish(&self, event: LiveEvent) {
+    pub fn publish(&self, mut event: LiveEvent) {
         {
             let mut runs = self
                 .inner
@@ -123,8 +141,23 @@ impl LiveHub {
             }
             let run = runs.entry(event.run().to_string()).or_default();
             run.updated = Some(Instant::now());
-            // Under the lock, so versions grow in the order changes are made.
-            run.version = self.inner.published.fetch_add(1, Ordering::Relaxed) + 1;
+            if let LiveEvent::Log { line, .. } = &mut event {
+                if line.len() > MAX_LOG_LINE_BYTES {
+                    let mut cut = MAX_LOG_LINE_BYTES;
+                    while !line.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    line.truncate(cut);
+                    line.push_str(" [line cut]");
+                }
+                if run.log.len() >= RECENT_LOG_LINES {
+                    run.log.pop_front();
+                }
+                run.log.push_back(line.clone());
+            } else {
+                // Under the lock, so versions grow in the order changes are made.
+                run.version = self.inner.published.fetch_add(1, Ordering::Relaxed) + 1;
+            }
             match &event {
                 LiveEvent::Point {
                     step, name, value, ..
@@ -144,6 +177,7 @@ impl LiveHub {
                         run.tokens_per_second = None;
                     }
                 }
+                LiveEvent::Log { .. } => {}
             }
         }
         // An error only means nobody is listening right now.
@@ -225,6 +259,29 @@ mod tests {
         assert_eq!(hub.version("r1"), Some(2), "another run's point");
         hub.publish(point("r1", 2, 2.0));
         assert_eq!(hub.version("r1"), Some(4));
+    }
+
+    #[test]
+    fn log_lines_are_kept_bounded_and_cut_without_changing_the_version() {
+        let hub = LiveHub::new(4);
+        hub.publish(point("r", 1, 1.0));
+        let v = hub.version("r");
+        for i in 0..(RECENT_LOG_LINES + 3) {
+            hub.publish(LiveEvent::Log {
+                run: "r".into(),
+                line: format!("t info line {i}"),
+            });
+        }
+        hub.publish(LiveEvent::Log {
+            run: "r".into(),
+            line: "é".repeat(MAX_LOG_LINE_BYTES),
+        });
+        let r = hub.recent("r").unwrap();
+        assert_eq!(r.log.len(), RECENT_LOG_LINES);
+        assert_eq!(r.log[0], "t info line 4");
+        let last = r.log.back().unwrap();
+        assert!(last.ends_with(" [line cut]") && last.len() <= MAX_LOG_LINE_BYTES + 11);
+        assert_eq!(hub.version("r"), v, "log lines do not redraw charts");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::bot::{Bot, ProposalCheck, experiment_id};
 use crate::error::BotError;
 use crate::event::IssueData;
 use crate::labels::APPROVED;
-use crate::port::LabPort;
+use crate::port::{LabError, LabPort};
 use crate::render;
 
 /// The `bot_comments` kind of the validation comment.
@@ -17,17 +17,8 @@ pub const VALIDATION_COMMENT: &str = "validation";
 
 pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, issue: &IssueData) -> Result<(), BotError> {
     let check = bot.check_proposal(issue);
-    if !matches!(check, ProposalCheck::Valid { .. })
-        && let Some(v) = bot
-            .lab
-            .withdraw_proposal(&experiment_id(&issue.key))
-            .await?
-    {
-        bot.reply(&issue.key, &render::approval_withdrawn(&v))
-            .await?;
-        bot.github
-            .remove_label(&issue.key.repo, issue.key.number, APPROVED)
-            .await?;
+    if !matches!(check, ProposalCheck::Valid { .. }) {
+        withdraw(bot, issue).await?;
     }
     let body = match check {
         ProposalCheck::Invalid {
@@ -38,7 +29,19 @@ pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, issue: &IssueData) -> Resul
         ProposalCheck::Valid { proposal, cost } => {
             let hash = proposal.spec_hash;
             let experiment = proposal.experiment.clone();
-            let recorded = bot.lab.record_proposal(*proposal).await?;
+            let recorded = match bot.lab.record_proposal(*proposal).await {
+                Ok(r) => r,
+                // The lab's own rules refused it: say why, and the issue no longer holds a
+                // recorded proposal, so an approval of an earlier spec is withdrawn.
+                Err(LabError::InvalidState(reason)) => {
+                    withdraw(bot, issue).await?;
+                    let body = render::proposal_refused(&hash, &reason);
+                    bot.upsert_comment(&issue.key, VALIDATION_COMMENT, &body)
+                        .await?;
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            };
             let status = bot.lab.status(&experiment).await?;
             if let Some(v) = &recorded.voided_approval {
                 bot.reply(&issue.key, &render::approval_voided_by_edit(&hash, v))
@@ -53,10 +56,28 @@ pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, issue: &IssueData) -> Resul
                 bot.config.flops_per_second,
                 status.as_ref(),
                 recorded.voided_approval.as_ref(),
+                &recorded.over_limits,
             )
         }
     };
     bot.upsert_comment(&issue.key, VALIDATION_COMMENT, &body)
         .await?;
+    Ok(())
+}
+
+/// Withdraws the issue's proposal from the lab; when that voided a waiting approval, says so
+/// on the issue and removes the `approved` label.
+async fn withdraw<L: LabPort>(bot: &Bot<L>, issue: &IssueData) -> Result<(), BotError> {
+    if let Some(v) = bot
+        .lab
+        .withdraw_proposal(&experiment_id(&issue.key))
+        .await?
+    {
+        bot.reply(&issue.key, &render::approval_withdrawn(&v))
+            .await?;
+        bot.github
+            .remove_label(&issue.key.repo, issue.key.number, APPROVED)
+            .await?;
+    }
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! `/status`: the proposal's state, hash, approval and queue position. Open to everyone.
+//! `/status`: the proposal's state, hash, approval and queue position, with a link to the
+//! dashboard's queue page. Open to everyone.
 
 use crate::bot::Bot;
 use crate::error::BotError;
@@ -8,7 +9,8 @@ use crate::render;
 
 pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, ctx: &CommandContext) -> Result<(), BotError> {
     let status = bot.lab.status(&ctx.experiment).await?;
-    bot.reply(&ctx.issue.key, &render::status(status.as_ref()))
+    let dashboard = bot.config.dashboard_url.as_str();
+    bot.reply(&ctx.issue.key, &render::status(status.as_ref(), dashboard))
         .await?;
     Ok(())
 }

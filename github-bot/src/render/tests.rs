@@ -192,7 +192,7 @@ fn markers_open_the_bots_comments_once() {
 
 #[test]
 fn validation_valid_waiting_for_approval() {
-    assert_snapshot!(valid_proposal(&hash_a(), &cost(), 1.0e12, None, None));
+    assert_snapshot!(valid_proposal(&hash_a(), &cost(), 1.0e12, None, None, &[]));
 }
 
 #[test]
@@ -206,7 +206,8 @@ fn validation_valid_queued() {
         &cost(),
         1.0e12,
         Some(&status),
-        None
+        None,
+        &[]
     ));
 }
 
@@ -219,8 +220,30 @@ fn validation_valid_with_voided_approval() {
         &cost(),
         1.0e12,
         Some(&status),
-        Some(&voided)
+        Some(&voided),
+        &[]
     ));
+}
+
+#[test]
+fn validation_valid_over_the_labs_limits() {
+    let over = [
+        "the model and optimizer need about 96.0 GB (96000000000 bytes); the lab's limit is 12.0 GB (12000000000 bytes) (limits.max_memory_bytes)".to_string(),
+        "data.mixture[0] names blake3:00ff, which no dataset entry declares".to_string(),
+    ];
+    let body = valid_proposal(&hash_a(), &cost(), 1.0e12, None, None, &over);
+    assert!(body.contains("Over the lab's limits") && body.contains("limits.max_memory_bytes"));
+    assert_snapshot!(body);
+}
+
+#[test]
+fn validation_refused_by_the_lab() {
+    let body = proposal_refused(
+        &hash_a(),
+        "alice has made 20 proposals in the last 24 hours; the limit is 20 (limits.max_proposals_per_author_per_day); try again later",
+    );
+    assert!(body.starts_with(VALIDATION_MARKER) && body.contains("max_proposals_per_author_per_day"));
+    assert_snapshot!(body);
 }
 
 #[test]
@@ -437,13 +460,16 @@ fn help_reply() {
 
 #[test]
 fn status_reply_with_nothing_recorded() {
-    assert_snapshot!(status(None));
+    assert_snapshot!(status(None, "https://lab.example.org"));
 }
 
 #[test]
 fn status_reply_in_every_state() {
     for (name, st) in every_state() {
-        assert_snapshot!(format!("status_reply_{name}"), status(Some(&st)));
+        assert_snapshot!(
+            format!("status_reply_{name}"),
+            status(Some(&st), "https://lab.example.org")
+        );
     }
 }
 

@@ -700,3 +700,114 @@ async fn an_ignored_action_with_a_drifted_payload_is_ignored() {
     );
     assert_eq!(h.store.counts().await.unwrap().failed, 0);
 }
+
+/// The validation comment (edited in place) of issue `n`.
+fn validation_comment(h: &Harness, n: u64) -> String {
+    h.comment_bodies(n)
+        .into_iter()
+        .find(|b| b.starts_with("<!-- glassbox-bot: validation -->"))
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_labs_refusals_and_limits_are_in_the_validation_comment() {
+    let mut h = Harness::new().await;
+    let memory = "the model and optimizer need about 96.0 GB (96000000000 bytes); the lab's limit is 12.0 GB (12000000000 bytes) (limits.max_memory_bytes)";
+    h.lab.set_over_limits(vec![memory.to_string()]);
+    let a = form_body(str::to_string);
+    let id = h
+        .deliver("issues", &issue_event("opened", 120, "carol", &a))
+        .await;
+    assert_eq!(h.delivery(&id).await.state, DeliveryState::Acted);
+    let v = validation_comment(&h, 120);
+    assert!(v.contains("Over the lab's limits"), "{v}");
+    assert!(v.contains(memory), "{v}");
+    // The proposal is recorded, but an approval is refused with the lab's reason.
+    h.deliver(
+        "issue_comment",
+        &comment_created(120, "carol", &a, "alice", "/approve", 1200),
+    )
+    .await;
+    assert!(h.lab.snapshot().queue.is_empty());
+    assert!(last_comment(&h, 120).contains("limits.max_memory_bytes"));
+
+    // Within the limits, the comment says nothing about them.
+    h.lab.set_over_limits(Vec::new());
+    let b = form_body(|s| s.replace("steps = 300", "steps = 250"));
+    h.deliver("issues", &issue_event("edited", 120, "carol", &b))
+        .await;
+    assert!(!validation_comment(&h, 120).contains("Over the lab's limits"));
+
+    // A proposal the lab will not record (the author's daily limit) is answered with the
+    // lab's reason, not a failed delivery, and nothing reaches the journal.
+    let reason = "carol has made 20 proposals in the last 24 hours; the limit is 20 (limits.max_proposals_per_author_per_day); try again later";
+    h.lab.refuse_proposals(Some(reason));
+    let journal = h.lab.snapshot().journal.len();
+    let c = form_body(|s| s.replace("steps = 300", "steps = 200"));
+    let id = h
+        .deliver("issues", &issue_event("edited", 120, "carol", &c))
+        .await;
+    assert_eq!(h.delivery(&id).await.state, DeliveryState::Acted);
+    let v = validation_comment(&h, 120);
+    assert!(v.contains("Not recorded by the lab"), "{v}");
+    assert!(v.contains(reason), "{v}");
+    assert_eq!(h.lab.snapshot().journal.len(), journal);
+    assert_eq!(
+        h.comment_bodies(120)
+            .iter()
+            .filter(|b| b.starts_with("<!-- glassbox-bot: validation -->"))
+            .count(),
+        1,
+        "one validation comment, edited in place"
+    );
+}
+
+#[tokio::test]
+async fn labels_are_set_idempotently_when_notices_repeat() {
+    let h = Harness::new().await;
+    let started = LabEvent::RunStarted {
+        issue: IssueKey {
+            repo: RepoName::parse(REPO).unwrap(),
+            number: IssueNumber(121),
+        },
+        run: RunId("run-000121".into()),
+        spec_hash: tiny_hash(TINY_SPEC).parse().unwrap(),
+    };
+    // Every notice delivered twice (the outbox's at-least-once): the same labels and comments.
+    for _ in 0..2 {
+        h.bot.handle_lab_event(started.clone()).await.unwrap();
+    }
+    assert_eq!(h.gh.labels_on(121), ["running".to_string()].into());
+    for _ in 0..2 {
+        h.bot
+            .handle_lab_event(finished(121, "run-000121"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(h.gh.labels_on(121), ["succeeded".to_string()].into());
+    let bodies = h.comment_bodies(121);
+    assert_eq!(bodies.len(), 2, "one run comment and one result comment: {bodies:?}");
+}
+
+#[tokio::test]
+async fn a_403_on_a_notice_is_not_transient() {
+    let h = Harness::new().await;
+    let route = "/repos/glassbox-lab/glassbox/issues/122/comments";
+    h.gh.fail_next("POST", route, 403, 1, &[]);
+    let e = h
+        .bot
+        .handle_lab_event(finished(122, "run-000122"))
+        .await
+        .expect_err("a 403 fails the notice");
+    assert!(!e.is_transient(), "a 403 is given up, not retried: {e}");
+    assert_eq!(h.gh.count_requests(&format!("POST {route}")), 1);
+    // A server error is retried by the lab's outbox later.
+    let route = "/repos/glassbox-lab/glassbox/issues/123/comments";
+    h.gh.fail_next("POST", route, 502, 10, &[]);
+    let e = h
+        .bot
+        .handle_lab_event(finished(123, "run-000123"))
+        .await
+        .expect_err("a 502 that persists fails the notice");
+    assert!(e.is_transient(), "a 5xx is retried: {e}");
+}

@@ -437,6 +437,35 @@ pub(crate) async fn list<'e>(
     rows.iter().map(decode).collect()
 }
 
+/// Every open job (queued, held, leased, running) in lease order (priority, then id); at most
+/// `limit`.
+pub(crate) async fn open<'e>(
+    db: impl Executor<'e, Database = Any>,
+    limit: u32,
+) -> Result<Vec<Job>, QueueError> {
+    let rows = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM jobs WHERE state IN {OPEN} ORDER BY priority DESC, id ASC LIMIT $1"
+    ))
+    .bind(i64::from(limit))
+    .fetch_all(db)
+    .await?;
+    rows.iter().map(decode).collect()
+}
+
+/// The jobs that ended last, newest ending first; at most `limit`.
+pub(crate) async fn recently_ended<'e>(
+    db: impl Executor<'e, Database = Any>,
+    limit: u32,
+) -> Result<Vec<Job>, QueueError> {
+    let rows = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM jobs WHERE state NOT IN {OPEN} ORDER BY updated_at DESC, id DESC LIMIT $1"
+    ))
+    .bind(i64::from(limit))
+    .fetch_all(db)
+    .await?;
+    rows.iter().map(decode).collect()
+}
+
 /// The newest run job (not reproduction) of an experiment.
 pub(crate) async fn latest_run_of<'e>(
     db: impl Executor<'e, Database = Any>,

@@ -5,7 +5,9 @@
 //! Every line also goes to `tracing`, as the worker's messages always did. The text is bounded
 //! ([`MAX_RUN_LOG_BYTES`]): past the cap the first half is kept, then the newest lines that fit
 //! in the second half, with a note of what was left out between them (the end of a log, where
-//! the error that ended the run is, matters most). Not here: storing it (the worker does).
+//! the error that ended the run is, matters most). A log may also have a listener that sees
+//! every line as it is written (the worker passes them to its [`super::LiveSink`], so the
+//! dashboard can stream a running attempt's log). Not here: storing it (the worker does).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -13,11 +15,23 @@ use std::sync::Mutex;
 /// Largest run log kept, in bytes (the note about omitted lines comes on top).
 pub const MAX_RUN_LOG_BYTES: usize = 256 * 1024;
 
+/// Sees each line of a [`RunLog`] as it is written (without its newline).
+pub type LineListener = Box<dyn Fn(&str) + Send + Sync>;
+
 /// A bounded, shared, line-oriented log of one run. Cheap to write from any thread.
-#[derive(Debug)]
 pub struct RunLog {
     inner: Mutex<Lines>,
     cap: usize,
+    listener: Option<LineListener>,
+}
+
+impl std::fmt::Debug for RunLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunLog")
+            .field("cap", &self.cap)
+            .field("listener", &self.listener.is_some())
+            .finish()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -46,6 +60,15 @@ impl RunLog {
         Self {
             inner: Mutex::new(Lines::default()),
             cap: cap.max(2),
+            listener: None,
+        }
+    }
+
+    /// An empty log whose every line is also passed to `listener` as it is written.
+    pub fn following(listener: LineListener) -> Self {
+        Self {
+            listener: Some(listener),
+            ..Self::default()
         }
     }
 
@@ -73,6 +96,9 @@ impl RunLog {
             .format(&time::format_description::well_known::Rfc3339)
             .unwrap_or_default();
         let line = format!("{stamp} {level} {text}\n");
+        if let Some(f) = &self.listener {
+            f(line.trim_end_matches('\n'));
+        }
         let half = self.cap / 2;
         let mut l = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if !l.head_full {
@@ -116,6 +142,22 @@ impl RunLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listener_sees_every_line_as_it_is_written() {
+        let seen = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
+        let s = seen.clone();
+        let log = RunLog::following(Box::new(move |l| {
+            s.lock().unwrap().push(l.to_string());
+        }));
+        log.info("backend cpu");
+        log.warn("retrying");
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2);
+        assert!(seen[0].ends_with(" info backend cpu"), "{seen:?}");
+        assert!(seen[1].ends_with(" warn retrying"), "{seen:?}");
+        assert_eq!(log.text().lines().collect::<Vec<_>>(), seen);
+    }
 
     #[test]
     fn a_short_log_is_kept_whole() {

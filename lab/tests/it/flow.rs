@@ -19,7 +19,7 @@ use glassbox_lab::queue::{Clock, JobKind, JobState, NewJob, Queue, WorkerId};
 use glassbox_lab::worker::{JobEnd, WorkerOptions};
 use glassbox_lab::{Flow, LabConfig, NewProposal, Recorder, Worker};
 use glassbox_ledger::index::Index;
-use glassbox_ledger::{DirSource, Lab, LogReader};
+use glassbox_ledger::{DirSource, LabDir, LogReader};
 use glassbox_runner::train::Peak;
 use glassbox_schemas::record::{IssueRef, RejectionBody, ResultBody, RunStartedBody};
 use glassbox_schemas::spec::Forecast;
@@ -52,7 +52,7 @@ pub(crate) async fn setup_clocked(
     clock: Clock,
 ) -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    let (lab, _) = Lab::init(&dir.path().join("lab"), "test.glassbox/lab").unwrap();
+    let (lab, _) = LabDir::init(&dir.path().join("lab"), "test.glassbox/lab").unwrap();
     let url = match engine {
         "sqlite" => format!("sqlite://{}", dir.path().join("queue.db").display()),
         _ => {
@@ -940,6 +940,70 @@ async fn a_spec_over_the_memory_limit_is_refused_with_the_figure() {
     assert!(s.queue.list(None, 10).await.unwrap().is_empty());
 }
 
+/// Item 8: the bot's validation comment lists what is over the lab's limits when the proposal
+/// is recorded (before anyone approves it), with the same figures the approval is refused with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proposal_over_the_limits_says_so_when_recorded() {
+    let cfg = LabConfig::parse("[limits]\nmax_memory_bytes = 100000\n").unwrap();
+    let s = setup("sqlite", "over_limits_recorded", cfg).await;
+    let sp = spec(4, "", "");
+    let need = glassbox_schemas::estimate(&sp).memory_bytes;
+    let hash = glassbox_schemas::spec_hash(&sp).unwrap();
+    let p = Proposal {
+        experiment: ExperimentId("octo/lab#43".into()),
+        issue: IssueRef {
+            repo: "octo/lab".into(),
+            number: 43,
+            url: "https://github.com/octo/lab/issues/43".into(),
+        },
+        author: Login::new("erin"),
+        title: "Too big".into(),
+        spec: sp,
+        spec_hash: hash,
+        hypothesis: "It does not fit.".into(),
+        forecast: None,
+        issue_body: "### Spec".into(),
+    };
+    let recorded = LabPort::record_proposal(&s.flow, p).await.unwrap();
+    assert_eq!(recorded.over_limits.len(), 1, "{:?}", recorded.over_limits);
+    let line = &recorded.over_limits[0];
+    assert!(line.contains(&format!("({need} bytes)")), "{line}");
+    assert!(line.contains("limits.max_memory_bytes"), "{line}");
+    let err = LabPort::approve(
+        &s.flow,
+        Approval {
+            experiment: ExperimentId("octo/lab#43".into()),
+            spec_hash: hash,
+            approver: Login::new("maint"),
+        },
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("limits.max_memory_bytes"), "{err}");
+    // Within the limits, nothing is listed.
+    let fits = setup("sqlite", "within_limits_recorded", LabConfig::default()).await;
+    let sp = spec(4, "", "");
+    let hash = glassbox_schemas::spec_hash(&sp).unwrap();
+    let p = Proposal {
+        experiment: ExperimentId("octo/lab#44".into()),
+        issue: IssueRef {
+            repo: "octo/lab".into(),
+            number: 44,
+            url: "https://github.com/octo/lab/issues/44".into(),
+        },
+        author: Login::new("erin"),
+        title: "Fits".into(),
+        spec: sp,
+        spec_hash: hash,
+        hypothesis: "It fits.".into(),
+        forecast: None,
+        issue_body: "### Spec".into(),
+    };
+    let recorded = LabPort::record_proposal(&fits.flow, p).await.unwrap();
+    assert!(recorded.over_limits.is_empty(), "{:?}", recorded.over_limits);
+}
+
 /// Item 8: a worker whose memory limit is lower than the spec's estimate ends the run
 /// `budget_exceeded` with a result entry, before it allocates anything (no `run_started`).
 async fn a_worker_over_its_memory_limit_ends_the_run_budget_exceeded(engine: &str) {
@@ -1332,6 +1396,47 @@ async fn reproduce_is_a_queued_job(engine: &str) {
         (JobKind::Reproduction, JobState::Ended(RunStatus::Cancelled))
     );
     assert!(s.worker("w3").run_next().await.unwrap().is_none());
+}
+
+/// Item 12: a reproduction job takes its requester's priority and counts against their open
+/// jobs like any other job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reproduction_has_its_requesters_priority_and_limit() {
+    let cfg = LabConfig::parse(
+        "[limits]\nmax_open_per_author = 1\n[queue]\nauthor_priority = { boss = 7 }\n",
+    )
+    .unwrap();
+    let s = setup("sqlite", "reproduce_priority", cfg).await;
+    s.propose_and_approve(1, "ann", spec(4, "", "")).await;
+    s.propose_and_approve(2, "bob", spec(4, "", "")).await;
+    for _ in 0..2 {
+        let f = recorded(s.worker("w").run_next().await.unwrap());
+        assert_eq!(f.ending.status, RunStatus::Succeeded);
+    }
+    s.propose_and_approve(3, "carol", spec(4, "", "")).await;
+    let boss = Login::new("boss");
+    // Ahead of carol's waiting run: boss's priority is 7, hers the default 0.
+    let position = LabPort::reproduce(&s.flow, &ExperimentId("octo/lab#1".into()), &boss)
+        .await
+        .unwrap();
+    assert_eq!(position, 1);
+    let err = LabPort::reproduce(&s.flow, &ExperimentId("octo/lab#2".into()), &boss)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("boss already has 1 jobs waiting or running; the limit is 1 (limits.max_open_per_author)"),
+        "{err}"
+    );
+    let next = recorded(s.worker("w").run_next().await.unwrap());
+    assert_eq!(
+        s.queue.get(next.job).await.unwrap().kind,
+        JobKind::Reproduction
+    );
+    // Once it has ended, boss may ask again.
+    LabPort::reproduce(&s.flow, &ExperimentId("octo/lab#2".into()), &boss)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

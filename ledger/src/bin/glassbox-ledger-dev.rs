@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use glassbox_ledger::audit::AuditOptions;
-use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, audit};
+use glassbox_ledger::{BlobStore, DirSource, LabDir, LockMode, audit};
 use glassbox_schemas::record::ArtifactBody;
 use glassbox_schemas::{Blake3Hash, LedgerEntry, RunId};
 
@@ -77,7 +77,7 @@ fn sized_entry(seq: u64, size: usize, blob: Option<(Blake3Hash, u64)>) -> Vec<u8
 }
 
 fn append_stream(args: &[String]) -> Res {
-    let lab = Lab::open(std::path::Path::new(args.first().ok_or("LAB missing")?))?;
+    let lab = LabDir::open(std::path::Path::new(args.first().ok_or("LAB missing")?))?;
     let first = arg_u64(args, 1, 0)?;
     let threads = arg_u64(args, 2, 4)?;
     let w = Arc::new(lab.writer(LockMode::Wait)?);
@@ -108,7 +108,7 @@ fn bench_appends(args: &[String]) -> Res {
     let entries = arg_u64(args, 0, 50_000)?;
     let threads = arg_u64(args, 1, 256)?;
     let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()))?;
-    let (lab, _) = Lab::init(dir.path(), "bench.example/log")?;
+    let (lab, _) = LabDir::init(dir.path(), "bench.example/log")?;
     let w = Arc::new(lab.writer(LockMode::FailFast)?);
     let payloads: Arc<Vec<Vec<u8>>> =
         Arc::new((0..entries).map(|i| sized_entry(i, 1024, None)).collect());
@@ -145,7 +145,7 @@ fn bench_appends(args: &[String]) -> Res {
 fn bench_verify(args: &[String]) -> Res {
     let entries = arg_u64(args, 0, 1_000_000)?;
     let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()))?;
-    let (lab, _) = Lab::init(dir.path(), "bench.example/log")?;
+    let (lab, _) = LabDir::init(dir.path(), "bench.example/log")?;
     // Ten small blobs, each referenced by every 1000th entry: the audit re-hashes each once.
     let blobs: Vec<(Blake3Hash, u64)> = (0..10u8)
         .map(|i| {
@@ -202,7 +202,7 @@ fn bench_ingest(args: &[String]) -> Res {
     let file = std::path::PathBuf::from(args.first().ok_or("FILE missing")?);
     let len = std::fs::metadata(&file)?.len();
     let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()))?;
-    let (lab, _) = Lab::init(dir.path(), "bench.example/log")?;
+    let (lab, _) = LabDir::init(dir.path(), "bench.example/log")?;
     let mib = len as f64 / (1 << 20) as f64;
     let b3sum = |path: &std::path::Path| -> Result<(f64, String), Box<dyn std::error::Error>> {
         // Warm the page cache so both tools read the same cached file.
@@ -257,7 +257,7 @@ fn bench_ingest(args: &[String]) -> Res {
     // above is that file: durable, and cached once b3sum has read it.
     // A second, empty lab on the same file system, so the move really renames (the first
     // store already holds these bytes, which would make the move a hash and an unlink).
-    let (lab2, _) = Lab::init(&dir.path().join("lab2"), "bench.example/log2")?;
+    let (lab2, _) = LabDir::init(&dir.path().join("lab2"), "bench.example/log2")?;
     let (b3, b3hex) = b3sum(&copy)?;
     let t = Instant::now();
     let moved = lab2.blobs().put_move(&copy)?;

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use glassbox_ledger::index::{Index, IndexMismatch, METRICS_REF};
-use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
+use glassbox_ledger::{BlobStore, DirSource, LabDir, LockMode, LogReader};
 use glassbox_schemas::record::{ArtifactBody, EntryBody, ProposalBody, ResultBody, RunStartedBody};
 use glassbox_schemas::{
     Blake3Hash, EntryKind, ExperimentId, LedgerEntry, RunId, RunStatus, SpecHash,
@@ -20,7 +20,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// A lab whose log holds a proposal, a run start, a result and some artifacts.
-fn lab_with_a_run() -> (tempfile::TempDir, Lab) {
+fn lab_with_a_run() -> (tempfile::TempDir, LabDir) {
     let (d, lab) = crate::fixture::new_lab();
     let exp = Some(ExperimentId::from("glassbox-lab/glassbox#7"));
     let spec = SpecHash(Blake3Hash::of(b"spec"));
@@ -103,7 +103,7 @@ fn lab_with_a_run() -> (tempfile::TempDir, Lab) {
     (d, lab)
 }
 
-async fn exercise(url: &str, lab: &Lab) {
+async fn exercise(url: &str, lab: &LabDir) {
     let src = DirSource {
         root: lab.root().to_path_buf(),
     };
@@ -183,7 +183,7 @@ fn sqlite_index_syncs_checks_and_reindexes() {
 }
 
 /// Indexes the whole log of `lab` into the SQLite index at `url`.
-async fn sync_all(lab: &Lab, url: &str) {
+async fn sync_all(lab: &LabDir, url: &str) {
     let src = DirSource {
         root: lab.root().to_path_buf(),
     };
@@ -203,7 +203,7 @@ async fn edit_behind_its_back(url: &str, sql: &str) {
 }
 
 /// What `check` says of the index at `url` against `lab`'s log.
-async fn check(lab: &Lab, url: &str) -> Result<(), IndexMismatch> {
+async fn check(lab: &LabDir, url: &str) -> Result<(), IndexMismatch> {
     let src = DirSource {
         root: lab.root().to_path_buf(),
     };
@@ -292,5 +292,97 @@ fn postgres_index() {
             .await
             .unwrap();
         admin.close().await.unwrap();
+    });
+}
+
+/// A lab whose log holds one `artifact` entry naming `chunk` as a metric chunk of `run-000002`.
+fn lab_with_a_chunk(chunk: &[u8]) -> (tempfile::TempDir, LabDir) {
+    let (d, lab) = crate::fixture::new_lab();
+    let put = lab.blobs().put(&mut &chunk[..]).unwrap();
+    let w = lab.writer(LockMode::FailFast).unwrap();
+    w.append_batch(vec![
+        LedgerEntry::new(
+            Some(ExperimentId::from("glassbox-lab/glassbox#8")),
+            BTreeMap::from([(METRICS_REF.to_string(), put.hash.0)]),
+            ArtifactBody {
+                name: "metrics-000001.jsonl".into(),
+                bytes: put.bytes,
+                run: Some(RunId::from("run-000002")),
+            },
+        )
+        .to_canonical_bytes()
+        .unwrap(),
+    ])
+    .unwrap();
+    (d, lab)
+}
+
+/// Item 9 of issue 16: a chunk of more points than the index holds in memory at once (50,000)
+/// is streamed in batches, and every point arrives, in one transaction.
+#[test]
+fn a_long_chunk_is_indexed_in_batches_and_whole() {
+    let mut chunk = String::new();
+    // 12,000 steps x 9 points = 108,000 points: more than two batches.
+    for step in 1..=12_000u64 {
+        chunk.push_str(&format!(
+            "{{\"step\":{step},\"kind\":\"train\",\"scalars\":{{\"train/loss\":{}}},\"vectors\":{{\"load\":[1,2,3,4,5,6,7,8]}}}}\n",
+            1.0 / step as f64
+        ));
+    }
+    let (_d, lab) = lab_with_a_chunk(chunk.as_bytes());
+    let url = lab.index_path().display().to_string();
+    runtime().block_on(async {
+        let src = DirSource {
+            root: lab.root().to_path_buf(),
+        };
+        let reader = LogReader::open(&src, &lab.verifier_key().unwrap()).unwrap();
+        let idx = Index::connect(&url).await.unwrap();
+        assert_eq!(
+            idx.sync_with_blobs(&reader, Some(&lab.blobs()))
+                .await
+                .unwrap(),
+            1
+        );
+        let points = idx.metric_points("run-000002").await.unwrap();
+        assert_eq!(points.len(), 12_000 * 9);
+        let loss_at = |step: u64| {
+            points
+                .iter()
+                .find(|(n, s, _)| n == "train/loss" && *s == step)
+                .map(|p| p.2)
+        };
+        assert_eq!(loss_at(1), Some(1.0));
+        assert_eq!(loss_at(12_000), Some(1.0 / 12_000.0));
+        assert!(points.iter().any(|(n, s, v)| n == "load/7" && *s == 12_000 && *v == 8.0));
+        idx.close().await;
+    });
+}
+
+/// Item 9 of issue 16: a chunk line over the index's line limit (16 MiB) is refused, naming the
+/// line by number, and nothing of the entry is indexed (the sync is one transaction).
+#[test]
+fn a_chunk_line_over_the_limit_is_refused_by_number() {
+    let mut chunk = String::from("{\"step\":1,\"kind\":\"train\",\"scalars\":{\"train/loss\":1.0}}\n");
+    chunk.push_str("{\"step\":2,\"kind\":\"train\",\"scalars\":{\"train/loss\":");
+    chunk.push_str(&"1".repeat(17 << 20));
+    chunk.push_str("}}\n");
+    let (_d, lab) = lab_with_a_chunk(chunk.as_bytes());
+    let url = lab.index_path().display().to_string();
+    runtime().block_on(async {
+        let src = DirSource {
+            root: lab.root().to_path_buf(),
+        };
+        let reader = LogReader::open(&src, &lab.verifier_key().unwrap()).unwrap();
+        let idx = Index::connect(&url).await.unwrap();
+        let err = idx
+            .sync_with_blobs(&reader, Some(&lab.blobs()))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 2 is over 16777216 bytes"), "{err}");
+        assert!(err.contains("entry 0"), "{err}");
+        assert!(idx.metric_points("run-000002").await.unwrap().is_empty());
+        assert_eq!(idx.entries(None).await.unwrap().len(), 0);
+        idx.close().await;
     });
 }

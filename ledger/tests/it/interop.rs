@@ -11,13 +11,13 @@ use glassbox_ledger::merkle::{
     LeafIndex, MerkleHash, TreeSize, verify_consistency, verify_inclusion,
 };
 use glassbox_ledger::tiles::split_bundle;
-use glassbox_ledger::{DirSource, Lab, LockMode, LogReader};
+use glassbox_ledger::{DirSource, LabDir, LockMode, LogReader};
 use signed_note::{Note, StandardSigner, StandardVerifier, VerifierList};
 use tlog_tiles::{Hash, HashReader, Tile, TileHashReader, TileReader};
 
 use crate::fixture::{entry_bytes, new_lab};
 
-struct LabTiles<'a>(&'a Lab);
+struct LabTiles<'a>(&'a LabDir);
 
 impl TileReader for LabTiles<'_> {
     fn height(&self) -> u8 {
@@ -42,7 +42,7 @@ impl TileReader for LabTiles<'_> {
     fn save_tiles(&self, _tiles: &[Tile], _data: &[Vec<u8>]) {}
 }
 
-fn build(n: u64) -> (tempfile::TempDir, Lab, Vec<Vec<u8>>) {
+fn build(n: u64) -> (tempfile::TempDir, LabDir, Vec<Vec<u8>>) {
     let (d, lab) = new_lab();
     let entries: Vec<Vec<u8>> = (0..n)
         .map(|i| entry_bytes(i, (i % 7) as usize * 9))

@@ -157,7 +157,7 @@ fn bad_entries_are_refused_and_nothing_is_written() {
 #[test]
 fn missing_lab_and_truncated_tile_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let e = glassbox_ledger::Lab::open(&dir.path().join("nope")).unwrap_err();
+    let e = glassbox_ledger::LabDir::open(&dir.path().join("nope")).unwrap_err();
     assert!(e.to_string().contains("glassbox init"), "{e}");
     assert!(!dir.path().join("nope").exists(), "nothing is created");
 

@@ -4,7 +4,7 @@
 
 use glassbox_ledger::audit::AuditOptions;
 use glassbox_ledger::publish::publish;
-use glassbox_ledger::{BlobStore, DirSource, Error, Lab, LockMode, audit};
+use glassbox_ledger::{BlobStore, DirSource, Error, LabDir, LockMode, audit};
 
 fn commits(repo: &std::path::Path) -> Vec<String> {
     let r = git2::Repository::open(repo).unwrap();
@@ -85,7 +85,7 @@ fn published_repository_verifies_and_grows_incrementally() {
     // A lab whose history differs (same key, different entries) cannot publish over it.
     let other_dir = tempfile::tempdir().unwrap();
     copy_dir(lab.root(), other_dir.path());
-    let other = Lab::open(other_dir.path()).unwrap();
+    let other = LabDir::open(other_dir.path()).unwrap();
     std::fs::remove_dir_all(other.log_dir()).unwrap();
     glassbox_ledger::LogWriter::create(&other.log_dir(), &other.signing_key().unwrap()).unwrap();
     {

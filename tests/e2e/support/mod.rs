@@ -9,7 +9,7 @@ use std::process::Command;
 
 pub mod moto;
 
-use glassbox_ledger::{DirSource, Lab, LeafIndex, LogReader};
+use glassbox_ledger::{DirSource, LabDir, LeafIndex, LogReader};
 use glassbox_schemas::LedgerEntry;
 
 /// The model every end-to-end spec trains: the smallest MoE that exercises routing (a few ms a
@@ -73,7 +73,7 @@ pub fn glassbox(dir: &Path, db: Option<&str>, args: &[&str]) -> Command {
 
 /// Every entry of the lab's log, checked against its signed checkpoint.
 pub fn entries(lab: &Path) -> Vec<LedgerEntry> {
-    let l = Lab::open(lab).unwrap();
+    let l = LabDir::open(lab).unwrap();
     let source = DirSource {
         root: lab.to_path_buf(),
     };

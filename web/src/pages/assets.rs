@@ -1,7 +1,8 @@
 //! The dashboard's static assets, compiled into the binary and served under `/assets/`, so the
 //! Content-Security-Policy can forbid inline script and style: the stylesheet, the chart script
 //! (`charts.js`: uPlot charts fed by the metric API, zoom, smoothing, log-y, x by tokens/FLOPs/
-//! time, live points over SSE), the parallel-coordinates script, the list's copy-link script, and uPlot itself, vendored from
+//! time, live points over SSE), the parallel-coordinates script, the list's copy-link script, the run log's live-follow
+//! script, and uPlot itself, vendored from
 //! the npm registry (`web/assets/vendor/uplot/README.md` names the version, the tarball's
 //! integrity and each file's SHA-256; a test below checks them).
 //!
@@ -25,6 +26,8 @@ pub const UPLOT_CSS: &str = "/assets/vendor/uplot-1.6.32/uPlot.min.css";
 pub const CHARTS_JS: &str = "/assets/charts.js";
 /// The parallel-coordinates script (compare page).
 pub const PARCOORDS_JS: &str = "/assets/parcoords.js";
+/// The run log page's live-follow script.
+pub const RUNLOG_JS: &str = "/assets/runlog.js";
 /// The experiments list's "copy link" script.
 pub const VIEW_JS: &str = "/assets/view.js";
 /// The stylesheet.
@@ -34,6 +37,7 @@ const STYLE: &str = include_str!("../../assets/style.css");
 const CHARTS: &str = include_str!("../../assets/charts.js");
 const PARCOORDS: &str = include_str!("../../assets/parcoords.js");
 const VIEW: &str = include_str!("../../assets/view.js");
+const RUNLOG: &str = include_str!("../../assets/runlog.js");
 const UPLOT_MIN_JS: &str = include_str!("../../assets/vendor/uplot/uPlot.iife.min.js");
 const UPLOT_MIN_CSS: &str = include_str!("../../assets/vendor/uplot/uPlot.min.css");
 
@@ -60,6 +64,7 @@ pub fn routes() -> Router<WebState> {
         .route(CHARTS_JS, file(JS, SHORT, CHARTS))
         .route(PARCOORDS_JS, file(JS, SHORT, PARCOORDS))
         .route(VIEW_JS, file(JS, SHORT, VIEW))
+        .route(RUNLOG_JS, file(JS, SHORT, RUNLOG))
         .route(UPLOT_JS, file(JS, IMMUTABLE, UPLOT_MIN_JS))
         .route(UPLOT_CSS, file(CSS, IMMUTABLE, UPLOT_MIN_CSS))
 }

@@ -333,7 +333,7 @@ pub async fn page(State(st): State<WebState>, RawQuery(raw): RawQuery) -> Result
                 flops_per_token: f.1,
             })
             .collect();
-        figures.push(line_figure(metric, metric, &refs, &svg));
+        figures.push(line_figure(metric, metric, &refs, &[], &svg));
     }
     // Per-expert components would flood the menu; the heatmaps show them.
     let names: Vec<String> = names

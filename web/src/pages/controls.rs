@@ -199,11 +199,19 @@ pub struct LineRef<'a> {
 }
 
 /// A line chart: the server-drawn `svg` (shown without JavaScript and until the script has
-/// drawn) in a figure that tells the chart script what to fetch.
-pub fn line_figure(title: &str, unit: &str, lines: &[LineRef<'_>], svg: &str) -> Markup {
+/// drawn) in a figure that tells the chart script what to fetch, and which notes and
+/// anomalies (`marks`, by step) it draws over the lines.
+pub fn line_figure(
+    title: &str,
+    unit: &str,
+    lines: &[LineRef<'_>],
+    marks: &[crate::chart::Mark],
+    svg: &str,
+) -> Markup {
     let series = serde_json::to_string(lines).unwrap_or_else(|_| "[]".into());
+    let marks = (!marks.is_empty()).then(|| serde_json::to_string(marks).unwrap_or_default());
     html! {
-        figure.chart data-title=(title) data-unit=(unit) data-series=(series) { (PreEscaped(svg)) }
+        figure.chart data-title=(title) data-unit=(unit) data-series=(series) data-marks=[marks] { (PreEscaped(svg)) }
     }
 }
 

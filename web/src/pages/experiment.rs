@@ -225,7 +225,7 @@ pub fn charts(
                 flops_per_token,
             })
             .collect();
-        out.push(line_figure(p.title, p.unit, &refs, &svg));
+        out.push(line_figure(p.title, p.unit, &refs, marks, &svg));
     }
     type Experts<'a> = BTreeMap<u32, &'a Vec<(u64, f64)>>;
     let mut layers: BTreeMap<u32, Experts> = BTreeMap::new();
@@ -508,7 +508,7 @@ fn runs_table(exp: &ExperimentRow, runs: &[RunRow], selected: Option<&str>) -> M
                         tr class=[(Some(r.id.as_str()) == selected).then_some("selected")] {
                             td { input type="checkbox" name="run" value=(r.id) aria-label={ "compare " (r.id) }; }
                             td { a href={ (experiment_href(&exp.id)) "?" (query(&[("run", &r.id)])) } { (r.id) } }
-                            td { (status_badge(&r.status)) }
+                            td { (status_badge(&r.status)) (super::anomaly_badge(r.anomalies, &format!("{}?{}#annotations", experiment_href(&exp.id), query(&[("run", &r.id)])))) }
                             td.n { (r.steps.map(|s| s.to_string()).unwrap_or_default()) }
                             td.n { (num(r.final_metrics.get(m::TRAIN_LOSS).copied())) }
                             td { (r.backend.as_deref().unwrap_or("")) }

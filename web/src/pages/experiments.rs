@@ -171,7 +171,7 @@ fn cell(r: &crate::catalog::ListRow, c: &Col, metric: Option<f64>) -> Markup {
     match *key {
         "id" => html! { td { a href=(experiment_href(&r.id)) { (r.id) } } },
         "title" => html! { td { (r.title.as_deref().unwrap_or("")) } },
-        "status" => html! { td { (status_badge(&r.status)) } },
+        "status" => html! { td { (status_badge(&r.status)) (super::anomaly_badge(r.anomalies, &format!("{}#annotations", experiment_href(&r.id)))) } },
         "author" => html! { td { (r.author.as_deref().unwrap_or("")) } },
         "spec_hash" => html! { td { @if let Some(h) = &r.spec_hash { (short_hash(h)) } } },
         "runs" => html! { td.n { (r.runs) } },

@@ -2,7 +2,8 @@
 //! interpolated value, so a hypothesis containing `<script>` is shown as text).
 //!
 //! One file per page family: `experiments` (the list and negative results), `experiment`
-//! (one experiment, its charts, and the Live page), `compare`, `ladder`, `data`, `ledger`.
+//! (one experiment, its charts, and the Live page), `compare`, `ladder`, `data`, `ledger`,
+//! `queue`.
 //! This file holds the page frame, the routes and the small formatting pieces pages share; the
 //! stylesheet and scripts are in `assets` (served from `/assets/`, so the
 //! Content-Security-Policy can forbid inline code). Pages read through `catalog` and `series`;
@@ -16,6 +17,7 @@ pub mod experiment;
 pub mod experiments;
 pub mod ladder;
 pub mod ledger;
+pub mod queue;
 pub mod run_log;
 
 use axum::Router;
@@ -41,6 +43,7 @@ pub fn routes() -> Router<WebState> {
         .route("/data/runs/{run}", get(data::run_page))
         .route("/negative", get(experiments::negative_page))
         .route("/ledger", get(ledger::page))
+        .route("/queue", get(queue::page))
         .merge(assets::routes())
 }
 
@@ -53,6 +56,19 @@ pub enum Scripts {
     Charts,
     /// The charts and the parallel-coordinates script (compare).
     ChartsAndParcoords,
+    /// The run log's live-follow script (no charts).
+    RunLog,
+}
+
+/// A warning badge for a run's anomalies (none when there are none), linking to its notes.
+pub fn anomaly_badge(n: u32, href: &str) -> Markup {
+    html! {
+        @if n > 0 {
+            " " a.badge.warn href=(href) title="anomalies the worker flagged during the run" {
+                "⚠ " (n) @if n == 1 { " anomaly" } @else { " anomalies" }
+            }
+        }
+    }
 }
 
 /// Which navigation item is current.
@@ -70,6 +86,8 @@ pub enum Nav {
     Negative,
     /// Ledger.
     Ledger,
+    /// The job queue.
+    Queue,
     /// None of the above.
     Other,
 }
@@ -96,13 +114,15 @@ pub fn frame_with(title: &str, nav: Nav, scripts: Scripts, body: Markup) -> Mark
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · glassbox" }
-                @if scripts != Scripts::None { link rel="stylesheet" href=(assets::UPLOT_CSS); }
+                @let charts = matches!(scripts, Scripts::Charts | Scripts::ChartsAndParcoords);
+                @if charts { link rel="stylesheet" href=(assets::UPLOT_CSS); }
                 link rel="stylesheet" href=(assets::STYLE_CSS);
-                @if scripts != Scripts::None {
+                @if charts {
                     script src=(assets::UPLOT_JS) defer {}
                     script src=(assets::CHARTS_JS) defer {}
                 }
                 @if scripts == Scripts::ChartsAndParcoords { script src=(assets::PARCOORDS_JS) defer {} }
+                @if scripts == Scripts::RunLog { script src=(assets::RUNLOG_JS) defer {} }
             }
             body {
                 header {
@@ -113,6 +133,7 @@ pub fn frame_with(title: &str, nav: Nav, scripts: Scripts, body: Markup) -> Mark
                         (item(Nav::Ladder, "/ladder", "Ladder"))
                         (item(Nav::Data, "/data", "Data"))
                         (item(Nav::Negative, "/negative", "Negative results"))
+                        (item(Nav::Queue, "/queue", "Queue"))
                         (item(Nav::Ledger, "/ledger", "Ledger"))
                     }
                 }

@@ -2,8 +2,9 @@
 //! one per attempt, in log order) on a page: the tail (`?lines=`, default [`DEFAULT_LINES`]),
 //! a search box (`?q=`, case-insensitive substring), warnings and errors highlighted.
 //!
-//! The text is the log blob's, shown escaped (maud). A log is stored when its attempt ends, so
-//! a running attempt's lines are not here yet; following them live is not done. Not here:
+//! The text is the log blob's, shown escaped (maud). A log is stored when its attempt ends; while
+//! an attempt runs in this server, its lines so far come from the [`crate::LiveHub`] and
+//! `/assets/runlog.js` appends new ones as they are written (SSE `log` events). Not here:
 //! writing logs (the lab's worker does).
 
 use axum::extract::{Path, Query, State};
@@ -12,7 +13,7 @@ use glassbox_schemas::record::EntryBody;
 use maud::{Markup, html};
 use sqlx::Row;
 
-use super::{Nav, encode_path, frame};
+use super::{Nav, Scripts, encode_path, frame_with};
 use crate::WebState;
 use crate::error::WebError;
 
@@ -85,6 +86,7 @@ pub async fn page(
         logs.push((idx, a.name.clone(), body));
     }
     let needle = find.map(str::to_lowercase);
+    let live = st.live.recent(&run).filter(|r| !r.log.is_empty() || r.status.as_deref() == Some("running"));
     let body = html! {
         h1 { "Log of " (run) }
         p.meta { a href={ "/runs/" (encode_path(&run)) } { "charts" } " · the worker's own log of each attempt, stored when the attempt ended." }
@@ -93,7 +95,14 @@ pub async fn page(
             label { "Lines " input type="number" name="lines" min="1" max=(MAX_LINES) value=(lines); }
             button type="submit" { "Show" }
         }
-        @if logs.is_empty() { p.empty { "No log is stored for this run yet (a log is stored when its attempt ends)." } }
+        @if let Some(l) = &live {
+            section.run-log #live {
+                h2 { "Running attempt, live " small #live-log-status { (l.status.as_deref().unwrap_or("")) } }
+                p.meta { "The newest lines as the worker writes them; stored with the record when the attempt ends." }
+                pre.log #live-log data-run=(run) { @for line in &l.log { span class=(level(line)) { (line) } "\n" } }
+            }
+        }
+        @if logs.is_empty() && live.is_none() { p.empty { "No log is stored for this run yet (a log is stored when its attempt ends)." } }
         @for (idx, name, text) in &logs {
             section.run-log {
                 h2 { (name) " " small { a href={ "/api/v1/entries/" (idx) } { "entry " (idx) } } }
@@ -109,5 +118,10 @@ pub async fn page(
             }
         }
     };
-    Ok(frame(&format!("Log of {run}"), Nav::Other, false, body))
+    let scripts = if live.is_some() {
+        Scripts::RunLog
+    } else {
+        Scripts::None
+    };
+    Ok(frame_with(&format!("Log of {run}"), Nav::Other, scripts, body))
 }

@@ -1,6 +1,7 @@
 //! A run's notes and anomalies in the API (issue 19): `/api/v1/runs/{run}/annotations` lists
 //! the fixture's note on run-1, the edit that superseded it (both kept, the old one marked) and
-//! the lab's anomaly; the OpenAPI document describes the route; the page shows the text escaped.
+//! the lab's anomaly; the OpenAPI document describes the route; the page shows the text escaped
+//! and marks the run with an anomaly badge, as the experiments list does.
 
 use axum::http::StatusCode;
 
@@ -45,6 +46,14 @@ async fn a_runs_notes_and_anomalies_are_served() {
         "escaped"
     );
     assert!(!page.contains("<i>router_bias</i>"));
+    // The dashboard marks the run: a badge on its row and on the experiments list, linking to
+    // the notes; run-2 has none.
+    assert!(page.contains("⚠ 1 anomaly"), "the run's row has the badge");
+    let (_, _, list) = get(&st, "/experiments").await;
+    assert_eq!(list.matches("⚠ 1 anomaly").count(), 1, "only acme/lab#1 is marked");
+    let (_, _, runs) = get(&st, "/api/v1/runs/run-1").await;
+    let runs: serde_json::Value = serde_json::from_str(&runs).unwrap();
+    assert_eq!(runs["anomalies"], 1, "{runs}");
 }
 
 /// A run's log page: the worker's log of each attempt, warnings and errors highlighted, text

@@ -263,6 +263,15 @@ async fn browser_follows_experiments_charts_live_updates_and_compare() {
         .is_ok(),
         "the anomaly is on the gradient-norm chart too"
     );
+    // uPlot draws them too, over its lines (the SVG is hidden once it has drawn).
+    eventually("the marks on the uPlot loss chart", || async {
+        c.find(Locator::Css(
+            "figure.chart.interactive[data-title^='Loss'][data-marks-drawn='2']",
+        ))
+        .await
+        .ok()
+    })
+    .await;
     let list = text_of(&c, "#annotations-list").await.unwrap();
     assert!(list.contains(crate::fixture::NOTE_TEXT), "{list}");
     assert!(list.contains("grad_norm_spike"), "{list}");

@@ -12,7 +12,7 @@ use axum::body::Body;
 use fantoccini::{ClientBuilder, Locator};
 use glassbox_corpus::{EncodedDocument, TokenShard};
 use glassbox_ledger::index::Index;
-use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
+use glassbox_ledger::{BlobStore, DirSource, LabDir, LockMode, LogReader};
 use glassbox_schemas::data::{CorpusFormat, RunData, TokenizedBody, TokenizerBody, TokenizerKind};
 use glassbox_schemas::record::{DatasetBody, ProposalBody, RunStartedBody, refs};
 use glassbox_schemas::{BlobHash, ExperimentId, LedgerEntry, RunId};
@@ -29,13 +29,13 @@ const DOCS: [&str; 3] = [
 
 struct DataLab {
     _dir: tempfile::TempDir,
-    lab: Lab,
+    lab: LabDir,
     index: Index,
     corpus: BlobHash,
     tokenizer: BlobHash,
 }
 
-fn put(lab: &Lab, bytes: &[u8]) -> BlobHash {
+fn put(lab: &LabDir, bytes: &[u8]) -> BlobHash {
     lab.blobs().put(&mut &bytes[..]).unwrap().hash
 }
 
@@ -68,7 +68,7 @@ fn encode(doc: &str) -> EncodedDocument {
 
 async fn data_lab() -> DataLab {
     let dir = tempfile::tempdir().unwrap();
-    let (lab, _) = Lab::init(dir.path(), "test.example/data").unwrap();
+    let (lab, _) = LabDir::init(dir.path(), "test.example/data").unwrap();
     let vkey = lab.verifier_key().unwrap();
     let jsonl: String = DOCS
         .iter()

@@ -687,6 +687,18 @@ async fn sse_streams_the_runs_live_events_only() {
         name: "train/loss".into(),
         value: 2.5,
     });
+    fx.live.publish(LiveEvent::Log {
+        run: "run-7".into(),
+        line: "2026-12-03T10:00:00Z warn retrying <b>the lease</b>".into(),
+    });
+    // The run log page shows the lines so far (escaped) and follows new ones.
+    let log_page = ok(&st, "/runs/run-7/log").await;
+    assert!(
+        log_page.contains("<span class=\"warn\">2026-12-03T10:00:00Z warn retrying &lt;b&gt;the lease&lt;/b&gt;</span>"),
+        "{log_page}"
+    );
+    assert!(log_page.contains("src=\"/assets/runlog.js\""), "{log_page}");
+    assert!(!log_page.contains("uPlot"), "no chart scripts on a log page");
     fx.live.publish(LiveEvent::Status {
         run: "run-7".into(),
         status: "succeeded".into(),
@@ -707,6 +719,10 @@ async fn sse_streams_the_runs_live_events_only() {
         "{text}"
     );
     assert!(text.contains("event: status"));
+    assert!(
+        text.contains("event: log\ndata: {\"type\":\"log\",\"run\":\"run-7\",\"line\":"),
+        "{text}"
+    );
     assert!(!text.contains("\"other\""));
     // The live point is also drawn on the run's live page.
     let charts = ok(&st, "/live/run-7").await;
@@ -1009,4 +1025,80 @@ async fn a_finished_runs_series_is_read_once_for_all_its_ranges() {
     )
     .await;
     assert_eq!(capped["points"].as_array().unwrap().len(), 300);
+}
+
+/// Issue 19 §7: the public queue page and `/api/v1/queue`, from the jobs the binary hands in:
+/// running, waiting in lease order with positions, held with the reason, the last finished;
+/// a dashboard without a queue says so (404 on the API).
+#[tokio::test]
+async fn the_queue_page_and_api_show_the_jobs_in_the_order_they_run() {
+    use glassbox_web::queue::{QueueFuture, QueueJob, QueueJobs, QueueSource};
+    let fx = crate::fixture::build().await;
+    let cat = json(&fx.state(), "/api/v1/experiments/acme/lab%231").await;
+    let hash = cat["experiment"]["spec_hash"].as_str().unwrap().to_string();
+    struct Jobs(String);
+    impl QueueSource for Jobs {
+        fn jobs(&self, finished: u32) -> QueueFuture<'_> {
+            let job = |id: i64, priority: i64, state: &str, author: &str| QueueJob {
+                id,
+                kind: "run".into(),
+                experiment: "acme/lab#1".into(),
+                spec_hash: self.0.clone(),
+                author: author.into(),
+                priority,
+                state: state.into(),
+                run: (state == "running").then(|| format!("run-{id}")),
+                worker: (state == "running").then(|| "w1".to_string()),
+                reason: (state == "cancelled").then(|| "cancelled by @maint".to_string()),
+                created_at_ms: 0,
+                updated_at_ms: 0,
+            };
+            assert!(finished >= 1);
+            Box::pin(async move {
+                Ok(QueueJobs {
+                    open: vec![
+                        job(13, 0, "queued", "carol"),
+                        job(12, 0, "held", "bob"),
+                        job(11, 0, "running", "ann"),
+                        job(14, 3, "queued", "<b>dave</b>"),
+                    ],
+                    finished: vec![job(10, 0, "cancelled", "erin")],
+                    now_ms: 0,
+                })
+            })
+        }
+    }
+    let bare = fx.state();
+    let page = ok(&bare, "/queue").await;
+    assert!(page.contains("not attached to a lab's job queue"), "{page}");
+    assert_eq!(get(&bare, "/api/v1/queue").await.0, StatusCode::NOT_FOUND);
+
+    let st = fx.state().with_queue(std::sync::Arc::new(Jobs(hash)));
+    let v = json(&st, "/api/v1/queue").await;
+    let ids = |k: &str| -> Vec<i64> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(ids("running"), vec![11]);
+    assert_eq!(ids("waiting"), vec![14, 13], "priority 3 runs first");
+    assert_eq!(ids("held"), vec![12]);
+    assert_eq!(ids("finished"), vec![10]);
+    assert_eq!(v["waiting"][0]["position"], 1);
+    assert_eq!(v["waiting"][1]["position"], 2);
+    assert_eq!(v["workers"], 1);
+    let page = ok(&st, "/queue").await;
+    assert!(page.contains("id=\"waiting\""), "{page}");
+    let waiting = &page[page.find("id=\"waiting\"").unwrap()..];
+    assert!(
+        waiting.find("<td>14</td>").unwrap() < waiting.find("<td>13</td>").unwrap(),
+        "the page lists job 14 before 13"
+    );
+    assert!(page.contains("&lt;b&gt;dave&lt;/b&gt;"), "an author is text");
+    assert!(page.contains("cancelled by @maint"));
+    assert!(page.contains("href=\"/queue\""), "the navigation links the queue");
+    let doc = json(&st, "/api/v1/openapi.json").await;
+    assert!(doc["paths"]["/api/v1/queue"].is_object());
 }

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use glassbox_ledger::index::Index;
-use glassbox_ledger::{BlobStore, DirSource, Lab, LockMode, LogReader};
+use glassbox_ledger::{BlobStore, DirSource, LabDir, LockMode, LogReader};
 use glassbox_schemas::record::{
     ApprovalBody, IssueRef, ProposalBody, RejectionBody, ResultBody, RunEnding, RunStartedBody,
     refs,
@@ -59,8 +59,8 @@ async fn fixture(dir: &std::path::Path, url: &str) -> Index {
     fixture_lab(dir, url).await.1
 }
 
-async fn fixture_lab(dir: &std::path::Path, url: &str) -> (Lab, Index) {
-    let (lab, _) = Lab::init(&dir.join("lab"), "test.example/search").unwrap();
+async fn fixture_lab(dir: &std::path::Path, url: &str) -> (LabDir, Index) {
+    let (lab, _) = LabDir::init(&dir.join("lab"), "test.example/search").unwrap();
     let w = lab.writer(LockMode::Wait).unwrap();
     let put = |bytes: &[u8]| lab.blobs().put(&mut &bytes[..]).unwrap().hash.0;
     let e = |x: &str, r, b: glassbox_schemas::record::EntryBody| {
