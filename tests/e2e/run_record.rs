@@ -200,8 +200,12 @@ seed = 1
     }
     let out = cmd.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(13), "{stderr}");
-    assert!(stderr.contains("cannot allocate"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(13), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("status: failed") && stdout.contains("reason: cannot allocate"),
+        "{stdout}\n{stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
     let entries = crate::support::entries(&d.join("lab"));
     let results: Vec<_> = entries
