@@ -9,6 +9,7 @@
 //! - [`metrics`] — metric names (Marin/Levanter conventions) and the metric line format;
 //! - [`run`] — what a run reports: its outcome and `summary.json`;
 //! - [`ladder`] — scaling-ladder files: a base spec plus rungs, each a full spec;
+//! - [`sweep`] — sweep files: a base spec plus values of some fields, one child per combination;
 //! - [`schema`] — the JSON Schema derived from the types;
 //! - [`issue_form`] — the labels of the GitHub experiment issue form.
 //!
@@ -27,6 +28,7 @@ pub mod record;
 pub mod run;
 pub mod schema;
 pub mod spec;
+pub mod sweep;
 pub mod validate;
 
 pub use canonical::spec_hash;

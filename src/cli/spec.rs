@@ -13,7 +13,7 @@ use crate::exit;
 
 #[derive(Debug, Subcommand)]
 pub enum SpecCommand {
-    /// Validate a spec or ladder file (TOML). Prints the hash and cost (exit 0) or every error
+    /// Validate a spec, ladder or sweep file (TOML). Prints the hash and cost (exit 0) or every error
     /// (exit 1).
     Check {
         /// The spec file, e.g. examples/tiny.toml.
@@ -53,6 +53,9 @@ fn check(file: &PathBuf, as_json: bool) -> anyhow::Result<ExitCode> {
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     if glassbox_schemas::ladder::is_ladder(&text) {
         return check_ladder(file, &text, as_json);
+    }
+    if glassbox_schemas::sweep::is_sweep(&text) {
+        return check_sweep(file, &text, as_json);
     }
     match glassbox_schemas::parse_toml(&text) {
         Ok(spec) => {
@@ -110,6 +113,64 @@ fn check_ladder(file: &std::path::Path, text: &str, as_json: bool) -> anyhow::Re
                 hash,
                 human(cost.params_total as f64),
                 sci(cost.total_flops)
+            );
+        }
+        println!("  total compute {}", sci(total));
+    }
+    Ok(exit::code(exit::OK))
+}
+
+fn check_sweep(file: &std::path::Path, text: &str, as_json: bool) -> anyhow::Result<ExitCode> {
+    let sweep = match glassbox_schemas::sweep::parse_sweep_toml(text) {
+        Ok(s) => s,
+        Err(err) => return Ok(report_error(file, &err, as_json)),
+    };
+    let mut children = Vec::new();
+    for c in &sweep.children {
+        let hash = glassbox_schemas::spec_hash(&c.spec)
+            .context("the validated spec has no canonical form")?;
+        children.push((c, hash, glassbox_schemas::estimate(&c.spec)));
+    }
+    let total: f64 = children.iter().map(|(_, _, c)| c.total_flops).sum();
+    let mode = match sweep.mode {
+        glassbox_schemas::sweep::SweepMode::Grid => "grid",
+        glassbox_schemas::sweep::SweepMode::List => "list",
+    };
+    if as_json {
+        let out = json!({
+            "valid": true,
+            "sweep": true,
+            "mode": mode,
+            "metric": sweep.metric,
+            "parent_hash": sweep.parent_hash.to_string(),
+            "total_flops": total,
+            "children": children.iter().map(|(c, h, cost)| {
+                let mut j = ok_json(&c.spec, *h, cost);
+                j["values"] = c.values.iter().map(|(p, v)| (p.clone(), v.clone())).collect::<serde_json::Map<_, _>>().into();
+                j
+            }).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "{}: valid sweep ({mode}), {} children{}",
+            file.display(),
+            children.len(),
+            sweep
+                .metric
+                .as_deref()
+                .map(|m| format!(", best by {m}"))
+                .unwrap_or_default()
+        );
+        println!("  parent hash {} (one /approve binds it)", sweep.parent_hash);
+        for (c, hash, cost) in &children {
+            println!(
+                "  {:<28} {}  {:>9} params  {} FLOPs  {}",
+                c.spec.experiment.slug,
+                hash,
+                human(cost.params_total as f64),
+                sci(cost.total_flops),
+                glassbox_schemas::sweep::describe(&c.values)
             );
         }
         println!("  total compute {}", sci(total));

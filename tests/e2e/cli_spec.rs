@@ -55,6 +55,46 @@ fn ladder_example_checks_every_rung() {
     assert!(v["rungs"].as_array().unwrap().len() >= 3, "{v}");
 }
 
+/// Issue 22 §1: `spec check` expands a sweep, printing each child's hash and cost, the total,
+/// and the parent hash an approval binds; a bad child is named with its values.
+#[test]
+fn sweep_example_checks_every_child() {
+    let out = glassbox(&["spec", "check", "examples/sweep.toml", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let children = v["children"].as_array().unwrap();
+    assert_eq!(children.len(), 4, "{v}");
+    assert_eq!(children[3]["values"]["model.moe.n_experts"], 8);
+    assert_eq!(children[3]["values"]["train.lr"], 0.003);
+    let total: f64 = children
+        .iter()
+        .map(|c| c["total_flops"].as_f64().unwrap())
+        .sum();
+    assert!((v["total_flops"].as_f64().unwrap() - total).abs() <= 1e-6 * total);
+    assert!(v["parent_hash"].as_str().unwrap().starts_with("blake3:"));
+    let text = stdout(&glassbox(&["spec", "check", "examples/sweep.toml"]));
+    assert!(text.contains("valid sweep (grid), 4 children, best by eval/markov/loss"), "{text}");
+    assert!(text.contains("moe-experts-sweep-s3"), "{text}");
+    assert!(text.contains("n_experts=8, lr=0.003"), "{text}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sweep.toml"))
+            .unwrap()
+            .replace("[4, 8]", "[4, 99]"),
+    )
+    .unwrap();
+    let out = glassbox(&["spec", "check", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("sweep child 2 (n_experts=99, lr=0.001) -> model.moe"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn three_mistakes_print_all_three_and_exit_1() {
     let out = glassbox(&[

@@ -748,6 +748,9 @@ pub struct ExperimentFilter {
     pub page: Option<u32>,
     /// Rows per page (default 50, at most 500).
     pub per_page: Option<u32>,
+    /// The final metric on the search result's parallel coordinates (page only; default: the
+    /// first metric column, else `train/loss`).
+    pub pc: Option<String>,
 }
 
 /// One row of the experiments list.

@@ -171,6 +171,53 @@ fn parcoords(
     })
 }
 
+/// The spec fields whose values differ between the runs (those with a readable spec).
+pub(crate) fn differing_fields(runs: &[CompareRun]) -> Vec<&String> {
+    let keys: BTreeSet<&String> = runs
+        .iter()
+        .filter_map(|r| r.spec.as_ref())
+        .flat_map(|s| s.keys())
+        .collect();
+    keys.iter()
+        .copied()
+        .filter(|k| {
+            let vals: BTreeSet<Option<&String>> = runs
+                .iter()
+                .map(|r| r.spec.as_ref().and_then(|s| s.get(*k)))
+                .collect();
+            vals.len() > 1
+        })
+        .collect()
+}
+
+/// The parallel coordinates (`data-pc`) of a set of runs, such as a search result's latest
+/// runs: the spec fields that differ between them, then their final `metric`. `None` for fewer
+/// than two runs.
+pub(crate) async fn parallel_data(
+    st: &WebState,
+    run_ids: &[String],
+    metric: &str,
+) -> Result<Option<String>, WebError> {
+    if run_ids.len() < 2 {
+        return Ok(None);
+    }
+    let runs = load(st, run_ids).await?;
+    let finals: Vec<BTreeMap<String, f64>> = {
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        runs.iter()
+            .map(|r| {
+                cat.runs
+                    .get(&r.run)
+                    .map(|x| x.final_metrics.clone())
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    let finals: Vec<&BTreeMap<String, f64>> = finals.iter().collect();
+    let differing = differing_fields(&runs);
+    Ok(Some(parcoords(&runs, &finals, &differing, metric).to_string()))
+}
+
 /// Flattens JSON into `dotted.path -> scalar text`; arrays index as `path[i]`.
 pub fn flatten(v: &Value, prefix: &str, out: &mut BTreeMap<String, String>) {
     match v {
@@ -340,22 +387,7 @@ pub async fn page(State(st): State<WebState>, RawQuery(raw): RawQuery) -> Result
         .into_iter()
         .filter(|n| !n.contains("/expert_load/"))
         .collect();
-    let keys: BTreeSet<&String> = runs
-        .iter()
-        .filter_map(|r| r.spec.as_ref())
-        .flat_map(|s| s.keys())
-        .collect();
-    let differing: Vec<&String> = keys
-        .iter()
-        .copied()
-        .filter(|k| {
-            let vals: BTreeSet<Option<&String>> = runs
-                .iter()
-                .map(|r| r.spec.as_ref().and_then(|s| s.get(*k)))
-                .collect();
-            vals.len() > 1
-        })
-        .collect();
+    let differing = differing_fields(&runs);
     let finals: Vec<&BTreeMap<String, f64>> = facts.iter().map(|f| &f.0).collect();
     let columns: Vec<&String> = finals
         .iter()

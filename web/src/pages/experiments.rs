@@ -38,6 +38,9 @@ const STATUSES: &[&str] = &[
     "cancelled",
 ];
 
+/// Most runs on a search result's parallel coordinates (one page of rows).
+const MAX_PC_RUNS: usize = 50;
+
 /// Most columns a view may ask for.
 const MAX_COLS: usize = 24;
 
@@ -98,6 +101,7 @@ fn filter_pairs(f: &ExperimentFilter) -> Vec<(&'static str, &str)> {
         ("author", &f.author),
         ("q", &f.q),
         ("cols", &f.cols),
+        ("pc", &f.pc),
     ] {
         if let Some(x) = val.as_deref().filter(|x| !x.is_empty()) {
             v.push((k, x));
@@ -137,14 +141,14 @@ fn table(page: &ListPage, f: &ExperimentFilter, cols: &[Col], metrics: &MetricCe
                 } }
                 tbody {
                     @for r in &page.items {
-                        tr {
+                        tr data-run=[r.latest_run.as_deref()] {
                             td { @if let Some(run) = &r.latest_run {
                                 input type="checkbox" name="run" value=(run) aria-label={ "compare " (run) };
                             } }
                             @for (i, c) in cols.iter().enumerate() { (cell(r, c, metrics.get(&r.id).and_then(|v| v.get(metric_slot(cols, i)).copied().flatten()))) }
                         }
                         @if !r.tags.is_empty() {
-                            tr.tags { td {} td colspan=(cols.len()) { @for t in &r.tags {
+                            tr.tags data-run=[r.latest_run.as_deref()] { td {} td colspan=(cols.len()) { @for t in &r.tags {
                                 a.tag href={ "/experiments?" (query(&[("tag", t)])) } { (t) } " "
                             } } }
                         }
@@ -254,6 +258,27 @@ pub async fn list_page(
         view.push(("dir", &dir));
     }
     let view_url = format!("/experiments?{}", query(&view));
+    // A search result's runs on parallel coordinates (the spec fields that differ, then a final
+    // metric): at most one page of latest runs.
+    let pc_metric = f
+        .pc
+        .clone()
+        .filter(|m| !m.trim().is_empty())
+        .or_else(|| wanted.first().map(|m| m.to_string()))
+        .unwrap_or_else(|| glassbox_schemas::metrics::TRAIN_LOSS.to_string());
+    let searched = f.q.as_deref().is_some_and(|q| !q.trim().is_empty());
+    let latest: Vec<String> = page
+        .items
+        .iter()
+        .filter_map(|r| r.latest_run.clone())
+        .take(MAX_PC_RUNS)
+        .collect();
+    drop(cat);
+    let pc = if searched {
+        super::compare::parallel_data(&st, &latest, &pc_metric).await?
+    } else {
+        None
+    };
     let body = html! {
         h1 { "Experiments" }
         p.lead { "Every proposal and run of the lab, failures included. Filter, sort, open one, or tick runs to compare." }
@@ -286,9 +311,22 @@ pub async fn list_page(
         }
         (table(&page, &f, &cols, &metrics))
         (pager(&page, &f))
+        @if let Some(pc) = &pc {
+            h2 { "Parallel coordinates of the result" }
+            p.meta { "The latest run of each experiment above: one axis per spec field that differs, then the final metric "
+                code { (pc_metric) } " (" code { "pc=" } " in the address picks another); lines coloured by it. Drag along an axis to filter the rows above; click the axis to clear." }
+            figure #parcoords data-pc=(pc) {
+                noscript { p.empty { "Parallel coordinates need JavaScript; the table shows the same runs." } }
+            }
+        }
         script src=(super::assets::VIEW_JS) defer {}
     };
-    Ok(frame("Experiments", Nav::Experiments, false, body))
+    let scripts = if pc.is_some() {
+        super::Scripts::Parcoords
+    } else {
+        super::Scripts::None
+    };
+    Ok(super::frame_with("Experiments", Nav::Experiments, scripts, body))
 }
 
 /// The negative-results table body (shared with the API's selection).

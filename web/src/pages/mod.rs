@@ -58,6 +58,8 @@ pub enum Scripts {
     ChartsAndParcoords,
     /// The run log's live-follow script (no charts).
     RunLog,
+    /// The parallel-coordinates script alone (a search result).
+    Parcoords,
 }
 
 /// A warning badge for a run's anomalies (none when there are none), linking to its notes.
@@ -121,7 +123,7 @@ pub fn frame_with(title: &str, nav: Nav, scripts: Scripts, body: Markup) -> Mark
                     script src=(assets::UPLOT_JS) defer {}
                     script src=(assets::CHARTS_JS) defer {}
                 }
-                @if scripts == Scripts::ChartsAndParcoords { script src=(assets::PARCOORDS_JS) defer {} }
+                @if matches!(scripts, Scripts::ChartsAndParcoords | Scripts::Parcoords) { script src=(assets::PARCOORDS_JS) defer {} }
                 @if scripts == Scripts::RunLog { script src=(assets::RUNLOG_JS) defer {} }
             }
             body {

@@ -1102,3 +1102,37 @@ async fn the_queue_page_and_api_show_the_jobs_in_the_order_they_run() {
     let doc = json(&st, "/api/v1/openapi.json").await;
     assert!(doc["paths"]["/api/v1/queue"].is_object());
 }
+
+/// Issue 20 §5: a search result gets parallel coordinates of its experiments' latest runs (the
+/// spec fields that differ, then a final metric), whose rows the brushing filters; a list
+/// without a search has none.
+#[tokio::test]
+async fn a_search_result_has_parallel_coordinates_of_its_runs() {
+    let fx = crate::fixture::build().await;
+    let st = fx.state();
+    let page = ok(&st, "/experiments?q=id%20~%20%22acme%2Flab%22&pc=train%2Floss").await;
+    let start = page.find("data-pc=\"").expect("a parallel-coordinates figure") + 9;
+    let end = start + page[start..].find('"').unwrap();
+    let pc: serde_json::Value =
+        serde_json::from_str(&page[start..end].replace("&quot;", "\"")).unwrap();
+    let runs: Vec<&str> = pc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert_eq!(runs.len(), 2, "{pc}");
+    assert!(runs.contains(&"run-1") && runs.contains(&"run-2"), "{pc}");
+    let axes: Vec<&str> = pc["axes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert!(axes.contains(&"model.d_model"), "the differing field: {axes:?}");
+    assert_eq!(axes.last(), Some(&"train/loss"));
+    assert!(page.contains("src=\"/assets/parcoords.js\""));
+    assert!(page.contains("data-run=\"run-1\""), "rows carry their run");
+    let plain = ok(&st, "/experiments").await;
+    assert!(!plain.contains("data-pc="), "no search, no chart");
+}
