@@ -388,6 +388,13 @@ pub async fn page(State(st): State<WebState>, RawQuery(raw): RawQuery) -> Result
         .filter(|n| !n.contains("/expert_load/"))
         .collect();
     let differing = differing_fields(&runs);
+    let identical = runs
+        .iter()
+        .filter_map(|r| r.spec.as_ref())
+        .flat_map(|s| s.keys())
+        .collect::<BTreeSet<_>>()
+        .len()
+        - differing.len();
     let finals: Vec<&BTreeMap<String, f64>> = facts.iter().map(|f| &f.0).collect();
     let columns: Vec<&String> = finals
         .iter()
@@ -472,7 +479,7 @@ pub async fn page(State(st): State<WebState>, RawQuery(raw): RawQuery) -> Result
                     } }
                 }
             }
-            p.meta { (keys.len() - differing.len()) " other fields are identical." }
+            p.meta { (identical) " other fields are identical." }
         }
     };
     Ok(frame_with(

@@ -222,8 +222,6 @@ pub async fn list_page(
 ) -> Result<Markup, WebError> {
     let cols = columns(f.cols.as_deref())?;
     let only = crate::search::for_filter(&st.index, f.q.as_deref()).await?;
-    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
-    let page = cat.list(&f, only.as_ref())?;
     let wanted: Vec<&str> = cols
         .iter()
         .filter_map(|c| match c {
@@ -231,20 +229,26 @@ pub async fn list_page(
             Col::Std(..) => None,
         })
         .collect();
-    let metrics: MetricCells = if wanted.is_empty() {
-        MetricCells::new()
-    } else {
-        page.items
-            .iter()
-            .map(|r| {
-                let last = cat.experiments.get(&r.id).and_then(|e| e.latest_run(&cat));
-                let values = wanted
-                    .iter()
-                    .map(|m| last.and_then(|run| run.final_metrics.get(*m).copied()))
-                    .collect();
-                (r.id.clone(), values)
-            })
-            .collect()
+    // The catalog is read under its lock, which is let go before anything else is awaited.
+    let (page, metrics) = {
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let page = cat.list(&f, only.as_ref())?;
+        let metrics: MetricCells = if wanted.is_empty() {
+            MetricCells::new()
+        } else {
+            page.items
+                .iter()
+                .map(|r| {
+                    let last = cat.experiments.get(&r.id).and_then(|e| e.latest_run(&cat));
+                    let values = wanted
+                        .iter()
+                        .map(|m| last.and_then(|run| run.final_metrics.get(*m).copied()))
+                        .collect();
+                    (r.id.clone(), values)
+                })
+                .collect()
+        };
+        (page, metrics)
     };
     let mut view = filter_pairs(&f);
     let (sort, dir) = (
@@ -273,7 +277,6 @@ pub async fn list_page(
         .filter_map(|r| r.latest_run.clone())
         .take(MAX_PC_RUNS)
         .collect();
-    drop(cat);
     let pc = if searched {
         super::compare::parallel_data(&st, &latest, &pc_metric).await?
     } else {
