@@ -83,13 +83,13 @@ fn sweep_example_checks_every_child() {
         &bad,
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sweep.toml"))
             .unwrap()
-            .replace("[4, 8]", "[4, 99]"),
+            .replace("[4, 8]", "[4, 0]"),
     )
     .unwrap();
     let out = glassbox(&["spec", "check", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("sweep child 2 (n_experts=99, lr=0.001) -> model.moe"),
+        stderr(&out).contains("sweep child 2 (n_experts=0, lr=0.001) -> model.moe.n_experts = 0"),
         "{}",
         stderr(&out)
     );
