@@ -1,8 +1,9 @@
 //! The floating-point element type the kernels compute in: `f32` for training, `f64` for the
 //! finite-difference gradient checks (the same kernel code runs in both).
 //!
-//! This is a closed trait (sealed): only `f32` and `f64` implement it, because the GEMM crate
-//! dispatches on exactly those two types. It is not a general numeric-tower abstraction.
+//! This is a closed trait (sealed): only `f32` and `f64` implement it, because the GEMM
+//! (`backend::cpu::gemm`) dispatches on exactly those two types. It is not a general
+//! numeric-tower abstraction.
 
 use std::fmt::Debug;
 use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub, SubAssign};
@@ -48,6 +49,9 @@ pub trait Real:
     fn ln(self) -> Self;
     /// Square root.
     fn sqrt(self) -> Self;
+    /// `self * a + b` rounded once (a fused multiply-add, IEEE 754 `fusedMultiplyAdd`): the
+    /// same bits on every CPU, with or without an FMA instruction.
+    fn mul_add(self, a: Self, b: Self) -> Self;
     /// Larger of two (NaN-propagating is not required: callers check finiteness separately).
     fn max(self, other: Self) -> Self;
     /// Whether the value is neither NaN nor infinite.
@@ -83,6 +87,10 @@ macro_rules! impl_real {
             #[inline]
             fn sqrt(self) -> Self {
                 <$t>::sqrt(self)
+            }
+            #[inline]
+            fn mul_add(self, a: Self, b: Self) -> Self {
+                <$t>::mul_add(self, a, b)
             }
             #[inline]
             fn max(self, other: Self) -> Self {
