@@ -18,10 +18,11 @@ use glassbox_schemas::metrics as mn;
 struct Tps(Vec<f64>);
 impl Observer for Tps {
     fn on_metrics(&mut self, r: &MetricRecord) {
-        if r.kind == RecordKind::Train && r.step >= 3 {
-            if let Some(t) = r.scalars.get(mn::TOKENS_PER_SECOND) {
-                self.0.push(*t);
-            }
+        if r.kind == RecordKind::Train
+            && r.step >= 3
+            && let Some(t) = r.scalars.get(mn::TOKENS_PER_SECOND)
+        {
+            self.0.push(*t);
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Deterministic strided GEMM for the CPU backend: packed panels, a register-blocked
-//! micro-kernel, explicit SIMD chosen at run time (AVX2+FMA on x86-64, a scalar fallback
-//! everywhere), and the model's (grouped) linear layers on top of it.
+//! micro-kernel, explicit SIMD chosen at run time (AVX-512F or AVX2+FMA on x86-64, a scalar
+//! fallback everywhere), and the model's (grouped) linear layers on top of it.
 //!
 //! `C[m, n] (+)= A[m, k] B[k, n]` with arbitrary element strides for A and B and a row-major C.
 //!
@@ -9,22 +9,25 @@
 //! `acc = init; for p in 0..k { acc = fma(A[i, p], B[p, j], acc) }`, where `init` is 0
 //! ([`Accumulate::Overwrite`]) or the old `C[i, j]` ([`Accumulate::Add`]). The SIMD kernels
 //! vectorise across output columns and keep one accumulator per output element, never across k,
-//! and an `fma` rounds once whatever the instruction set, so the AVX2 path and the scalar path
-//! (`mul_add`) give the same bits. k is cut into blocks of [`KC`] for the caches, but the chain
+//! and an `fma` rounds once whatever the instruction set, so the AVX-512, AVX2 and scalar
+//! (`mul_add`) paths give the same bits. k is cut into blocks of [`KC`] for the caches, but the chain
 //! continues through `C` between blocks (an f32 stored and reloaded is the same f32), so the
 //! blocking changes nothing either. Hence the result does not depend on the tiling, the thread
 //! count or the CPU; `gemm_bitwise_*` tests check it.
 //!
-//! **The work split**: the output is cut into fixed tiles of [`TILE_M`] x [`TILE_N`]; a tile
-//! walks its k-blocks, its [`NR`]-column panels of B (packed only where B's rows are not
-//! contiguous or at the last columns; the padding's products are never stored) and its
-//! [`Kernel::mr`]-row blocks of A (read in place through the strides), one micro-kernel call per
-//! register block. Tiles run in parallel on the current rayon pool, and a
+//! **The work split**: the output is cut into tiles of at most [`TILE_M`] x [`TILE_N`] (a
+//! function of the shape only); a tile
+//! walks its k-blocks; per k-block it packs its part of B into [`NR`]-column panels (zero padded
+//! at the last columns; the padding's products are never stored) and runs the micro-kernel over
+//! its [`Kernel::mr`]-row blocks of A (read in place through the strides when A's rows are
+//! contiguous, else packed too). A B whose rows are
+//! not contiguous (`W^T`, `k^T`) is first copied row-major once per product, so packing is
+//! always contiguous copies. Tiles run in parallel on the current rayon pool, and a
 //! grouped linear layer puts all its groups' tiles in one parallel loop (one fork/join per layer,
 //! not per expert).
 //!
-//! This is not a general BLAS: no alpha/beta beyond "overwrite or accumulate", row-major C only,
-//! no AVX-512 (its intrinsics need Rust 1.89; the workspace's MSRV is 1.85).
+//! This is not a general BLAS: no alpha/beta beyond "overwrite or accumulate", row-major C only.
+//! The AVX-512 intrinsics need Rust 1.89 (the runner's `rust-version`).
 
 #[cfg(target_arch = "x86_64")]
 use std::any::TypeId;
@@ -36,9 +39,13 @@ use rayon::prelude::*;
 use crate::backend::{Accumulate, Groups};
 use crate::scalar::Real;
 
-/// Output rows per tile (a multiple of every kernel's [`Kernel::mr`], so that only a product's
-/// last rows make a short register block).
-pub const TILE_M: usize = 96;
+/// The most output rows per tile (a multiple of every kernel's [`Kernel::mr`], so that only a
+/// product's last rows make a short register block). A tile packs its B block once per k-block
+/// and reuses it for all its rows, so tall tiles amortise the packing; products with few rows
+/// get shorter tiles ([`Problem::tile_m`]) so that there are enough tiles to share.
+pub const TILE_M: usize = 192;
+/// Tiles a product should have at least, when its rows allow (load balance on the pool).
+const MIN_TILES: usize = 8;
 /// Output columns per tile (a multiple of [`NR`]).
 pub const TILE_N: usize = 256;
 /// The k-block: rows of B (columns of A) packed at a time.
@@ -46,7 +53,7 @@ pub const KC: usize = 256;
 /// Columns per micro-panel of B, and per micro-kernel call.
 pub const NR: usize = 16;
 /// The largest [`Kernel::mr`].
-const MAX_MR: usize = 6;
+const MAX_MR: usize = 12;
 
 /// A strided read-only matrix operand: element `(i, j)` is at `data[i * rs + j * cs]`.
 #[derive(Debug, Clone, Copy)]
@@ -126,6 +133,8 @@ pub enum Kernel {
     Scalar,
     /// 6 x 16 register block of 256-bit FMAs (x86-64 with AVX2 and FMA).
     Avx2Fma,
+    /// 12 x 16 register block of 512-bit FMAs (x86-64 with AVX-512F, AVX2 and FMA).
+    Avx512,
 }
 
 impl Kernel {
@@ -146,8 +155,17 @@ impl Kernel {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
             v.push(Kernel::Avx2Fma);
+            if std::is_x86_feature_detected!("avx512f") {
+                v.push(Kernel::Avx512);
+            }
         }
         v
+    }
+
+    /// Whether this kernel is only chosen on CPUs with AVX2 and FMA (the vectorised
+    /// elementwise code of [`super::expf`] asks).
+    pub fn has_avx2_fma(self) -> bool {
+        self != Kernel::Scalar
     }
 
     /// Rows per A panel (the register block's height).
@@ -155,6 +173,7 @@ impl Kernel {
         match self {
             Kernel::Scalar => 4,
             Kernel::Avx2Fma => 6,
+            Kernel::Avx512 => 12,
         }
     }
 }
@@ -179,15 +198,25 @@ struct Problem<'a, F> {
 }
 
 impl<F> Problem<'_, F> {
+    /// Rows per tile: [`TILE_M`], halved (down to 48) while the product has fewer than
+    /// [`MIN_TILES`] tiles. A function of the shape only (and the result does not depend on it
+    /// anyway: see the module doc).
+    fn tile_m(&self) -> usize {
+        let mut tm = TILE_M;
+        while tm > 48 && self.shape.m.div_ceil(tm) * self.tiles_n() < MIN_TILES {
+            tm /= 2;
+        }
+        tm
+    }
     fn tiles_n(&self) -> usize {
         self.shape.n.div_ceil(TILE_N)
     }
     fn tiles(&self) -> usize {
         if self.shape.k == 0 {
             // No k: one "tile" per row block that clears (or keeps) C.
-            self.shape.m.div_ceil(TILE_M)
+            self.shape.m.div_ceil(self.tile_m())
         } else {
-            self.shape.m.div_ceil(TILE_M) * self.tiles_n()
+            self.shape.m.div_ceil(self.tile_m()) * self.tiles_n()
         }
     }
 }
@@ -255,6 +284,21 @@ fn run_problems<F: Real>(
         total += if m > 0 && n > 0 { p.tiles() } else { 0 };
     }
     starts.push(total);
+    // A B whose rows are not contiguous (a transposed weight, `k^T` in attention) is copied
+    // row-major once per product, so that every tile packs its panels with contiguous copies.
+    let copies = row_major_copies(problems, tiles);
+    let problems: Vec<Problem<'_, F>> = problems
+        .iter()
+        .zip(&copies)
+        .map(|(p, copy)| match copy {
+            Some(b) => Problem {
+                b: Mat::rows(b, p.shape.n),
+                ..*p
+            },
+            None => *p,
+        })
+        .collect();
+    let problems = &problems[..];
     let out = OutPtr(c.as_mut_ptr());
     let add = accumulate == Accumulate::Add;
     let tile = move |t: usize| {
@@ -274,18 +318,49 @@ fn run_problems<F: Real>(
     }
 }
 
+/// For each product whose B has non-contiguous rows (`cs != 1`) and work to do, B as a
+/// row-major `[k, n]` copy; the copies are made in parallel when the product's tiles are.
+fn row_major_copies<F: Real>(problems: &[Problem<'_, F>], tiles: Tiles) -> Vec<Option<Vec<F>>> {
+    let needs = |p: &Problem<'_, F>| {
+        let GemmShape { m, n, k } = p.shape;
+        p.b.cs != 1 && m > 0 && n > 0 && k > 0
+    };
+    let copy = |p: &Problem<'_, F>| {
+        needs(p).then(|| {
+            let GemmShape { n, k, .. } = p.shape;
+            let b = p.b;
+            let mut out = vec![F::ZERO; k * n];
+            // Blocks of 16 columns: read 16 source runs along p, write 16-wide rows.
+            for j0 in (0..n).step_by(16) {
+                let j1 = (j0 + 16).min(n);
+                for (pi, row) in out.chunks_exact_mut(n).enumerate() {
+                    for (j, x) in row[j0..j1].iter_mut().enumerate() {
+                        *x = b.data[pi * b.rs + (j0 + j) * b.cs];
+                    }
+                }
+            }
+            out
+        })
+    };
+    if tiles == Tiles::Parallel && problems.iter().filter(|p| needs(p)).count() > 1 {
+        problems.par_iter().map(copy).collect()
+    } else {
+        problems.iter().map(copy).collect()
+    }
+}
+
 thread_local! {
-    /// Each thread's B-panel buffer, reused by every tile it runs (f64 storage: aligned for
+    /// Each thread's packed B block, reused by every tile it runs (f64 storage: aligned for
     /// both element types).
     static PANEL: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Tile `t` of problem `p`.
 ///
-/// A is read in place (the micro-kernel broadcasts `A[i, p]` through its row and column
-/// strides). B is read in place when its rows are contiguous and the panel is a full [`NR`]
-/// columns; otherwise (a transposed B such as `W^T`, or the last columns) its `KC x NR` panel
-/// is packed first, zero padded, into a per-thread buffer that stays in L1.
+/// A is read in place when its rows are contiguous (the micro-kernel broadcasts `A[i, p]`
+/// through its strides), else packed per k-block. B's `KC x TILE_N` block is packed per k-block into [`NR`]-column panels (zero
+/// padded at the last columns) in a per-thread buffer, so the micro-kernel reads it
+/// contiguously (no TLB walk across B's rows) for every row block of the tile.
 ///
 /// # Safety
 /// `c` must point to storage in which every element of the tile (offsets `p.c_off + i * ldc +
@@ -295,8 +370,8 @@ unsafe fn run_tile<F: Real>(kernel: Kernel, p: &Problem<'_, F>, t: usize, c: *mu
     let GemmShape { m, n, k } = p.shape;
     if k == 0 {
         if !add {
-            let i0 = t * TILE_M;
-            for i in i0..m.min(i0 + TILE_M) {
+            let i0 = t * p.tile_m();
+            for i in i0..m.min(i0 + p.tile_m()) {
                 for j in 0..n {
                     // SAFETY: within the problem's C region (caller's contract).
                     unsafe { *c.add(p.c_off + i * p.ldc + j) = F::ZERO };
@@ -306,10 +381,11 @@ unsafe fn run_tile<F: Real>(kernel: Kernel, p: &Problem<'_, F>, t: usize, c: *mu
         return;
     }
     let (ti, tj) = (t / p.tiles_n(), t % p.tiles_n());
-    let (i0, j0) = (ti * TILE_M, tj * TILE_N);
-    let (mm, nn) = (TILE_M.min(m - i0), TILE_N.min(n - j0));
+    let tile_m = p.tile_m();
+    let (i0, j0) = (ti * tile_m, tj * TILE_N);
+    let (mm, nn) = (tile_m.min(m - i0), TILE_N.min(n - j0));
     let (a, b) = (p.a, p.b);
-    let need = NR * KC;
+    let need = (TILE_N + TILE_M) * KC;
     let words = (need * size_of::<F>()).div_ceil(size_of::<f64>());
     let run = |buf: &mut Vec<f64>| {
         if buf.len() < words {
@@ -317,38 +393,56 @@ unsafe fn run_tile<F: Real>(kernel: Kernel, p: &Problem<'_, F>, t: usize, c: *mu
         }
         // SAFETY: the buffer holds at least `need` elements of F (f32 or f64: no invalid bit
         // patterns, alignment at most f64's), and this borrow is its only user.
-        let panel: &mut [F] =
+        let all: &mut [F] =
             unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<F>(), need) };
+        let (packed, apacked) = all.split_at_mut(TILE_N * KC);
         let mr = kernel.mr();
+        // A with non-contiguous rows (`dout^T` in the weight gradient) is packed per k-block
+        // into `mr`-row panels `[p][r]`: reading it in place would touch a new cache line and
+        // page at every k step.
+        let pack_a = a.cs != 1;
         let mut p0 = 0;
         while p0 < k {
             let kc = KC.min(k - p0);
             let load = add || p0 > 0;
+            pack_b_block(packed, b, p0, kc, j0, nn);
+            if pack_a {
+                for ip in 0..mm.div_ceil(mr) {
+                    let rows = mr.min(mm - ip * mr);
+                    let panel = &mut apacked[ip * mr * kc..(ip + 1) * mr * kc];
+                    for (pp, dst) in panel.chunks_exact_mut(mr).enumerate() {
+                        let base = (i0 + ip * mr) * a.rs + (p0 + pp) * a.cs;
+                        for (r, x) in dst[..rows].iter_mut().enumerate() {
+                            *x = a.data[base + r * a.rs];
+                        }
+                    }
+                }
+            }
             for jp in 0..nn.div_ceil(NR) {
                 let jb = j0 + jp * NR;
                 let cols = NR.min(nn - jp * NR);
-                let (bs, brs) = if b.cs == 1 && cols == NR {
-                    (&b.data[p0 * b.rs + jb..], b.rs)
-                } else {
-                    pack_b(panel, b, p0, kc, jb, cols);
-                    (&panel[..], NR)
-                };
+                let bs = &packed[jp * NR * kc..(jp + 1) * NR * kc];
                 for ip in 0..mm.div_ceil(mr) {
                     let ib = i0 + ip * mr;
                     let rows = mr.min(mm - ip * mr);
+                    let (ablk, a_rs, a_cs) = if pack_a {
+                        (&apacked[ip * mr * kc..(ip + 1) * mr * kc], 1, mr)
+                    } else {
+                        (&a.data[ib * a.rs + p0 * a.cs..], a.rs, a.cs)
+                    };
                     let blk = Block {
                         kc,
-                        a: &a.data[ib * a.rs + p0 * a.cs..],
-                        a_rs: a.rs,
-                        a_cs: a.cs,
+                        a: ablk,
+                        a_rs,
+                        a_cs,
                         b: bs,
-                        b_rs: brs,
+                        b_rs: NR,
                         rows,
                         cols,
                     };
                     // SAFETY: rows x cols of C at this offset (stride ldc) lie inside this
                     // tile; the block's operands are in bounds (`Block`'s invariant holds: A's
-                    // rows < rows and B's kc x NR panel were bounds-checked for the shape).
+                    // rows < rows were bounds-checked for the shape, B's panel is kc x NR).
                     unsafe { micro(kernel, &blk, c.add(p.c_off + ib * p.ldc + jb), p.ldc, load) };
                 }
             }
@@ -362,13 +456,69 @@ unsafe fn run_tile<F: Real>(kernel: Kernel, p: &Problem<'_, F>, t: usize, c: *mu
     });
 }
 
+/// Pack `B[p0..p0+kc, j0..j0+nn]` into panels `packed[(jp*kc + p)*NR + jj]`. Row by row when
+/// B's rows are contiguous (one sequential read of each row, which the prefetcher follows;
+/// panel by panel would read 64 bytes of each row per pass, a cache miss and a page each).
+fn pack_b_block<F: Real>(
+    packed: &mut [F],
+    b: Mat<'_, F>,
+    p0: usize,
+    kc: usize,
+    j0: usize,
+    nn: usize,
+) {
+    let full = nn / NR;
+    if b.cs == 1 && full > 0 {
+        for p in 0..kc {
+            let base = (p0 + p) * b.rs + j0;
+            let row = &b.data[base..base + full * NR];
+            for (jp, src) in row.chunks_exact(NR).enumerate() {
+                let src: &[F; NR] = src.try_into().expect("NR elements");
+                let at = (jp * kc + p) * NR;
+                let dst: &mut [F; NR] = (&mut packed[at..at + NR]).try_into().expect("NR elements");
+                *dst = *src;
+            }
+        }
+    } else {
+        for jp in 0..full {
+            pack_b(
+                &mut packed[jp * NR * kc..(jp + 1) * NR * kc],
+                b,
+                p0,
+                kc,
+                j0 + jp * NR,
+                NR,
+            );
+        }
+    }
+    if nn > full * NR {
+        let jp = full;
+        pack_b(
+            &mut packed[jp * NR * kc..(jp + 1) * NR * kc],
+            b,
+            p0,
+            kc,
+            j0 + jp * NR,
+            nn - full * NR,
+        );
+    }
+}
+
 /// Pack `B[p0..p0+kc, jb..jb+cols]` into `panel[p*NR + jj]`, columns past `cols` zero.
 fn pack_b<F: Real>(panel: &mut [F], b: Mat<'_, F>, p0: usize, kc: usize, jb: usize, cols: usize) {
     let panel = &mut panel[..kc * NR];
     if cols < NR {
         panel.fill(F::ZERO);
     }
-    if b.cs == 1 {
+    if b.cs == 1 && cols == NR {
+        // Fixed-size copies: a few vector moves each, not a call to memcpy.
+        for (p, dst) in panel.chunks_exact_mut(NR).enumerate() {
+            let base = (p0 + p) * b.rs + jb;
+            let src: &[F; NR] = b.data[base..base + NR].try_into().expect("NR elements");
+            let dst: &mut [F; NR] = dst.try_into().expect("NR elements");
+            *dst = *src;
+        }
+    } else if b.cs == 1 {
         for (p, dst) in panel.chunks_exact_mut(NR).enumerate() {
             let base = (p0 + p) * b.rs + jb;
             dst[..cols].copy_from_slice(&b.data[base..base + cols]);
@@ -424,26 +574,26 @@ unsafe fn micro<F: Real>(kernel: Kernel, blk: &Block<'_, F>, c: *mut F, ldc: usi
     debug_assert!(rows >= 1 && (rows - 1) * a_rs + (kc - 1) * a_cs < a.len());
     debug_assert!((kc - 1) * b_rs + NR <= b.len());
     #[cfg(target_arch = "x86_64")]
-    if kernel == Kernel::Avx2Fma && TypeId::of::<F>() == TypeId::of::<f32>() {
-        // SAFETY: F is f32 (checked above), so the casts only rename the type; Avx2Fma is
-        // constructed only when the CPU has AVX2 and FMA (`Kernel::available`, asserted by the
-        // entry points); operands and C as the caller promised.
+    if kernel != Kernel::Scalar && TypeId::of::<F>() == TypeId::of::<f32>() {
+        let o = x86::Operands {
+            kc,
+            a: a.as_ptr().cast(),
+            a_rs,
+            a_cs,
+            b: b.as_ptr().cast(),
+            b_rs,
+            rows,
+            cols,
+        };
+        // SAFETY: F is f32 (checked above), so the casts only rename the type; a SIMD kernel
+        // is constructed only when the CPU has its features (`Kernel::available`, asserted by
+        // the entry points); operands and C as the caller promised.
         unsafe {
-            x86::micro_avx2(
-                x86::Operands {
-                    kc,
-                    a: a.as_ptr().cast(),
-                    a_rs,
-                    a_cs,
-                    b: b.as_ptr().cast(),
-                    b_rs,
-                    rows,
-                    cols,
-                },
-                c.cast(),
-                ldc,
-                load,
-            )
+            if kernel == Kernel::Avx512 {
+                x86::micro_avx512(o, c.cast(), ldc, load)
+            } else {
+                x86::micro_avx2(o, c.cast(), ldc, load)
+            }
         };
         return;
     }
@@ -476,8 +626,9 @@ unsafe fn micro<F: Real>(kernel: Kernel, blk: &Block<'_, F>, c: *mut F, ldc: usi
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    //! The AVX2+FMA register block: 6 rows x 16 columns (two 256-bit vectors per row), twelve
-    //! accumulators, one broadcast of A per row and k step. Not here: packing, tiling.
+    //! The SIMD register blocks: AVX2+FMA 6 rows x 16 columns (two 256-bit vectors per row),
+    //! AVX-512F 12 x 16 (one 512-bit vector per row); one broadcast of A per row and k step.
+    //! Not here: packing, tiling.
 
     use std::arch::x86_64::*;
 
@@ -554,6 +705,68 @@ mod x86 {
             for (r, x) in acc.iter().enumerate() {
                 _mm256_storeu_ps(cp.add(r * ld), x[0]);
                 _mm256_storeu_ps(cp.add(r * ld + 8), x[1]);
+            }
+        }
+        if !full {
+            for r in 0..rows {
+                for j in 0..cols {
+                    // SAFETY: r < rows, j < cols (caller's contract).
+                    unsafe { *c.add(r * ldc + j) = scratch[r * NR + j] };
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 register block: 12 rows x 16 columns (one 512-bit vector per row), twelve
+    /// accumulators; the same per-element fma chain as [`micro_avx2`].
+    ///
+    /// # Safety
+    /// As [`micro_avx2`], with AVX-512F instead of AVX2 and FMA.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn micro_avx512(o: Operands, c: *mut f32, ldc: usize, load: bool) {
+        const MR: usize = 12;
+        let Operands {
+            kc,
+            a,
+            a_rs,
+            a_cs,
+            b,
+            b_rs,
+            rows,
+            cols,
+        } = o;
+        let full = rows == MR && cols == NR;
+        let mut scratch = [0f32; MR * NR];
+        let (cp, ld) = if full {
+            (c, ldc)
+        } else {
+            if load {
+                for r in 0..rows {
+                    for j in 0..cols {
+                        // SAFETY: r < rows, j < cols (caller's contract).
+                        scratch[r * NR + j] = unsafe { *c.add(r * ldc + j) };
+                    }
+                }
+            }
+            (scratch.as_mut_ptr(), NR)
+        };
+        // SAFETY: as in `micro_avx2`: clamped A rows, B and C as the caller promised.
+        unsafe {
+            let ar: [*const f32; MR] = std::array::from_fn(|r| a.add(r.min(rows - 1) * a_rs));
+            let mut acc = [_mm512_setzero_ps(); MR];
+            if load {
+                for (r, x) in acc.iter_mut().enumerate() {
+                    *x = _mm512_loadu_ps(cp.add(r * ld));
+                }
+            }
+            for p in 0..kc {
+                let bv = _mm512_loadu_ps(b.add(p * b_rs));
+                for (r, x) in acc.iter_mut().enumerate() {
+                    *x = _mm512_fmadd_ps(_mm512_set1_ps(*ar[r].add(p * a_cs)), bv, *x);
+                }
+            }
+            for (r, x) in acc.iter().enumerate() {
+                _mm512_storeu_ps(cp.add(r * ld), *x);
             }
         }
         if !full {
