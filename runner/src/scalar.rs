@@ -60,10 +60,26 @@ pub trait Real:
     fn write_le(self, out: &mut Vec<u8>);
     /// Read from little-endian bytes (`bytes.len() == size_of::<Self>()`).
     fn read_le(bytes: &[u8]) -> Self;
+    /// The slice as `&[f32]` when `Self` is `f32`, else `None` (f32-only fast paths, such as
+    /// the vectorised SwiGLU, dispatch on it).
+    fn as_f32(x: &[Self]) -> Option<&[f32]>;
+    /// [`Real::as_f32`] for a mutable slice.
+    fn as_f32_mut(x: &mut [Self]) -> Option<&mut [f32]>;
+}
+
+/// `Some(x)` for f32, `None` for f64 (the bodies of `as_f32`, `as_f32_mut`).
+macro_rules! f32_view {
+    (yes, $x:expr) => {
+        Some($x)
+    };
+    (no, $x:expr) => {{
+        let _ = $x;
+        None
+    }};
 }
 
 macro_rules! impl_real {
-    ($t:ty, $name:literal) => {
+    ($t:ty, $name:literal, $is_f32:ident) => {
         impl Real for $t {
             const DTYPE: &'static str = $name;
             const ZERO: Self = 0.0;
@@ -108,9 +124,15 @@ macro_rules! impl_real {
                 b.copy_from_slice(&bytes[..std::mem::size_of::<$t>()]);
                 <$t>::from_le_bytes(b)
             }
+            fn as_f32(x: &[Self]) -> Option<&[f32]> {
+                f32_view!($is_f32, x)
+            }
+            fn as_f32_mut(x: &mut [Self]) -> Option<&mut [f32]> {
+                f32_view!($is_f32, x)
+            }
         }
     };
 }
 
-impl_real!(f32, "F32");
-impl_real!(f64, "F64");
+impl_real!(f32, "F32", yes);
+impl_real!(f64, "F64", no);

@@ -17,7 +17,9 @@ pub mod attention;
 pub mod combine;
 pub mod elementwise;
 pub mod embedding;
+pub mod expf;
 pub mod gemm;
+pub mod heap;
 pub mod loss;
 pub mod norm;
 pub mod permute;
@@ -58,6 +60,7 @@ const SOURCES: &[(&str, &str)] = sources!(
     "rope.rs",
     "attention.rs",
     "swiglu.rs",
+    "expf.rs",
     "router.rs",
     "topk.rs",
     "permute.rs",
@@ -76,9 +79,11 @@ pub struct CpuBackend<F: Real> {
 }
 
 impl<F: Real> CpuBackend<F> {
-    /// A backend with its own pool of `threads` worker threads (at least 1).
+    /// A backend with its own pool of `threads` worker threads (at least 1). Tunes the
+    /// process's allocator to keep freed activations for the next step ([`heap`]).
     pub fn new(threads: usize) -> Result<Self, RunnerError> {
         let threads = threads.max(1);
+        heap::keep_freed_memory();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("glassbox-cpu-{i}"))
@@ -96,6 +101,12 @@ impl<F: Real> CpuBackend<F> {
     /// Worker threads.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+}
+
+impl<F: Real> Drop for CpuBackend<F> {
+    fn drop(&mut self) {
+        heap::give_back_freed_memory();
     }
 }
 
