@@ -10,9 +10,9 @@
 //! ([`Accumulate::Overwrite`]) or the old `C[i, j]` ([`Accumulate::Add`]). The SIMD kernels
 //! vectorise across output columns and keep one accumulator per output element, never across k,
 //! and an `fma` rounds once whatever the instruction set, so the AVX-512, AVX2 and scalar
-//! (`mul_add`) paths give the same bits. k is cut into blocks of [`KC`] for the caches, but the chain
-//! continues through `C` between blocks (an f32 stored and reloaded is the same f32), so the
-//! blocking changes nothing either. Hence the result does not depend on the tiling, the thread
+//! (`mul_add`) paths give the same bits. k is cut into blocks of [`KC`] for the caches, but the
+//! chain continues through `C` between blocks (an f32 stored and reloaded is the same f32), so
+//! the blocking changes nothing either. Hence the result does not depend on the tiling, the thread
 //! count or the CPU; `gemm_bitwise_*` tests check it.
 //!
 //! **The work split**: the output is cut into tiles of at most [`TILE_M`] x [`TILE_N`] (a
@@ -29,8 +29,6 @@
 //! This is not a general BLAS: no alpha/beta beyond "overwrite or accumulate", row-major C only.
 //! The AVX-512 intrinsics need Rust 1.89 (the runner's `rust-version`).
 
-#[cfg(target_arch = "x86_64")]
-use std::any::TypeId;
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
@@ -53,7 +51,7 @@ pub const KC: usize = 256;
 /// Columns per micro-panel of B, and per micro-kernel call.
 pub const NR: usize = 16;
 /// The largest [`Kernel::mr`].
-const MAX_MR: usize = 12;
+const MAX_MR: usize = 6;
 
 /// A strided read-only matrix operand: element `(i, j)` is at `data[i * rs + j * cs]`.
 #[derive(Debug, Clone, Copy)]
@@ -133,7 +131,8 @@ pub enum Kernel {
     Scalar,
     /// 6 x 16 register block of 256-bit FMAs (x86-64 with AVX2 and FMA).
     Avx2Fma,
-    /// 12 x 16 register block of 512-bit FMAs (x86-64 with AVX-512F, AVX2 and FMA).
+    /// 6 x 32 register block of 512-bit FMAs over two B panels (x86-64 with AVX-512F, AVX2
+    /// and FMA).
     Avx512,
 }
 
@@ -173,7 +172,15 @@ impl Kernel {
         match self {
             Kernel::Scalar => 4,
             Kernel::Avx2Fma => 6,
-            Kernel::Avx512 => 12,
+            Kernel::Avx512 => 6,
+        }
+    }
+
+    /// [`NR`]-column B panels per register block (its width over NR).
+    pub fn panels(self) -> usize {
+        match self {
+            Kernel::Scalar | Kernel::Avx2Fma => 1,
+            Kernel::Avx512 => 2,
         }
     }
 }
@@ -266,6 +273,13 @@ fn run_problems<F: Real>(
     accumulate: Accumulate,
     tiles: Tiles,
 ) {
+    // The SIMD kernels are f32 kernels; any other element type (f64 in the gradient checks)
+    // runs the scalar one, with its panel layout.
+    let kernel = if is_f32::<F>() {
+        kernel
+    } else {
+        Kernel::Scalar
+    };
     let mut starts = Vec::with_capacity(problems.len() + 1);
     let mut total = 0;
     for p in problems {
@@ -318,6 +332,11 @@ fn run_problems<F: Real>(
     }
 }
 
+/// Whether `F` is `f32`.
+fn is_f32<F: Real>() -> bool {
+    F::as_f32(&[]).is_some()
+}
+
 /// For each product whose B has non-contiguous rows (`cs != 1`) and work to do, B as a
 /// row-major `[k, n]` copy; the copies are made in parallel when the product's tiles are.
 fn row_major_copies<F: Real>(problems: &[Problem<'_, F>], tiles: Tiles) -> Vec<Option<Vec<F>>> {
@@ -358,9 +377,10 @@ thread_local! {
 /// Tile `t` of problem `p`.
 ///
 /// A is read in place when its rows are contiguous (the micro-kernel broadcasts `A[i, p]`
-/// through its strides), else packed per k-block. B's `KC x TILE_N` block is packed per k-block into [`NR`]-column panels (zero
-/// padded at the last columns) in a per-thread buffer, so the micro-kernel reads it
-/// contiguously (no TLB walk across B's rows) for every row block of the tile.
+/// through its strides), else packed per k-block. B's `KC x TILE_N` block is packed per k-block
+/// into [`NR`]-column panels (zero padded at the last columns) in a per-thread buffer, so the
+/// micro-kernel reads it contiguously (no TLB walk across B's rows) for every row block of the
+/// tile.
 ///
 /// # Safety
 /// `c` must point to storage in which every element of the tile (offsets `p.c_off + i * ldc +
@@ -418,10 +438,16 @@ unsafe fn run_tile<F: Real>(kernel: Kernel, p: &Problem<'_, F>, t: usize, c: *mu
                     }
                 }
             }
-            for jp in 0..nn.div_ceil(NR) {
+            let npanels = nn.div_ceil(NR);
+            let step = kernel.panels();
+            for jp in (0..npanels).step_by(step) {
                 let jb = j0 + jp * NR;
-                let cols = NR.min(nn - jp * NR);
+                let cols = (step * NR).min(nn - jp * NR);
                 let bs = &packed[jp * NR * kc..(jp + 1) * NR * kc];
+                // The second panel of a two-panel block; the first again past the last panel
+                // (its columns are then beyond `cols`: computed, never stored).
+                let jp2 = if jp + 1 < npanels { jp + 1 } else { jp };
+                let bs2 = &packed[jp2 * NR * kc..(jp2 + 1) * NR * kc];
                 for ip in 0..mm.div_ceil(mr) {
                     let ib = i0 + ip * mr;
                     let rows = mr.min(mm - ip * mr);
@@ -436,6 +462,7 @@ unsafe fn run_tile<F: Real>(kernel: Kernel, p: &Problem<'_, F>, t: usize, c: *mu
                         a_rs,
                         a_cs,
                         b: bs,
+                        b2: bs2,
                         b_rs: NR,
                         rows,
                         cols,
@@ -540,14 +567,16 @@ fn pack_b<F: Real>(panel: &mut [F], b: Mat<'_, F>, p0: usize, kc: usize, jb: usi
 }
 
 /// One register block's operands: `A(r, p) = a[r * a_rs + p * a_cs]` for `r < rows`,
-/// `B(p, j) = b[p * b_rs + j]` for `j < NR`, `p < kc`. Invariant (what the micro-kernels rely
-/// on): those indices are inside `a` and `b` (B's full NR columns, padding included).
+/// `B(p, j) = b[p * b_rs + j]` for `j < NR` and `b2[p * b_rs + j - NR]` for `NR <= j < 2 NR`
+/// (two-panel kernels), `p < kc`. Invariant (what the micro-kernels rely on): those indices are
+/// inside `a`, `b` and `b2` (the panels' full NR columns, padding included).
 struct Block<'a, F> {
     kc: usize,
     a: &'a [F],
     a_rs: usize,
     a_cs: usize,
     b: &'a [F],
+    b2: &'a [F],
     b_rs: usize,
     rows: usize,
     cols: usize,
@@ -567,6 +596,7 @@ unsafe fn micro<F: Real>(kernel: Kernel, blk: &Block<'_, F>, c: *mut F, ldc: usi
         a_rs,
         a_cs,
         b,
+        b2,
         b_rs,
         rows,
         cols,
@@ -574,13 +604,14 @@ unsafe fn micro<F: Real>(kernel: Kernel, blk: &Block<'_, F>, c: *mut F, ldc: usi
     debug_assert!(rows >= 1 && (rows - 1) * a_rs + (kc - 1) * a_cs < a.len());
     debug_assert!((kc - 1) * b_rs + NR <= b.len());
     #[cfg(target_arch = "x86_64")]
-    if kernel != Kernel::Scalar && TypeId::of::<F>() == TypeId::of::<f32>() {
+    if kernel != Kernel::Scalar && is_f32::<F>() {
         let o = x86::Operands {
             kc,
             a: a.as_ptr().cast(),
             a_rs,
             a_cs,
             b: b.as_ptr().cast(),
+            b2: b2.as_ptr().cast(),
             b_rs,
             rows,
             cols,
@@ -597,7 +628,7 @@ unsafe fn micro<F: Real>(kernel: Kernel, blk: &Block<'_, F>, c: *mut F, ldc: usi
         };
         return;
     }
-    let _ = kernel;
+    let _ = (kernel, b2);
     let mut acc = [[F::ZERO; NR]; MAX_MR];
     if load {
         for (r, row) in acc.iter_mut().enumerate().take(rows) {
@@ -627,7 +658,7 @@ unsafe fn micro<F: Real>(kernel: Kernel, blk: &Block<'_, F>, c: *mut F, ldc: usi
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     //! The SIMD register blocks: AVX2+FMA 6 rows x 16 columns (two 256-bit vectors per row),
-    //! AVX-512F 12 x 16 (one 512-bit vector per row); one broadcast of A per row and k step.
+    //! AVX-512F 6 x 32 (two 512-bit vectors per row); one broadcast of A per row and k step.
     //! Not here: packing, tiling.
 
     use std::arch::x86_64::*;
@@ -641,6 +672,7 @@ mod x86 {
         pub a_rs: usize,
         pub a_cs: usize,
         pub b: *const f32,
+        pub b2: *const f32,
         pub b_rs: usize,
         pub rows: usize,
         pub cols: usize,
@@ -664,6 +696,7 @@ mod x86 {
             b_rs,
             rows,
             cols,
+            ..
         } = o;
         let full = rows == MR && cols == NR;
         // Edge blocks go through a full-size scratch block, so the loop below is always 6x16.
@@ -717,26 +750,30 @@ mod x86 {
         }
     }
 
-    /// The AVX-512 register block: 12 rows x 16 columns (one 512-bit vector per row), twelve
-    /// accumulators; the same per-element fma chain as [`micro_avx2`].
+    /// The AVX-512 register block: 6 rows x 32 columns (two 512-bit vectors per row, one
+    /// from each of two B panels), twelve accumulators; the same per-element fma chain as
+    /// [`micro_avx2`].
     ///
     /// # Safety
-    /// As [`micro_avx2`], with AVX-512F instead of AVX2 and FMA.
+    /// As [`micro_avx2`], with AVX-512F instead of AVX2 and FMA, 32 columns (`cols <= 32`) and
+    /// `b2[p * b_rs + j]` for `j < 16` readable too.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn micro_avx512(o: Operands, c: *mut f32, ldc: usize, load: bool) {
-        const MR: usize = 12;
+        const MR: usize = 6;
+        const W: usize = 2 * NR;
         let Operands {
             kc,
             a,
             a_rs,
             a_cs,
             b,
+            b2,
             b_rs,
             rows,
             cols,
         } = o;
-        let full = rows == MR && cols == NR;
-        let mut scratch = [0f32; MR * NR];
+        let full = rows == MR && cols == W;
+        let mut scratch = [0f32; MR * W];
         let (cp, ld) = if full {
             (c, ldc)
         } else {
@@ -744,36 +781,41 @@ mod x86 {
                 for r in 0..rows {
                     for j in 0..cols {
                         // SAFETY: r < rows, j < cols (caller's contract).
-                        scratch[r * NR + j] = unsafe { *c.add(r * ldc + j) };
+                        scratch[r * W + j] = unsafe { *c.add(r * ldc + j) };
                     }
                 }
             }
-            (scratch.as_mut_ptr(), NR)
+            (scratch.as_mut_ptr(), W)
         };
-        // SAFETY: as in `micro_avx2`: clamped A rows, B and C as the caller promised.
+        // SAFETY: as in `micro_avx2`: clamped A rows, B panels and C as the caller promised.
         unsafe {
             let ar: [*const f32; MR] = std::array::from_fn(|r| a.add(r.min(rows - 1) * a_rs));
-            let mut acc = [_mm512_setzero_ps(); MR];
+            let mut acc = [[_mm512_setzero_ps(); 2]; MR];
             if load {
                 for (r, x) in acc.iter_mut().enumerate() {
-                    *x = _mm512_loadu_ps(cp.add(r * ld));
+                    x[0] = _mm512_loadu_ps(cp.add(r * ld));
+                    x[1] = _mm512_loadu_ps(cp.add(r * ld + NR));
                 }
             }
             for p in 0..kc {
-                let bv = _mm512_loadu_ps(b.add(p * b_rs));
+                let b0 = _mm512_loadu_ps(b.add(p * b_rs));
+                let b1 = _mm512_loadu_ps(b2.add(p * b_rs));
                 for (r, x) in acc.iter_mut().enumerate() {
-                    *x = _mm512_fmadd_ps(_mm512_set1_ps(*ar[r].add(p * a_cs)), bv, *x);
+                    let av = _mm512_set1_ps(*ar[r].add(p * a_cs));
+                    x[0] = _mm512_fmadd_ps(av, b0, x[0]);
+                    x[1] = _mm512_fmadd_ps(av, b1, x[1]);
                 }
             }
             for (r, x) in acc.iter().enumerate() {
-                _mm512_storeu_ps(cp.add(r * ld), *x);
+                _mm512_storeu_ps(cp.add(r * ld), x[0]);
+                _mm512_storeu_ps(cp.add(r * ld + NR), x[1]);
             }
         }
         if !full {
             for r in 0..rows {
                 for j in 0..cols {
                     // SAFETY: r < rows, j < cols (caller's contract).
-                    unsafe { *c.add(r * ldc + j) = scratch[r * NR + j] };
+                    unsafe { *c.add(r * ldc + j) = scratch[r * W + j] };
                 }
             }
         }
@@ -959,6 +1001,41 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// f64 (the gradient checks' type) runs the scalar kernel whatever the CPU offers, on every
+    /// shape: the same chain as f32, in f64.
+    #[test]
+    fn gemm_f64_equals_the_chain_on_odd_shapes() {
+        for &(m, n, k) in SHAPES {
+            let av: Vec<f64> = values(m * k, 8).iter().map(|&x| x as f64 / 3.0).collect();
+            let bv: Vec<f64> = values(k * n, 9).iter().map(|&x| x as f64 / 7.0).collect();
+            let mut want = vec![0f64; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    let mut acc = 0f64;
+                    for p in 0..k {
+                        acc = av[i * k + p].mul_add(bv[p * n + j], acc);
+                    }
+                    want[i * n + j] = acc;
+                }
+            }
+            let mut got = vec![0f64; m * n];
+            gemm_into(
+                GemmShape { m, n, k },
+                MatMut::rows(&mut got, n),
+                Mat::rows(&av, k),
+                Mat::rows(&bv, n),
+                Accumulate::Overwrite,
+                Tiles::Parallel,
+            );
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(g, w)| g.to_bits() == w.to_bits()),
+                "f64 {m}x{n}x{k}"
+            );
         }
     }
 

@@ -17,9 +17,7 @@ pub mod attention;
 pub mod combine;
 pub mod elementwise;
 pub mod embedding;
-pub mod expf;
 pub mod gemm;
-pub mod heap;
 pub mod loss;
 pub mod norm;
 pub mod permute;
@@ -60,7 +58,6 @@ const SOURCES: &[(&str, &str)] = sources!(
     "rope.rs",
     "attention.rs",
     "swiglu.rs",
-    "expf.rs",
     "router.rs",
     "topk.rs",
     "permute.rs",
@@ -80,10 +77,11 @@ pub struct CpuBackend<F: Real> {
 
 impl<F: Real> CpuBackend<F> {
     /// A backend with its own pool of `threads` worker threads (at least 1). Tunes the
-    /// process's allocator to keep freed activations for the next step ([`heap`]).
+    /// process's allocator to keep freed activations for the next step
+    /// ([`crate::backend::heap`]).
     pub fn new(threads: usize) -> Result<Self, RunnerError> {
         let threads = threads.max(1);
-        heap::keep_freed_memory();
+        crate::backend::heap::keep_freed_memory();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("glassbox-cpu-{i}"))
@@ -106,7 +104,7 @@ impl<F: Real> CpuBackend<F> {
 
 impl<F: Real> Drop for CpuBackend<F> {
     fn drop(&mut self) {
-        heap::give_back_freed_memory();
+        crate::backend::heap::give_back_freed_memory();
     }
 }
 

@@ -1,4 +1,5 @@
-//! Keeps freed activation buffers in the process between training steps (glibc only).
+//! Keeps the CPU backend's freed activation buffers in the process between training steps
+//! (glibc only).
 //!
 //! The model allocates its activations with `Backend::zeros` and frees them each step, in the
 //! same sizes every step. glibc's defaults give buffers from 128 KiB up their own `mmap` and
