@@ -3,12 +3,21 @@
 Same model as runner/src/model.rs: token embedding, per layer RMSNorm -> causal MHA with RoPE
 (pairs (i, i + D/2)) -> residual -> RMSNorm -> MoE (router linear, softmax scores, top-k on
 scores + a stop-gradient bias, combine weights = chosen scores renormalised, dropless dispatch
-by a stable sort by expert, grouped SwiGLU expert matmuls with jax.lax.ragged_dot, each token's
-k slots summed) + shared experts -> residual, final RMSNorm, untied lm_head, cross-entropy.
+by a stable sort by expert, grouped SwiGLU expert matmuls, each token's k slots summed) +
+shared experts -> residual, final RMSNorm, untied lm_head, cross-entropy.
 Training step: AdamW (no decay on norm gains), global-norm clip 1.0, aux-loss-free bias update.
 float32, jit-compiled, CPU. Not a training script: it measures tokens/s only.
 
-Usage: python3 bench/moe_jax.py CONFIG.toml [STEPS]   -> prints one JSON line.
+Two expert dispatches (the third argument):
+- `blocked` (default, the stronger peer): MegaBlocks-style in plain XLA. The sorted assignments
+  are scattered into per-expert groups padded to 64-row blocks, each block's expert weights are
+  gathered, and one batched matmul runs over all blocks, so the expert FLOPs are the routed
+  rows' plus at most 63 padding rows per expert.
+- `ragged`: `jax.lax.ragged_dot`, what the big run's stack calls. XLA's CPU backend lowers it to
+  a masked dense dot over all experts (E times the expert FLOPs), so it is the weaker row.
+
+Usage: python3 bench/moe_jax.py CONFIG.toml [STEPS] [blocked|ragged]   -> prints one JSON line.
+Tested with jax 0.10.2 (`pip install 'jax[cpu]==0.10.2'`).
 """
 
 import json
@@ -60,8 +69,40 @@ def swiglu(h, F):
     return jax.nn.silu(h[..., :F]) * h[..., F:]
 
 
+BLOCK = 64  # rows per expert block of the blocked dispatch
+
+
+def experts_ragged(p, xs, group_sizes, cfg):  # xs [N*K, C] sorted by expert
+    h = jax.lax.ragged_dot(xs, p["w13"], group_sizes)
+    return jax.lax.ragged_dot(swiglu(h, cfg["F"]), p["w2"], group_sizes)
+
+
+def experts_blocked(p, xs, flat_sorted, group_sizes, cfg):
+    """Each expert's rows padded to BLOCK-row blocks; one batched matmul with per-block weights.
+
+    Shapes are static for jit: at most A + E*(BLOCK-1) padded rows (A = N*K assignments),
+    rounded up to whole blocks; blocks past the last group compute on zero rows and are dropped.
+    """
+    A, C = xs.shape
+    E, F = cfg["E"], cfg["F"]
+    nb = -(-(A + E * (BLOCK - 1)) // BLOCK)
+    padded = (group_sizes + BLOCK - 1) // BLOCK * BLOCK
+    pad_end = jnp.cumsum(padded)
+    pad_start = pad_end - padded
+    grp_start = jnp.cumsum(group_sizes) - group_sizes
+    # sorted assignment s of expert e goes to padded row pad_start[e] + (s - grp_start[e])
+    pos = pad_start[flat_sorted] + jnp.arange(A) - grp_start[flat_sorted]
+    xp = jnp.zeros((nb * BLOCK, C), xs.dtype).at[pos].set(xs).reshape(nb, BLOCK, C)
+    block_expert = jnp.minimum(
+        jnp.searchsorted(pad_end, jnp.arange(nb) * BLOCK, side="right"), E - 1)
+    h = jnp.einsum("bsc,bcf->bsf", xp, p["w13"][block_expert])
+    y = jnp.einsum("bsf,bfc->bsc", swiglu(h, F), p["w2"][block_expert])
+    return y.reshape(nb * BLOCK, C)[pos]
+
+
 def moe(p, x, bias, cfg):  # x [N, C]
-    N, E, K, F = x.shape[0], cfg["E"], cfg["K"], cfg["F"]
+    N, E, K = x.shape[0], cfg["E"], cfg["K"]
+    F = cfg["F"]
     scores = jax.nn.softmax(x @ p["router"].T, -1)
     _, idx = jax.lax.top_k(scores + jax.lax.stop_gradient(bias), K)  # [N, K]
     w = jnp.take_along_axis(scores, idx, -1)
@@ -70,8 +111,10 @@ def moe(p, x, bias, cfg):  # x [N, C]
     order = jnp.argsort(flat, stable=True)
     group_sizes = jnp.bincount(flat, length=E).astype(jnp.int32)
     xs = x[order // K]
-    h = jax.lax.ragged_dot(xs, p["w13"], group_sizes)
-    y = jax.lax.ragged_dot(swiglu(h, F), p["w2"], group_sizes)
+    if cfg["dispatch"] == "ragged":
+        y = experts_ragged(p, xs, group_sizes, cfg)
+    else:
+        y = experts_blocked(p, xs, flat[order], group_sizes, cfg)
     y_assign = jnp.zeros_like(y).at[order].set(y).reshape(N, K, -1)
     out = jnp.sum(y_assign * w[..., None], 1)
     for s in range(cfg["S"]):
@@ -145,6 +188,9 @@ def make_step(cfg):
 def main():
     cfg = load(sys.argv[1])
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    cfg["dispatch"] = sys.argv[3] if len(sys.argv) > 3 else "blocked"
+    if cfg["dispatch"] not in ("blocked", "ragged"):
+        sys.exit(f"dispatch {cfg['dispatch']!r}: expected blocked or ragged")
     key = jax.random.PRNGKey(0)
     params = init(cfg, key)
     m = jax.tree_util.tree_map(jnp.zeros_like, params)
@@ -163,7 +209,7 @@ def main():
     loss.block_until_ready()
     dt = time.perf_counter() - t0
     print(json.dumps(dict(
-        impl="jax", config=sys.argv[1], jax=jax.__version__, steps=steps,
+        impl="jax", dispatch=cfg["dispatch"], config=sys.argv[1], jax=jax.__version__, steps=steps,
         tokens_per_second=steps * B * T / dt, seconds_per_step=dt / steps,
         compile_seconds=compile_s, final_loss=float(loss),
     )))

@@ -1,5 +1,5 @@
 //! Throughput benchmark of the CPU backend on one spec: trains the spec's steps and prints one
-//! JSON line with the median per-step tokens/s (steps 3..), MFU against the measured GEMM
+//! JSON line with the median per-step tokens/s (steps 3..) and those steps' wall rate, MFU against the measured GEMM
 //! peak, and peak RSS. Used by `bench/compare.py` (runner vs JAX); not a test.
 //!
 //! `cargo run --release -p glassbox-runner --features bench --example bench -- SPEC.toml [THREADS]`
@@ -18,10 +18,11 @@ use glassbox_schemas::metrics as mn;
 struct Tps(Vec<f64>);
 impl Observer for Tps {
     fn on_metrics(&mut self, r: &MetricRecord) {
-        if r.kind == RecordKind::Train && r.step >= 3 {
-            if let Some(t) = r.scalars.get(mn::TOKENS_PER_SECOND) {
-                self.0.push(*t);
-            }
+        if r.kind == RecordKind::Train
+            && r.step >= 3
+            && let Some(t) = r.scalars.get(mn::TOKENS_PER_SECOND)
+        {
+            self.0.push(*t);
         }
     }
 }
@@ -47,6 +48,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut v = obs.0.clone();
     v.sort_by(f64::total_cmp);
     let median = v.get(v.len() / 2).copied().unwrap_or(0.0);
+    // The same steps' tokens over their summed time (every step has the same token count, so
+    // this is the harmonic mean of the per-step rates): what a whole-run timer would report.
+    let wall = v.len() as f64 / v.iter().map(|t| 1.0 / t).sum::<f64>();
     let rss = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -63,6 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "impl": "glassbox",
             "status": out.ending.status.as_str(),
             "tokens_per_second": median,
+            "tokens_per_second_wall": wall,
             "mfu": median * out.info.flops_per_token / peak.flops_per_second,
             "peak_gflops": peak.flops_per_second / 1e9,
             "peak_label": peak.label,

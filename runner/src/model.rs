@@ -85,7 +85,7 @@ impl ModelDims {
                 fix: "the bytes tokenizer needs vocab = 256".into(),
             });
         }
-        if m.d_model % m.n_heads != 0 || (m.d_model / m.n_heads) % 2 != 0 {
+        if !m.d_model.is_multiple_of(m.n_heads) || !(m.d_model / m.n_heads).is_multiple_of(2) {
             return Err(RunnerError::Unsupported {
                 field: "model.n_heads",
                 value: m.n_heads.to_string(),

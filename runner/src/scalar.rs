@@ -1,8 +1,9 @@
 //! The floating-point element type the kernels compute in: `f32` for training, `f64` for the
 //! finite-difference gradient checks (the same kernel code runs in both).
 //!
-//! This is a closed trait (sealed): only `f32` and `f64` implement it, because the GEMM crate
-//! dispatches on exactly those two types. It is not a general numeric-tower abstraction.
+//! This is a closed trait (sealed): only `f32` and `f64` implement it, because the GEMM
+//! (`backend::cpu::gemm`) dispatches on exactly those two types. It is not a general
+//! numeric-tower abstraction.
 
 use std::fmt::Debug;
 use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub, SubAssign};
@@ -48,6 +49,9 @@ pub trait Real:
     fn ln(self) -> Self;
     /// Square root.
     fn sqrt(self) -> Self;
+    /// `self * a + b` rounded once (a fused multiply-add, IEEE 754 `fusedMultiplyAdd`): the
+    /// same bits on every CPU, with or without an FMA instruction.
+    fn mul_add(self, a: Self, b: Self) -> Self;
     /// Larger of two (NaN-propagating is not required: callers check finiteness separately).
     fn max(self, other: Self) -> Self;
     /// Whether the value is neither NaN nor infinite.
@@ -56,10 +60,26 @@ pub trait Real:
     fn write_le(self, out: &mut Vec<u8>);
     /// Read from little-endian bytes (`bytes.len() == size_of::<Self>()`).
     fn read_le(bytes: &[u8]) -> Self;
+    /// The slice as `&[f32]` when `Self` is `f32`, else `None` (f32-only fast paths, such as
+    /// the vectorised SwiGLU, dispatch on it).
+    fn as_f32(x: &[Self]) -> Option<&[f32]>;
+    /// [`Real::as_f32`] for a mutable slice.
+    fn as_f32_mut(x: &mut [Self]) -> Option<&mut [f32]>;
+}
+
+/// `Some(x)` for f32, `None` for f64 (the bodies of `as_f32`, `as_f32_mut`).
+macro_rules! f32_view {
+    (yes, $x:expr) => {
+        Some($x)
+    };
+    (no, $x:expr) => {{
+        let _ = $x;
+        None
+    }};
 }
 
 macro_rules! impl_real {
-    ($t:ty, $name:literal) => {
+    ($t:ty, $name:literal, $is_f32:ident) => {
         impl Real for $t {
             const DTYPE: &'static str = $name;
             const ZERO: Self = 0.0;
@@ -85,6 +105,10 @@ macro_rules! impl_real {
                 <$t>::sqrt(self)
             }
             #[inline]
+            fn mul_add(self, a: Self, b: Self) -> Self {
+                <$t>::mul_add(self, a, b)
+            }
+            #[inline]
             fn max(self, other: Self) -> Self {
                 <$t>::max(self, other)
             }
@@ -100,9 +124,15 @@ macro_rules! impl_real {
                 b.copy_from_slice(&bytes[..std::mem::size_of::<$t>()]);
                 <$t>::from_le_bytes(b)
             }
+            fn as_f32(x: &[Self]) -> Option<&[f32]> {
+                f32_view!($is_f32, x)
+            }
+            fn as_f32_mut(x: &mut [Self]) -> Option<&mut [f32]> {
+                f32_view!($is_f32, x)
+            }
         }
     };
 }
 
-impl_real!(f32, "F32");
-impl_real!(f64, "F64");
+impl_real!(f32, "F32", yes);
+impl_real!(f64, "F64", no);

@@ -419,28 +419,28 @@ impl<'a, B: Backend> Trainer<'a, B> {
                 );
             }
             let elapsed = self.elapsed_before + start.elapsed().as_secs_f64();
-            if let Some((max, whose)) = wall_limit(&self.spec, opts.wall_limit.as_ref()) {
-                if elapsed > max {
-                    break (
-                        RunStatus::BudgetExceeded,
-                        Some(format!(
-                            "{whose} of {max} s used up after {elapsed:.1} s at step {}",
-                            self.step
-                        )),
-                    );
-                }
+            if let Some((max, whose)) = wall_limit(&self.spec, opts.wall_limit.as_ref())
+                && elapsed > max
+            {
+                break (
+                    RunStatus::BudgetExceeded,
+                    Some(format!(
+                        "{whose} of {max} s used up after {elapsed:.1} s at step {}",
+                        self.step
+                    )),
+                );
             }
-            if let Some(max) = self.spec.budget.max_flops {
-                if self.flops_used + step_flops > max {
-                    break (
-                        RunStatus::BudgetExceeded,
-                        Some(format!(
-                            "FLOP budget of {max:e} would be exceeded by step {} ({:e} used, {step_flops:e} per step)",
-                            self.step + 1,
-                            self.flops_used
-                        )),
-                    );
-                }
+            if let Some(max) = self.spec.budget.max_flops
+                && self.flops_used + step_flops > max
+            {
+                break (
+                    RunStatus::BudgetExceeded,
+                    Some(format!(
+                        "FLOP budget of {max:e} would be exceeded by step {} ({:e} used, {step_flops:e} per step)",
+                        self.step + 1,
+                        self.flops_used
+                    )),
+                );
             }
             let t0 = Instant::now();
             let attempted = self.step + 1;
@@ -462,7 +462,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
             // Every step's expert loads are watched, whatever is kept for the record below.
             let anomalies = self.detector.observe(&record);
             // Vector metrics at a bounded rate (`metrics.vector_interval`), and at the end.
-            if !(self.step % vector_interval == 0 || self.step == total_steps) {
+            if !(self.step.is_multiple_of(vector_interval) || self.step == total_steps) {
                 record.vectors.clear();
             }
             let tps = tokens_per_step as f64 / dt;
@@ -480,7 +480,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
             }
 
             let eval_due =
-                self.step % self.spec.train.eval_interval == 0 || self.step == total_steps;
+                self.step.is_multiple_of(self.spec.train.eval_interval) || self.step == total_steps;
             if eval_due {
                 let ev = self.evaluate();
                 for (k, v) in &ev {
@@ -493,8 +493,8 @@ impl<'a, B: Backend> Trainer<'a, B> {
                     vectors: BTreeMap::new(),
                 });
             }
-            let ckpt_due =
-                (ckpt_every > 0 && self.step % ckpt_every == 0) || self.step == total_steps;
+            let ckpt_due = (ckpt_every > 0 && self.step.is_multiple_of(ckpt_every))
+                || self.step == total_steps;
             if let (true, Some(dir)) = (ckpt_due, &opts.out_dir) {
                 let path = self.checkpoint_path(dir);
                 obs.before_checkpoint(self.step);

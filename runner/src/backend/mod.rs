@@ -24,6 +24,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod heap;
 pub mod telemetry;
 
 use std::fmt;

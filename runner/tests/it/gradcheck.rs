@@ -115,6 +115,60 @@ fn grouped_linear_backward_matches_finite_differences() {
     check("linear dw", &w, &dw, |w| fwd(&x, w));
 }
 
+/// Attention over more positions than one causal block
+/// (`glassbox_runner::backend::cpu::attention::QB`), so that the blocked products (each block
+/// stopping at its diagonal, the transposed ones starting at it) are all exercised, including a
+/// short last block.
+#[test]
+fn attention_over_several_causal_blocks_backward_matches_finite_differences() {
+    use glassbox_runner::backend::cpu::attention::QB;
+    let b = be();
+    let dims = AttnDims {
+        b: 1,
+        t: 2 * QB + 3,
+        h: 1,
+        d: 4,
+    };
+    let len = dims.b * dims.h * dims.t * dims.d;
+    let (q, k, v) = (
+        randn(len, 21, 1.0),
+        randn(len, 22, 1.0),
+        randn(len, 23, 1.0),
+    );
+    let r = randn(len, 24, 1.0);
+    let fwd = |q: &[f64], k: &[f64], v: &[f64]| {
+        let mut y = vec![0.0; len];
+        let mut p = vec![0.0; dims.b * dims.h * dims.t * dims.t];
+        let heads = Qkv {
+            q: &q.to_vec(),
+            k: &k.to_vec(),
+            v: &v.to_vec(),
+        };
+        b.attention_fwd(&mut y, &mut p, heads, dims);
+        (y, p)
+    };
+    let (_, p) = fwd(&q, &k, &v);
+    let mut d = Qkv {
+        q: vec![0.0; len],
+        k: vec![0.0; len],
+        v: vec![0.0; len],
+    };
+    b.attention_bwd(
+        d.each_mut(),
+        &r,
+        &p,
+        Qkv {
+            q: &q,
+            k: &k,
+            v: &v,
+        },
+        dims,
+    );
+    check("attention dq", &q, &d.q, |x| dot(&fwd(x, &k, &v).0, &r));
+    check("attention dk", &k, &d.k, |x| dot(&fwd(&q, x, &v).0, &r));
+    check("attention dv", &v, &d.v, |x| dot(&fwd(&q, &k, x).0, &r));
+}
+
 #[test]
 fn attention_with_rope_backward_matches_finite_differences() {
     let b = be();

@@ -82,10 +82,10 @@ struct Collect {
 impl Observer for Collect {
     fn on_metrics(&mut self, r: &MetricRecord) {
         self.records.push(r.clone());
-        if let Some((s, flag)) = &self.cancel_after {
-            if r.step >= *s {
-                flag.store(true, Ordering::SeqCst);
-            }
+        if let Some((s, flag)) = &self.cancel_after
+            && r.step >= *s
+        {
+            flag.store(true, Ordering::SeqCst);
         }
     }
 }

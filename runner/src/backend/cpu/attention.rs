@@ -3,13 +3,23 @@
 //! Shapes: `B` batch, `T` positions, `H` heads, `D` head size; `q, k, v, out [B, H, T, D]`
 //! (head-major, so each (b, h) is one contiguous block and the work splits over (b, h) with no
 //! shared outputs); `probs [B, H, T, T]`. Attention computes the full `T x T` score matrix per
-//! (b, h) with GEMMs and masks the upper triangle (simple, twice the needed FLOPs for scores;
-//! the cost model counts it the same way).
+//! (b, h) with GEMMs, in blocks of [`QB`] query rows: rows `i0..i1` need keys `0..i1` only
+//! (causal), so each block's products stop at its last row and the masked upper triangle is
+//! mostly not computed (the cost model still counts the full `T x T`). The backward's
+//! transposed products (`dv`, `dk`) likewise start at their block's first key.
 //! Not here: the QKV split, RoPE and the head merge ([`super::rope`]).
 
 use rayon::prelude::*;
 
 use super::gemm::{GemmShape, Mat, MatMut, Tiles, gemm_into};
+
+/// Query (or key) rows per causal block.
+pub const QB: usize = 64;
+
+/// The causal row blocks `(i0, i1)` of `t` rows.
+fn blocks(t: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..t).step_by(QB).map(move |i0| (i0, (i0 + QB).min(t)))
+}
 use crate::backend::{Accumulate, AttnDims, Qkv};
 use crate::scalar::Real;
 
@@ -29,15 +39,22 @@ pub fn attention_fwd<F: Real>(out: &mut [F], probs: &mut [F], qkv: Qkv<&[F]>, di
                 &k[bh * t * d..(bh + 1) * t * d],
                 &v[bh * t * d..(bh + 1) * t * d],
             );
-            // S = q k^T  [T, T]
-            gemm_into(
-                GemmShape { m: t, n: t, k: d },
-                MatMut::rows(pb, t),
-                Mat::rows(qb, d),
-                Mat::transposed(kb, d),
-                Accumulate::Overwrite,
-                Tiles::Serial,
-            );
+            // S[i0..i1, 0..i1] = q[i0..i1] k[0..i1]^T per block (the rest of each row is
+            // zeroed below).
+            for (i0, i1) in blocks(t) {
+                gemm_into(
+                    GemmShape {
+                        m: i1 - i0,
+                        n: i1,
+                        k: d,
+                    },
+                    MatMut::rows(&mut pb[i0 * t..], t),
+                    Mat::rows(&qb[i0 * d..], d),
+                    Mat::transposed(&kb[..i1 * d], d),
+                    Accumulate::Overwrite,
+                    Tiles::Serial,
+                );
+            }
             for i in 0..t {
                 let row = &mut pb[i * t..(i + 1) * t];
                 let mut mx = row[0] * scale;
@@ -55,15 +72,21 @@ pub fn attention_fwd<F: Real>(out: &mut [F], probs: &mut [F], qkv: Qkv<&[F]>, di
                 }
                 row[i + 1..].fill(F::ZERO);
             }
-            // out = P v  [T, D]
-            gemm_into(
-                GemmShape { m: t, n: d, k: t },
-                MatMut::rows(ob, d),
-                Mat::rows(pb, t),
-                Mat::rows(vb, d),
-                Accumulate::Overwrite,
-                Tiles::Serial,
-            );
+            // out[i0..i1] = P[i0..i1, 0..i1] v[0..i1]  (P is 0 past the diagonal)
+            for (i0, i1) in blocks(t) {
+                gemm_into(
+                    GemmShape {
+                        m: i1 - i0,
+                        n: d,
+                        k: i1,
+                    },
+                    MatMut::rows(&mut ob[i0 * d..], d),
+                    Mat::rows(&pb[i0 * t..], t),
+                    Mat::rows(vb, d),
+                    Accumulate::Overwrite,
+                    Tiles::Serial,
+                );
+            }
         });
 }
 
@@ -98,25 +121,38 @@ pub fn attention_bwd<F: Real>(
                 &dout[blk],
             );
             let pb = &probs[bh * t * t..(bh + 1) * t * t];
-            // dv = P^T dout
-            gemm_into(
-                GemmShape { m: t, n: d, k: t },
-                MatMut::rows(dvb, d),
-                Mat::transposed(pb, t),
-                Mat::rows(gb, d),
-                Accumulate::Overwrite,
-                Tiles::Serial,
-            );
-            // dP = dout v^T, then dS in place (times the score scale).
+            // dv[j0..j1] = P[j0..T, j0..j1]^T dout[j0..T]  (P[i, j] = 0 for i < j)
+            for (j0, j1) in blocks(t) {
+                gemm_into(
+                    GemmShape {
+                        m: j1 - j0,
+                        n: d,
+                        k: t - j0,
+                    },
+                    MatMut::rows(&mut dvb[j0 * d..], d),
+                    Mat::transposed(&pb[j0 * t + j0..], t),
+                    Mat::rows(&gb[j0 * d..], d),
+                    Accumulate::Overwrite,
+                    Tiles::Serial,
+                );
+            }
+            // dP[i0..i1, 0..i1] = dout[i0..i1] v[0..i1]^T, then dS in place (times the score
+            // scale; the rest of each row is zeroed there).
             let mut ds = vec![F::ZERO; t * t];
-            gemm_into(
-                GemmShape { m: t, n: t, k: d },
-                MatMut::rows(&mut ds, t),
-                Mat::rows(gb, d),
-                Mat::transposed(vb, d),
-                Accumulate::Overwrite,
-                Tiles::Serial,
-            );
+            for (i0, i1) in blocks(t) {
+                gemm_into(
+                    GemmShape {
+                        m: i1 - i0,
+                        n: i1,
+                        k: d,
+                    },
+                    MatMut::rows(&mut ds[i0 * t..], t),
+                    Mat::rows(&gb[i0 * d..], d),
+                    Mat::transposed(&vb[..i1 * d], d),
+                    Accumulate::Overwrite,
+                    Tiles::Serial,
+                );
+            }
             for i in 0..t {
                 let (dr, pr) = (&mut ds[i * t..(i + 1) * t], &pb[i * t..(i + 1) * t]);
                 let mut dot = F::ZERO;
@@ -128,22 +164,33 @@ pub fn attention_bwd<F: Real>(
                 }
                 dr[i + 1..].fill(F::ZERO);
             }
-            // dq = dS k ; dk = dS^T q
-            gemm_into(
-                GemmShape { m: t, n: d, k: t },
-                MatMut::rows(dqb, d),
-                Mat::rows(&ds, t),
-                Mat::rows(kb, d),
-                Accumulate::Overwrite,
-                Tiles::Serial,
-            );
-            gemm_into(
-                GemmShape { m: t, n: d, k: t },
-                MatMut::rows(dkb, d),
-                Mat::transposed(&ds, t),
-                Mat::rows(qb, d),
-                Accumulate::Overwrite,
-                Tiles::Serial,
-            );
+            // dq[i0..i1] = dS[i0..i1, 0..i1] k[0..i1] ; dk[j0..j1] = dS[j0..T, j0..j1]^T q[j0..T]
+            for (i0, i1) in blocks(t) {
+                gemm_into(
+                    GemmShape {
+                        m: i1 - i0,
+                        n: d,
+                        k: i1,
+                    },
+                    MatMut::rows(&mut dqb[i0 * d..], d),
+                    Mat::rows(&ds[i0 * t..], t),
+                    Mat::rows(kb, d),
+                    Accumulate::Overwrite,
+                    Tiles::Serial,
+                );
+                let (j0, j1) = (i0, i1);
+                gemm_into(
+                    GemmShape {
+                        m: j1 - j0,
+                        n: d,
+                        k: t - j0,
+                    },
+                    MatMut::rows(&mut dkb[j0 * d..], d),
+                    Mat::transposed(&ds[j0 * t + j0..], t),
+                    Mat::rows(&qb[j0 * d..], d),
+                    Accumulate::Overwrite,
+                    Tiles::Serial,
+                );
+            }
         });
 }

@@ -1,28 +1,57 @@
-//! Deterministic strided GEMM for the CPU backend, on top of the `gemm` crate.
+//! Deterministic strided GEMM for the CPU backend: packed panels, a register-blocked
+//! micro-kernel, explicit SIMD chosen at run time (AVX-512F or AVX2+FMA on x86-64, a scalar
+//! fallback everywhere), and the model's (grouped) linear layers on top of it.
 //!
 //! `C[m, n] (+)= A[m, k] B[k, n]` with arbitrary element strides for A and B and a row-major C.
-//! The output is cut into fixed tiles of [`TILE_M`] x [`TILE_N`] (a function of the shape
-//! only, never of the thread count); each tile is one single-threaded `gemm` call
-//! (`Parallelism::None`), and tiles run in parallel on the current rayon pool. A tile's
-//! arithmetic (its k-blocking, its microkernel) depends only on the tile's shape, and no two
-//! tiles share an output element, so the result is bitwise the same for 1 or 64 threads.
 //!
-//! The model's (grouped) linear layers are built on it here: group `g` multiplies the next
-//! `rows[g]` rows by weight matrix `first + g` of a `[G, out, in]` tensor, one `gemm_into` per
-//! group, tiles of a group in parallel.
+//! **The numerics contract** (what makes a run reproducible bitwise on another machine): every
+//! output element is one ordered chain of fused multiply-adds over k,
+//! `acc = init; for p in 0..k { acc = fma(A[i, p], B[p, j], acc) }`, where `init` is 0
+//! ([`Accumulate::Overwrite`]) or the old `C[i, j]` ([`Accumulate::Add`]). The SIMD kernels
+//! vectorise across output columns and keep one accumulator per output element, never across k,
+//! and an `fma` rounds once whatever the instruction set, so the AVX-512, AVX2 and scalar
+//! (`mul_add`) paths give the same bits. k is cut into blocks of [`KC`] for the caches, but the
+//! chain continues through `C` between blocks (an f32 stored and reloaded is the same f32), so
+//! the blocking changes nothing either. Hence the result does not depend on the tiling, the thread
+//! count or the CPU; `gemm_bitwise_*` tests check it.
+//!
+//! **The work split**: the output is cut into tiles of at most [`TILE_M`] x [`TILE_N`] (a
+//! function of the shape only); a tile
+//! walks its k-blocks; per k-block it packs its part of B into [`NR`]-column panels (zero padded
+//! at the last columns; the padding's products are never stored) and runs the micro-kernel over
+//! its [`Kernel::mr`]-row blocks of A (read in place through the strides when A's rows are
+//! contiguous, else packed too). A B whose rows are
+//! not contiguous (`W^T`, `k^T`) is first copied row-major once per product, so packing is
+//! always contiguous copies. Tiles run in parallel on the current rayon pool, and a
+//! grouped linear layer puts all its groups' tiles in one parallel loop (one fork/join per layer,
+//! not per expert).
 //!
 //! This is not a general BLAS: no alpha/beta beyond "overwrite or accumulate", row-major C only.
+//! The AVX-512 intrinsics need Rust 1.89 (the runner's `rust-version`).
 
-use gemm::Parallelism;
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
 use rayon::prelude::*;
 
 use crate::backend::{Accumulate, Groups};
 use crate::scalar::Real;
 
-/// Output rows per tile.
-pub const TILE_M: usize = 64;
-/// Output columns per tile.
+/// The most output rows per tile (a multiple of every kernel's [`Kernel::mr`], so that only a
+/// product's last rows make a short register block). A tile packs its B block once per k-block
+/// and reuses it for all its rows, so tall tiles amortise the packing; products with few rows
+/// get shorter tiles ([`Problem::tile_m`]) so that there are enough tiles to share.
+pub const TILE_M: usize = 192;
+/// Tiles a product should have at least, when its rows allow (load balance on the pool).
+const MIN_TILES: usize = 8;
+/// Output columns per tile (a multiple of [`NR`]).
 pub const TILE_N: usize = 256;
+/// The k-block: rows of B (columns of A) packed at a time.
+pub const KC: usize = 256;
+/// Columns per micro-panel of B, and per micro-kernel call.
+pub const NR: usize = 16;
+/// The largest [`Kernel::mr`].
+const MAX_MR: usize = 6;
 
 /// A strided read-only matrix operand: element `(i, j)` is at `data[i * rs + j * cs]`.
 #[derive(Debug, Clone, Copy)]
@@ -94,15 +123,112 @@ pub enum Tiles {
     Serial,
 }
 
+/// A micro-kernel implementation. All give bitwise the same result (the module's contract);
+/// they differ in speed only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// `mul_add` on scalars; any CPU, and every `f64` product.
+    Scalar,
+    /// 6 x 16 register block of 256-bit FMAs (x86-64 with AVX2 and FMA).
+    Avx2Fma,
+    /// 6 x 32 register block of 512-bit FMAs over two B panels (x86-64 with AVX-512F, AVX2
+    /// and FMA).
+    Avx512,
+}
+
+impl Kernel {
+    /// The fastest kernel this CPU supports (detected once).
+    pub fn best() -> Kernel {
+        static BEST: OnceLock<Kernel> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            Kernel::available()
+                .last()
+                .copied()
+                .unwrap_or(Kernel::Scalar)
+        })
+    }
+
+    /// Every kernel this CPU can run, slowest first (the tests compare them all).
+    pub fn available() -> Vec<Kernel> {
+        let mut v = vec![Kernel::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            v.push(Kernel::Avx2Fma);
+            if std::is_x86_feature_detected!("avx512f") {
+                v.push(Kernel::Avx512);
+            }
+        }
+        v
+    }
+
+    /// Whether this kernel is only chosen on CPUs with AVX2 and FMA (the vectorised
+    /// elementwise code of [`super::expf`] asks).
+    pub fn has_avx2_fma(self) -> bool {
+        self != Kernel::Scalar
+    }
+
+    /// Rows per A panel (the register block's height).
+    pub fn mr(self) -> usize {
+        match self {
+            Kernel::Scalar => 4,
+            Kernel::Avx2Fma => 6,
+            Kernel::Avx512 => 6,
+        }
+    }
+
+    /// [`NR`]-column B panels per register block (its width over NR).
+    pub fn panels(self) -> usize {
+        match self {
+            Kernel::Scalar | Kernel::Avx2Fma => 1,
+            Kernel::Avx512 => 2,
+        }
+    }
+}
+
 /// A raw output pointer shared by tiles that write disjoint elements.
 #[derive(Clone, Copy)]
 struct OutPtr<F>(*mut F);
-// SAFETY: tiles write disjoint index sets of one live `&mut [F]` (see `gemm_into`), so sending
-// the pointer to worker threads cannot create overlapping writes.
+// SAFETY: tiles write disjoint index sets of one live `&mut [F]` (see `run_problems`), so
+// sending the pointer to worker threads cannot create overlapping writes.
 unsafe impl<F: Send> Send for OutPtr<F> {}
+// SAFETY: as above; shared references to the pointer only copy it.
 unsafe impl<F: Send> Sync for OutPtr<F> {}
 
-/// `c[i*ldc + j] (+)= sum_p a(i, p) b(p, j)` for `i < m`, `j < n`, tiled.
+/// One product of a batch: `C[c_off + i * ldc + j] (+)= A(i, :) . B(:, j)`.
+#[derive(Clone, Copy)]
+struct Problem<'a, F> {
+    shape: GemmShape,
+    c_off: usize,
+    ldc: usize,
+    a: Mat<'a, F>,
+    b: Mat<'a, F>,
+}
+
+impl<F> Problem<'_, F> {
+    /// Rows per tile: [`TILE_M`], halved (down to 48) while the product has fewer than
+    /// [`MIN_TILES`] tiles. A function of the shape only (and the result does not depend on it
+    /// anyway: see the module doc).
+    fn tile_m(&self) -> usize {
+        let mut tm = TILE_M;
+        while tm > 48 && self.shape.m.div_ceil(tm) * self.tiles_n() < MIN_TILES {
+            tm /= 2;
+        }
+        tm
+    }
+    fn tiles_n(&self) -> usize {
+        self.shape.n.div_ceil(TILE_N)
+    }
+    fn tiles(&self) -> usize {
+        if self.shape.k == 0 {
+            // No k: one "tile" per row block that clears (or keeps) C.
+            self.shape.m.div_ceil(self.tile_m())
+        } else {
+            self.shape.m.div_ceil(self.tile_m()) * self.tiles_n()
+        }
+    }
+}
+
+/// `c[i*ldc + j] (+)= sum_p a(i, p) b(p, j)` for `i < m`, `j < n`, tiled, with [`Kernel::best`].
 pub fn gemm_into<F: Real>(
     shape: GemmShape,
     c: MatMut<'_, F>,
@@ -111,87 +237,632 @@ pub fn gemm_into<F: Real>(
     accumulate: Accumulate,
     tiles: Tiles,
 ) {
-    let GemmShape { m, n, k } = shape;
-    let (c, ldc) = (c.data, c.ld);
-    let accumulate = accumulate == Accumulate::Add;
-    if m == 0 || n == 0 {
-        return;
+    gemm_into_with(Kernel::best(), shape, c, a, b, accumulate, tiles);
+}
+
+/// [`gemm_into`] with a chosen kernel (the tests run each one; `kernel` must be in
+/// [`Kernel::available`], else this panics).
+pub fn gemm_into_with<F: Real>(
+    kernel: Kernel,
+    shape: GemmShape,
+    c: MatMut<'_, F>,
+    a: Mat<'_, F>,
+    b: Mat<'_, F>,
+    accumulate: Accumulate,
+    tiles: Tiles,
+) {
+    assert!(
+        Kernel::available().contains(&kernel),
+        "gemm: kernel {kernel:?} is not supported by this CPU"
+    );
+    let p = Problem {
+        shape,
+        c_off: 0,
+        ldc: c.ld,
+        a,
+        b,
+    };
+    run_problems(kernel, &[p], c.data, accumulate, tiles);
+}
+
+/// Run a batch of products writing disjoint parts of `c`, all their tiles in one loop.
+fn run_problems<F: Real>(
+    kernel: Kernel,
+    problems: &[Problem<'_, F>],
+    c: &mut [F],
+    accumulate: Accumulate,
+    tiles: Tiles,
+) {
+    // The SIMD kernels are f32 kernels; any other element type (f64 in the gradient checks)
+    // runs the scalar one, with its panel layout.
+    let kernel = if is_f32::<F>() {
+        kernel
+    } else {
+        Kernel::Scalar
+    };
+    let mut starts = Vec::with_capacity(problems.len() + 1);
+    let mut total = 0;
+    for p in problems {
+        let GemmShape { m, n, k } = p.shape;
+        if m > 0 && n > 0 {
+            assert!(
+                p.c_off + (m - 1) * p.ldc + n <= c.len() && n <= p.ldc,
+                "gemm: C too small"
+            );
+            if k > 0 {
+                assert!(p.a.max_index(m, k) < p.a.data.len(), "gemm: A too small");
+                assert!(p.b.max_index(k, n) < p.b.data.len(), "gemm: B too small");
+            }
+        }
+        starts.push(total);
+        total += if m > 0 && n > 0 { p.tiles() } else { 0 };
     }
-    assert!((m - 1) * ldc + n <= c.len(), "gemm: C too small");
+    starts.push(total);
+    // A B whose rows are not contiguous (a transposed weight, `k^T` in attention) is copied
+    // row-major once per product, so that every tile packs its panels with contiguous copies.
+    let copies = row_major_copies(problems, tiles);
+    let problems: Vec<Problem<'_, F>> = problems
+        .iter()
+        .zip(&copies)
+        .map(|(p, copy)| match copy {
+            Some(b) => Problem {
+                b: Mat::rows(b, p.shape.n),
+                ..*p
+            },
+            None => *p,
+        })
+        .collect();
+    let problems = &problems[..];
+    let out = OutPtr(c.as_mut_ptr());
+    let add = accumulate == Accumulate::Add;
+    let tile = move |t: usize| {
+        let pi = starts.partition_point(|&s| s <= t) - 1;
+        let p = &problems[pi];
+        let t = t - starts[pi];
+        let out = out;
+        // SAFETY: the caller's problems write disjoint regions of `c` (each `linear_*` gives
+        // its groups disjoint rows or matrices), every region was bounds-checked above, and a
+        // tile writes only the elements of its own tile of its problem.
+        unsafe { run_tile(kernel, p, t, out.0, add) };
+    };
+    if tiles == Tiles::Parallel && total > 1 {
+        (0..total).into_par_iter().for_each(tile);
+    } else {
+        (0..total).for_each(tile);
+    }
+}
+
+/// Whether `F` is `f32`.
+fn is_f32<F: Real>() -> bool {
+    F::as_f32(&[]).is_some()
+}
+
+/// For each product whose B has non-contiguous rows (`cs != 1`) and work to do, B as a
+/// row-major `[k, n]` copy; the copies are made in parallel when the product's tiles are.
+fn row_major_copies<F: Real>(problems: &[Problem<'_, F>], tiles: Tiles) -> Vec<Option<Vec<F>>> {
+    let needs = |p: &Problem<'_, F>| {
+        let GemmShape { m, n, k } = p.shape;
+        p.b.cs != 1 && m > 0 && n > 0 && k > 0
+    };
+    let copy = |p: &Problem<'_, F>| {
+        needs(p).then(|| {
+            let GemmShape { n, k, .. } = p.shape;
+            let b = p.b;
+            let mut out = vec![F::ZERO; k * n];
+            // Blocks of 16 columns: read 16 source runs along p, write 16-wide rows.
+            for j0 in (0..n).step_by(16) {
+                let j1 = (j0 + 16).min(n);
+                for (pi, row) in out.chunks_exact_mut(n).enumerate() {
+                    for (j, x) in row[j0..j1].iter_mut().enumerate() {
+                        *x = b.data[pi * b.rs + (j0 + j) * b.cs];
+                    }
+                }
+            }
+            out
+        })
+    };
+    if tiles == Tiles::Parallel && problems.iter().filter(|p| needs(p)).count() > 1 {
+        problems.par_iter().map(copy).collect()
+    } else {
+        problems.iter().map(copy).collect()
+    }
+}
+
+thread_local! {
+    /// Each thread's packed B block, reused by every tile it runs (f64 storage: aligned for
+    /// both element types).
+    static PANEL: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Tile `t` of problem `p`.
+///
+/// A is read in place when its rows are contiguous (the micro-kernel broadcasts `A[i, p]`
+/// through its strides), else packed per k-block. B's `KC x TILE_N` block is packed per k-block
+/// into [`NR`]-column panels (zero padded at the last columns) in a per-thread buffer, so the
+/// micro-kernel reads it contiguously (no TLB walk across B's rows) for every row block of the
+/// tile.
+///
+/// # Safety
+/// `c` must point to storage in which every element of the tile (offsets `p.c_off + i * ldc +
+/// j`) is valid for writes and not accessed by anyone else during the call; `p`'s operands
+/// must have been bounds-checked for its shape (`run_problems`).
+unsafe fn run_tile<F: Real>(kernel: Kernel, p: &Problem<'_, F>, t: usize, c: *mut F, add: bool) {
+    let GemmShape { m, n, k } = p.shape;
     if k == 0 {
-        if !accumulate {
-            for i in 0..m {
-                c[i * ldc..i * ldc + n].fill(F::ZERO);
+        if !add {
+            let i0 = t * p.tile_m();
+            for i in i0..m.min(i0 + p.tile_m()) {
+                for j in 0..n {
+                    // SAFETY: within the problem's C region (caller's contract).
+                    unsafe { *c.add(p.c_off + i * p.ldc + j) = F::ZERO };
+                }
             }
         }
         return;
     }
-    assert!(a.max_index(m, k) < a.data.len(), "gemm: A too small");
-    assert!(b.max_index(k, n) < b.data.len(), "gemm: B too small");
-    let tiles_m = m.div_ceil(TILE_M);
-    let tiles_n = n.div_ceil(TILE_N);
-    let out = OutPtr(c.as_mut_ptr());
-    let tile = move |t: usize| {
-        let (ti, tj) = (t / tiles_n, t % tiles_n);
-        let (i0, j0) = (ti * TILE_M, tj * TILE_N);
-        let (mm, nn) = (TILE_M.min(m - i0), TILE_N.min(n - j0));
-        let out = out;
-        // SAFETY: all indices were bounds-checked above for the whole product; this tile
-        // reads A rows i0..i0+mm, B columns j0..j0+nn and writes only C[i0.., j0..] of its own
-        // tile, disjoint from every other tile's.
-        unsafe {
-            gemm::gemm(
-                mm,
-                nn,
-                k,
-                out.0.add(i0 * ldc + j0),
-                1,
-                ldc as isize,
-                accumulate,
-                a.data.as_ptr().add(i0 * a.rs),
-                a.cs as isize,
-                a.rs as isize,
-                b.data.as_ptr().add(j0 * b.cs),
-                b.cs as isize,
-                b.rs as isize,
-                F::ONE,
-                F::ONE,
-                false,
-                false,
-                false,
-                Parallelism::None,
-            );
+    let (ti, tj) = (t / p.tiles_n(), t % p.tiles_n());
+    let tile_m = p.tile_m();
+    let (i0, j0) = (ti * tile_m, tj * TILE_N);
+    let (mm, nn) = (tile_m.min(m - i0), TILE_N.min(n - j0));
+    let (a, b) = (p.a, p.b);
+    let need = (TILE_N + TILE_M) * KC;
+    let words = (need * size_of::<F>()).div_ceil(size_of::<f64>());
+    let run = |buf: &mut Vec<f64>| {
+        if buf.len() < words {
+            buf.resize(words, 0.0);
+        }
+        // SAFETY: the buffer holds at least `need` elements of F (f32 or f64: no invalid bit
+        // patterns, alignment at most f64's), and this borrow is its only user.
+        let all: &mut [F] =
+            unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<F>(), need) };
+        let (packed, apacked) = all.split_at_mut(TILE_N * KC);
+        let mr = kernel.mr();
+        // A with non-contiguous rows (`dout^T` in the weight gradient) is packed per k-block
+        // into `mr`-row panels `[p][r]`: reading it in place would touch a new cache line and
+        // page at every k step.
+        let pack_a = a.cs != 1;
+        let mut p0 = 0;
+        while p0 < k {
+            let kc = KC.min(k - p0);
+            let load = add || p0 > 0;
+            pack_b_block(packed, b, p0, kc, j0, nn);
+            if pack_a {
+                for ip in 0..mm.div_ceil(mr) {
+                    let rows = mr.min(mm - ip * mr);
+                    let panel = &mut apacked[ip * mr * kc..(ip + 1) * mr * kc];
+                    for (pp, dst) in panel.chunks_exact_mut(mr).enumerate() {
+                        let base = (i0 + ip * mr) * a.rs + (p0 + pp) * a.cs;
+                        for (r, x) in dst[..rows].iter_mut().enumerate() {
+                            *x = a.data[base + r * a.rs];
+                        }
+                    }
+                }
+            }
+            let npanels = nn.div_ceil(NR);
+            let step = kernel.panels();
+            for jp in (0..npanels).step_by(step) {
+                let jb = j0 + jp * NR;
+                let cols = (step * NR).min(nn - jp * NR);
+                let bs = &packed[jp * NR * kc..(jp + 1) * NR * kc];
+                // The second panel of a two-panel block; the first again past the last panel
+                // (its columns are then beyond `cols`: computed, never stored).
+                let jp2 = if jp + 1 < npanels { jp + 1 } else { jp };
+                let bs2 = &packed[jp2 * NR * kc..(jp2 + 1) * NR * kc];
+                for ip in 0..mm.div_ceil(mr) {
+                    let ib = i0 + ip * mr;
+                    let rows = mr.min(mm - ip * mr);
+                    let (ablk, a_rs, a_cs) = if pack_a {
+                        (&apacked[ip * mr * kc..(ip + 1) * mr * kc], 1, mr)
+                    } else {
+                        (&a.data[ib * a.rs + p0 * a.cs..], a.rs, a.cs)
+                    };
+                    let blk = Block {
+                        kc,
+                        a: ablk,
+                        a_rs,
+                        a_cs,
+                        b: bs,
+                        b2: bs2,
+                        b_rs: NR,
+                        rows,
+                        cols,
+                    };
+                    // SAFETY: rows x cols of C at this offset (stride ldc) lie inside this
+                    // tile; the block's operands are in bounds (`Block`'s invariant holds: A's
+                    // rows < rows were bounds-checked for the shape, B's panel is kc x NR).
+                    unsafe { micro(kernel, &blk, c.add(p.c_off + ib * p.ldc + jb), p.ldc, load) };
+                }
+            }
+            p0 += kc;
         }
     };
-    let count = tiles_m * tiles_n;
-    if tiles == Tiles::Parallel && count > 1 {
-        (0..count).into_par_iter().for_each(tile);
+    PANEL.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => run(&mut buf),
+        // Only if a tile ever ran inside another tile on this thread; stay correct anyway.
+        Err(_) => run(&mut Vec::new()),
+    });
+}
+
+/// Pack `B[p0..p0+kc, j0..j0+nn]` into panels `packed[(jp*kc + p)*NR + jj]`. Row by row when
+/// B's rows are contiguous (one sequential read of each row, which the prefetcher follows;
+/// panel by panel would read 64 bytes of each row per pass, a cache miss and a page each).
+fn pack_b_block<F: Real>(
+    packed: &mut [F],
+    b: Mat<'_, F>,
+    p0: usize,
+    kc: usize,
+    j0: usize,
+    nn: usize,
+) {
+    let full = nn / NR;
+    if b.cs == 1 && full > 0 {
+        for p in 0..kc {
+            let base = (p0 + p) * b.rs + j0;
+            let row = &b.data[base..base + full * NR];
+            for (jp, src) in row.chunks_exact(NR).enumerate() {
+                let src: &[F; NR] = src.try_into().expect("NR elements");
+                let at = (jp * kc + p) * NR;
+                let dst: &mut [F; NR] = (&mut packed[at..at + NR]).try_into().expect("NR elements");
+                *dst = *src;
+            }
+        }
     } else {
-        (0..count).for_each(tile);
+        for jp in 0..full {
+            pack_b(
+                &mut packed[jp * NR * kc..(jp + 1) * NR * kc],
+                b,
+                p0,
+                kc,
+                j0 + jp * NR,
+                NR,
+            );
+        }
     }
+    if nn > full * NR {
+        let jp = full;
+        pack_b(
+            &mut packed[jp * NR * kc..(jp + 1) * NR * kc],
+            b,
+            p0,
+            kc,
+            j0 + jp * NR,
+            nn - full * NR,
+        );
+    }
+}
+
+/// Pack `B[p0..p0+kc, jb..jb+cols]` into `panel[p*NR + jj]`, columns past `cols` zero.
+fn pack_b<F: Real>(panel: &mut [F], b: Mat<'_, F>, p0: usize, kc: usize, jb: usize, cols: usize) {
+    let panel = &mut panel[..kc * NR];
+    if cols < NR {
+        panel.fill(F::ZERO);
+    }
+    if b.cs == 1 && cols == NR {
+        // Fixed-size copies: a few vector moves each, not a call to memcpy.
+        for (p, dst) in panel.chunks_exact_mut(NR).enumerate() {
+            let base = (p0 + p) * b.rs + jb;
+            let src: &[F; NR] = b.data[base..base + NR].try_into().expect("NR elements");
+            let dst: &mut [F; NR] = dst.try_into().expect("NR elements");
+            *dst = *src;
+        }
+    } else if b.cs == 1 {
+        for (p, dst) in panel.chunks_exact_mut(NR).enumerate() {
+            let base = (p0 + p) * b.rs + jb;
+            dst[..cols].copy_from_slice(&b.data[base..base + cols]);
+        }
+    } else if b.rs == 1 {
+        for jj in 0..cols {
+            let base = (jb + jj) * b.cs + p0;
+            for (p, &x) in b.data[base..base + kc].iter().enumerate() {
+                panel[p * NR + jj] = x;
+            }
+        }
+    } else {
+        for (p, dst) in panel.chunks_exact_mut(NR).enumerate() {
+            for (jj, x) in dst[..cols].iter_mut().enumerate() {
+                *x = b.data[(p0 + p) * b.rs + (jb + jj) * b.cs];
+            }
+        }
+    }
+}
+
+/// One register block's operands: `A(r, p) = a[r * a_rs + p * a_cs]` for `r < rows`,
+/// `B(p, j) = b[p * b_rs + j]` for `j < NR` and `b2[p * b_rs + j - NR]` for `NR <= j < 2 NR`
+/// (two-panel kernels), `p < kc`. Invariant (what the micro-kernels rely on): those indices are
+/// inside `a`, `b` and `b2` (the panels' full NR columns, padding included).
+struct Block<'a, F> {
+    kc: usize,
+    a: &'a [F],
+    a_rs: usize,
+    a_cs: usize,
+    b: &'a [F],
+    b2: &'a [F],
+    b_rs: usize,
+    rows: usize,
+    cols: usize,
+}
+
+/// One register block: `C[r, j] = chain over p of fma(A(r, p), B(p, j), .)` for `r < rows`,
+/// `j < cols`, starting from `C[r, j]` if `load`, else from 0. Rows past `rows` (up to the
+/// kernel's height) recompute the last row and are not stored.
+///
+/// # Safety
+/// `c + r * ldc + j` must be valid for reads and writes for `r < rows`, `j < cols`, and the
+/// block must satisfy [`Block`]'s invariant.
+unsafe fn micro<F: Real>(kernel: Kernel, blk: &Block<'_, F>, c: *mut F, ldc: usize, load: bool) {
+    let Block {
+        kc,
+        a,
+        a_rs,
+        a_cs,
+        b,
+        b2,
+        b_rs,
+        rows,
+        cols,
+    } = *blk;
+    debug_assert!(rows >= 1 && (rows - 1) * a_rs + (kc - 1) * a_cs < a.len());
+    debug_assert!((kc - 1) * b_rs + NR <= b.len());
+    #[cfg(target_arch = "x86_64")]
+    if kernel != Kernel::Scalar && is_f32::<F>() {
+        let o = x86::Operands {
+            kc,
+            a: a.as_ptr().cast(),
+            a_rs,
+            a_cs,
+            b: b.as_ptr().cast(),
+            b2: b2.as_ptr().cast(),
+            b_rs,
+            rows,
+            cols,
+        };
+        // SAFETY: F is f32 (checked above), so the casts only rename the type; a SIMD kernel
+        // is constructed only when the CPU has its features (`Kernel::available`, asserted by
+        // the entry points); operands and C as the caller promised.
+        unsafe {
+            if kernel == Kernel::Avx512 {
+                x86::micro_avx512(o, c.cast(), ldc, load)
+            } else {
+                x86::micro_avx2(o, c.cast(), ldc, load)
+            }
+        };
+        return;
+    }
+    let _ = (kernel, b2);
+    let mut acc = [[F::ZERO; NR]; MAX_MR];
+    if load {
+        for (r, row) in acc.iter_mut().enumerate().take(rows) {
+            for (j, x) in row.iter_mut().enumerate().take(cols) {
+                // SAFETY: r < rows, j < cols (caller's contract).
+                *x = unsafe { *c.add(r * ldc + j) };
+            }
+        }
+    }
+    for p in 0..kc {
+        let bv = &b[p * b_rs..p * b_rs + NR];
+        for (r, row) in acc.iter_mut().enumerate().take(rows) {
+            let av = a[r * a_rs + p * a_cs];
+            for (x, &bj) in row.iter_mut().zip(bv) {
+                *x = av.mul_add(bj, *x);
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate().take(rows) {
+        for (j, &x) in row.iter().enumerate().take(cols) {
+            // SAFETY: r < rows, j < cols (caller's contract).
+            unsafe { *c.add(r * ldc + j) = x };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! The SIMD register blocks: AVX2+FMA 6 rows x 16 columns (two 256-bit vectors per row),
+    //! AVX-512F 6 x 32 (two 512-bit vectors per row); one broadcast of A per row and k step.
+    //! Not here: packing, tiling.
+
+    use std::arch::x86_64::*;
+
+    use super::NR;
+
+    /// [`super::Block`] as raw pointers.
+    pub(super) struct Operands {
+        pub kc: usize,
+        pub a: *const f32,
+        pub a_rs: usize,
+        pub a_cs: usize,
+        pub b: *const f32,
+        pub b2: *const f32,
+        pub b_rs: usize,
+        pub rows: usize,
+        pub cols: usize,
+    }
+
+    /// See [`super::micro`].
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; `a[r * a_rs + p * a_cs]` for `r < rows`, `p < kc`
+    /// and `b[p * b_rs + j]` for `j < 16`, `p < kc` must be readable; `c + r * ldc + j` must be
+    /// valid for reads and writes for `r < rows`, `j < cols`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn micro_avx2(o: Operands, c: *mut f32, ldc: usize, load: bool) {
+        const MR: usize = 6;
+        let Operands {
+            kc,
+            a,
+            a_rs,
+            a_cs,
+            b,
+            b_rs,
+            rows,
+            cols,
+            ..
+        } = o;
+        let full = rows == MR && cols == NR;
+        // Edge blocks go through a full-size scratch block, so the loop below is always 6x16.
+        let mut scratch = [0f32; MR * NR];
+        let (cp, ld) = if full {
+            (c, ldc)
+        } else {
+            if load {
+                for r in 0..rows {
+                    for j in 0..cols {
+                        // SAFETY: r < rows, j < cols (caller's contract).
+                        scratch[r * NR + j] = unsafe { *c.add(r * ldc + j) };
+                    }
+                }
+            }
+            (scratch.as_mut_ptr(), NR)
+        };
+        // SAFETY: row pointers are clamped to the last valid row, so every A read is at
+        // r < rows; B and C as the caller promised (cp addresses a full 6x16 block with
+        // stride ld: C itself when full, else the scratch).
+        unsafe {
+            let ar: [*const f32; MR] = std::array::from_fn(|r| a.add(r.min(rows - 1) * a_rs));
+            let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+            if load {
+                for (r, x) in acc.iter_mut().enumerate() {
+                    x[0] = _mm256_loadu_ps(cp.add(r * ld));
+                    x[1] = _mm256_loadu_ps(cp.add(r * ld + 8));
+                }
+            }
+            for p in 0..kc {
+                let b0 = _mm256_loadu_ps(b.add(p * b_rs));
+                let b1 = _mm256_loadu_ps(b.add(p * b_rs + 8));
+                for (r, x) in acc.iter_mut().enumerate() {
+                    let av = _mm256_set1_ps(*ar[r].add(p * a_cs));
+                    x[0] = _mm256_fmadd_ps(av, b0, x[0]);
+                    x[1] = _mm256_fmadd_ps(av, b1, x[1]);
+                }
+            }
+            for (r, x) in acc.iter().enumerate() {
+                _mm256_storeu_ps(cp.add(r * ld), x[0]);
+                _mm256_storeu_ps(cp.add(r * ld + 8), x[1]);
+            }
+        }
+        if !full {
+            for r in 0..rows {
+                for j in 0..cols {
+                    // SAFETY: r < rows, j < cols (caller's contract).
+                    unsafe { *c.add(r * ldc + j) = scratch[r * NR + j] };
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 register block: 6 rows x 32 columns (two 512-bit vectors per row, one
+    /// from each of two B panels), twelve accumulators; the same per-element fma chain as
+    /// [`micro_avx2`].
+    ///
+    /// # Safety
+    /// As [`micro_avx2`], with AVX-512F instead of AVX2 and FMA, 32 columns (`cols <= 32`) and
+    /// `b2[p * b_rs + j]` for `j < 16` readable too.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn micro_avx512(o: Operands, c: *mut f32, ldc: usize, load: bool) {
+        const MR: usize = 6;
+        const W: usize = 2 * NR;
+        let Operands {
+            kc,
+            a,
+            a_rs,
+            a_cs,
+            b,
+            b2,
+            b_rs,
+            rows,
+            cols,
+        } = o;
+        let full = rows == MR && cols == W;
+        let mut scratch = [0f32; MR * W];
+        let (cp, ld) = if full {
+            (c, ldc)
+        } else {
+            if load {
+                for r in 0..rows {
+                    for j in 0..cols {
+                        // SAFETY: r < rows, j < cols (caller's contract).
+                        scratch[r * W + j] = unsafe { *c.add(r * ldc + j) };
+                    }
+                }
+            }
+            (scratch.as_mut_ptr(), W)
+        };
+        // SAFETY: as in `micro_avx2`: clamped A rows, B panels and C as the caller promised.
+        unsafe {
+            let ar: [*const f32; MR] = std::array::from_fn(|r| a.add(r.min(rows - 1) * a_rs));
+            let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+            if load {
+                for (r, x) in acc.iter_mut().enumerate() {
+                    x[0] = _mm512_loadu_ps(cp.add(r * ld));
+                    x[1] = _mm512_loadu_ps(cp.add(r * ld + NR));
+                }
+            }
+            for p in 0..kc {
+                let b0 = _mm512_loadu_ps(b.add(p * b_rs));
+                let b1 = _mm512_loadu_ps(b2.add(p * b_rs));
+                for (r, x) in acc.iter_mut().enumerate() {
+                    let av = _mm512_set1_ps(*ar[r].add(p * a_cs));
+                    x[0] = _mm512_fmadd_ps(av, b0, x[0]);
+                    x[1] = _mm512_fmadd_ps(av, b1, x[1]);
+                }
+            }
+            for (r, x) in acc.iter().enumerate() {
+                _mm512_storeu_ps(cp.add(r * ld), x[0]);
+                _mm512_storeu_ps(cp.add(r * ld + NR), x[1]);
+            }
+        }
+        if !full {
+            for r in 0..rows {
+                for j in 0..cols {
+                    // SAFETY: r < rows, j < cols (caller's contract).
+                    unsafe { *c.add(r * ldc + j) = scratch[r * W + j] };
+                }
+            }
+        }
+    }
+}
+
+/// The batch of one grouped linear layer: group `g` is a product on the next `rows[g]` rows.
+fn grouped<'a, F>(
+    g: &Groups,
+    mut one: impl FnMut(usize, usize, usize) -> Option<Problem<'a, F>>,
+) -> Vec<Problem<'a, F>> {
+    let mut r0 = 0;
+    let mut v = Vec::with_capacity(g.rows.len());
+    for (gi, &rows) in g.rows.iter().enumerate() {
+        if let Some(p) = one(gi, r0, rows) {
+            v.push(p);
+        }
+        r0 += rows;
+    }
+    v
 }
 
 /// Linear forward: `out[rows_g, :] = inp[rows_g, :] @ W[first+g]^T`; inp `[R, in]`,
 /// W `[G, out, in]`, out `[R, out]`.
 pub fn linear_fwd<F: Real>(out: &mut [F], inp: &[F], w: &[F], g: &Groups) {
     let (ind, outd) = (g.in_dim, g.out_dim);
-    let mut r0 = 0;
-    for (gi, &rows) in g.rows.iter().enumerate() {
+    let probs = grouped(g, |gi, r0, rows| {
         let wo = (g.first + gi) * outd * ind;
-        gemm_into(
-            GemmShape {
+        Some(Problem {
+            shape: GemmShape {
                 m: rows,
                 n: outd,
                 k: ind,
             },
-            MatMut::rows(&mut out[r0 * outd..], outd),
-            Mat::rows(&inp[r0 * ind..], ind),
-            Mat::transposed(&w[wo..wo + outd * ind], ind),
-            Accumulate::Overwrite,
-            Tiles::Parallel,
-        );
-        r0 += rows;
-    }
+            c_off: r0 * outd,
+            ldc: outd,
+            a: Mat::rows(&inp[r0 * ind..], ind),
+            b: Mat::transposed(&w[wo..wo + outd * ind], ind),
+        })
+    });
+    run_problems(
+        Kernel::best(),
+        &probs,
+        out,
+        Accumulate::Overwrite,
+        Tiles::Parallel,
+    );
 }
 
 /// Linear backward to the input: `dinp[rows_g, :] (+)= dout[rows_g, :] @ W[first+g]`.
@@ -203,46 +874,257 @@ pub fn linear_bwd_data<F: Real>(
     accumulate: Accumulate,
 ) {
     let (ind, outd) = (g.in_dim, g.out_dim);
-    let mut r0 = 0;
-    for (gi, &rows) in g.rows.iter().enumerate() {
+    let probs = grouped(g, |gi, r0, rows| {
         let wo = (g.first + gi) * outd * ind;
-        gemm_into(
-            GemmShape {
+        Some(Problem {
+            shape: GemmShape {
                 m: rows,
                 n: ind,
                 k: outd,
             },
-            MatMut::rows(&mut dinp[r0 * ind..], ind),
-            Mat::rows(&dout[r0 * outd..], outd),
-            Mat::rows(&w[wo..wo + outd * ind], ind),
-            accumulate,
-            Tiles::Parallel,
-        );
-        r0 += rows;
-    }
+            c_off: r0 * ind,
+            ldc: ind,
+            a: Mat::rows(&dout[r0 * outd..], outd),
+            b: Mat::rows(&w[wo..wo + outd * ind], ind),
+        })
+    });
+    run_problems(Kernel::best(), &probs, dinp, accumulate, Tiles::Parallel);
 }
 
 /// Linear backward to the weights: `dW[first+g] += dout[rows_g, :]^T @ inp[rows_g, :]`
 /// (an empty group leaves its matrix as it is).
 pub fn linear_bwd_weight<F: Real>(dw: &mut [F], dout: &[F], inp: &[F], g: &Groups) {
     let (ind, outd) = (g.in_dim, g.out_dim);
-    let mut r0 = 0;
-    for (gi, &rows) in g.rows.iter().enumerate() {
+    let probs = grouped(g, |gi, r0, rows| {
         let wo = (g.first + gi) * outd * ind;
-        if rows > 0 {
+        (rows > 0).then(|| Problem {
+            shape: GemmShape {
+                m: outd,
+                n: ind,
+                k: rows,
+            },
+            c_off: wo,
+            ldc: ind,
+            a: Mat::transposed(&dout[r0 * outd..r0 * outd + rows * outd], outd),
+            b: Mat::rows(&inp[r0 * ind..r0 * ind + rows * ind], ind),
+        })
+    });
+    run_problems(Kernel::best(), &probs, dw, Accumulate::Add, Tiles::Parallel);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The contract written out naively: one `mul_add` chain per element.
+    fn reference(shape: GemmShape, c: &mut [f32], a: Mat<'_, f32>, b: Mat<'_, f32>, add: bool) {
+        for i in 0..shape.m {
+            for j in 0..shape.n {
+                let mut acc = if add { c[i * shape.n + j] } else { 0.0 };
+                for p in 0..shape.k {
+                    acc = a.data[i * a.rs + p * a.cs].mul_add(b.data[p * b.rs + j * b.cs], acc);
+                }
+                c[i * shape.n + j] = acc;
+            }
+        }
+    }
+
+    /// Values with full mantissas, so that any change in the order or fusing of the
+    /// operations shows in the bits.
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s as f32 / u32::MAX as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// Odd shapes: edges in every direction, k across several KC blocks, k = 1, m or n = 1.
+    const SHAPES: &[(usize, usize, usize)] = &[
+        (1, 1, 1),
+        (7, 5, 3),
+        (13, 17, 29),
+        (97, 257, 300),
+        (200, 33, 513),
+        (5, 300, 1),
+        (1, 100, 700),
+        (101, 1, 64),
+    ];
+
+    #[test]
+    fn gemm_bitwise_every_kernel_equals_the_scalar_chain_on_odd_shapes() {
+        let kernels = Kernel::available();
+        for &(m, n, k) in SHAPES {
+            let shape = GemmShape { m, n, k };
+            let av = values(m * k, 1);
+            let bv = values(k * n, 2);
+            let c0 = values(m * n, 3);
+            // A row-major or transposed, B row-major or transposed: every packing branch.
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                let a = if ta {
+                    Mat::transposed(&av, m)
+                } else {
+                    Mat::rows(&av, k)
+                };
+                let b = if tb {
+                    Mat::transposed(&bv, k)
+                } else {
+                    Mat::rows(&bv, n)
+                };
+                for add in [Accumulate::Overwrite, Accumulate::Add] {
+                    let mut want = c0.clone();
+                    reference(shape, &mut want, a, b, add == Accumulate::Add);
+                    for &kernel in &kernels {
+                        let mut got = c0.clone();
+                        gemm_into_with(
+                            kernel,
+                            shape,
+                            MatMut::rows(&mut got, n),
+                            a,
+                            b,
+                            add,
+                            Tiles::Parallel,
+                        );
+                        assert_eq!(
+                            bits(&got),
+                            bits(&want),
+                            "{kernel:?} {m}x{n}x{k} ta={ta} tb={tb} {add:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// f64 (the gradient checks' type) runs the scalar kernel whatever the CPU offers, on every
+    /// shape: the same chain as f32, in f64.
+    #[test]
+    fn gemm_f64_equals_the_chain_on_odd_shapes() {
+        for &(m, n, k) in SHAPES {
+            let av: Vec<f64> = values(m * k, 8).iter().map(|&x| x as f64 / 3.0).collect();
+            let bv: Vec<f64> = values(k * n, 9).iter().map(|&x| x as f64 / 7.0).collect();
+            let mut want = vec![0f64; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    let mut acc = 0f64;
+                    for p in 0..k {
+                        acc = av[i * k + p].mul_add(bv[p * n + j], acc);
+                    }
+                    want[i * n + j] = acc;
+                }
+            }
+            let mut got = vec![0f64; m * n];
             gemm_into(
-                GemmShape {
-                    m: outd,
-                    n: ind,
-                    k: rows,
-                },
-                MatMut::rows(&mut dw[wo..wo + outd * ind], ind),
-                Mat::transposed(&dout[r0 * outd..r0 * outd + rows * outd], outd),
-                Mat::rows(&inp[r0 * ind..r0 * ind + rows * ind], ind),
-                Accumulate::Add,
+                GemmShape { m, n, k },
+                MatMut::rows(&mut got, n),
+                Mat::rows(&av, k),
+                Mat::rows(&bv, n),
+                Accumulate::Overwrite,
                 Tiles::Parallel,
             );
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(g, w)| g.to_bits() == w.to_bits()),
+                "f64 {m}x{n}x{k}"
+            );
         }
-        r0 += rows;
+    }
+
+    #[test]
+    fn gemm_bitwise_the_same_for_any_thread_count() {
+        let (m, n, k) = (300, 520, 700);
+        let (av, bv) = (values(m * k, 4), values(k * n, 5));
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let mut c = vec![0f32; m * n];
+            pool.install(|| {
+                gemm_into(
+                    GemmShape { m, n, k },
+                    MatMut::rows(&mut c, n),
+                    Mat::rows(&av, k),
+                    Mat::rows(&bv, n),
+                    Accumulate::Overwrite,
+                    Tiles::Parallel,
+                )
+            });
+            bits(&c)
+        };
+        let one = run(1);
+        assert_eq!(one, run(2));
+        assert_eq!(one, run(5));
+        // And not trivially: the product is not all zeros.
+        assert!(one.iter().filter(|&&b| b != 0).count() > m * n / 2);
+    }
+
+    #[test]
+    fn grouped_linear_layers_equal_one_product_per_group() {
+        // Three groups, one empty, against the chain per group.
+        let (ind, outd, rows) = (37, 21, vec![5, 0, 40]);
+        let r: usize = rows.iter().sum();
+        let g = Groups {
+            first: 1,
+            rows: rows.clone(),
+            in_dim: ind,
+            out_dim: outd,
+        };
+        let inp = values(r * ind, 6);
+        let w = values(4 * outd * ind, 7);
+        let mut out = vec![0f32; r * outd];
+        linear_fwd(&mut out, &inp, &w, &g);
+        let mut r0 = 0;
+        for (gi, &n) in rows.iter().enumerate() {
+            let wo = (1 + gi) * outd * ind;
+            let mut want = vec![0f32; n * outd];
+            reference(
+                GemmShape {
+                    m: n,
+                    n: outd,
+                    k: ind,
+                },
+                &mut want,
+                Mat::rows(&inp[r0 * ind..], ind),
+                Mat::transposed(&w[wo..wo + outd * ind], ind),
+                false,
+            );
+            assert_eq!(bits(&out[r0 * outd..(r0 + n) * outd]), bits(&want));
+            r0 += n;
+        }
+    }
+
+    #[test]
+    fn an_empty_k_clears_or_keeps_c() {
+        let mut c = vec![1f32; 6];
+        let (a, b) = ([0f32; 1], [0f32; 1]);
+        let shape = GemmShape { m: 2, n: 3, k: 0 };
+        gemm_into(
+            shape,
+            MatMut::rows(&mut c, 3),
+            Mat::rows(&a, 0),
+            Mat::rows(&b, 3),
+            Accumulate::Add,
+            Tiles::Serial,
+        );
+        assert_eq!(c, vec![1.0; 6]);
+        gemm_into(
+            shape,
+            MatMut::rows(&mut c, 3),
+            Mat::rows(&a, 0),
+            Mat::rows(&b, 3),
+            Accumulate::Overwrite,
+            Tiles::Serial,
+        );
+        assert_eq!(c, vec![0.0; 6]);
     }
 }

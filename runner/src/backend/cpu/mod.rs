@@ -76,9 +76,12 @@ pub struct CpuBackend<F: Real> {
 }
 
 impl<F: Real> CpuBackend<F> {
-    /// A backend with its own pool of `threads` worker threads (at least 1).
+    /// A backend with its own pool of `threads` worker threads (at least 1). Tunes the
+    /// process's allocator to keep freed activations for the next step
+    /// ([`crate::backend::heap`]).
     pub fn new(threads: usize) -> Result<Self, RunnerError> {
         let threads = threads.max(1);
+        crate::backend::heap::keep_freed_memory();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("glassbox-cpu-{i}"))
@@ -96,6 +99,12 @@ impl<F: Real> CpuBackend<F> {
     /// Worker threads.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+}
+
+impl<F: Real> Drop for CpuBackend<F> {
+    fn drop(&mut self) {
+        crate::backend::heap::give_back_freed_memory();
     }
 }
 

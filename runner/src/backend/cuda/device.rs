@@ -205,10 +205,10 @@ impl Shared {
     }
 
     fn record(&self, what: &str, e: impl std::fmt::Display) {
-        if let Ok(mut slot) = self.error.lock() {
-            if slot.is_none() {
-                *slot = Some(format!("{what}: {e}"));
-            }
+        if let Ok(mut slot) = self.error.lock()
+            && slot.is_none()
+        {
+            *slot = Some(format!("{what}: {e}"));
         }
     }
 
@@ -682,13 +682,13 @@ impl CudaBackend {
             self.shared.record(name, err);
             return;
         }
-        if self.shared.sync_each_op.load(Ordering::Relaxed) {
-            if let Err(err) = self.shared.stream.synchronize() {
-                self.shared.record(
-                    name,
-                    format!("{err:?} (surfaced at the stream sync after it)"),
-                );
-            }
+        if self.shared.sync_each_op.load(Ordering::Relaxed)
+            && let Err(err) = self.shared.stream.synchronize()
+        {
+            self.shared.record(
+                name,
+                format!("{err:?} (surfaced at the stream sync after it)"),
+            );
         }
     }
 

@@ -85,28 +85,27 @@ pub fn compile(file: &KernelFile, arch: &str, cache: PtxCache) -> Result<Compile
     let opts = options(arch);
     let ver = version()?;
     let cached_path = cache_dir().map(|d| d.join(format!("{}.ptx", cache_key(file, &opts, ver))));
-    if use_cache {
-        if let Some(ptx) = cached_path
+    if use_cache
+        && let Some(ptx) = cached_path
             .as_ref()
             .and_then(|p| std::fs::read_to_string(p).ok())
-        {
-            return Ok(Compiled {
-                ptx,
-                log: String::new(),
-                cached: true,
-            });
-        }
+    {
+        return Ok(Compiled {
+            ptx,
+            log: String::new(),
+            cached: true,
+        });
     }
     let compiled = compile_uncached(file, &opts)?;
     if use_cache {
         // A cache that cannot be written only costs a recompile next time.
-        if let Some(p) = &cached_path {
-            if let Some(dir) = p.parent() {
-                let _ = std::fs::create_dir_all(dir);
-                let tmp = p.with_extension(format!("tmp{}", std::process::id()));
-                if std::fs::write(&tmp, &compiled.ptx).is_ok() {
-                    let _ = std::fs::rename(&tmp, p);
-                }
+        if let Some(p) = &cached_path
+            && let Some(dir) = p.parent()
+        {
+            let _ = std::fs::create_dir_all(dir);
+            let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+            if std::fs::write(&tmp, &compiled.ptx).is_ok() {
+                let _ = std::fs::rename(&tmp, p);
             }
         }
     }
