@@ -140,7 +140,7 @@ impl Paths {
 }
 
 /// The environment the tests run in, and what was done to make it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Provided {
     /// Variables to set.
     vars: Vec<(String, OsString)>,
@@ -268,11 +268,11 @@ fn test(mut cargo_args: Vec<OsString>) -> Result<ExitCode> {
             }
             Err(why) => {
                 println!("xtask: --isolated: {why}; the tests share this machine's network");
-                run_tests(&paths, Provided::default(), &cargo_args)?
+                run_tests(&paths, provided.clone(), &cargo_args)?
             }
         }
     } else {
-        run_tests(&paths, Provided::default(), &cargo_args)?
+        run_tests(&paths, provided.clone(), &cargo_args)?
     };
     println!(
         "xtask: {:.0} s in all; the tests ran against:",
