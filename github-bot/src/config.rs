@@ -382,7 +382,11 @@ mod tests {
         assert_eq!(none.validate().unwrap_err().key, "webhook_secrets");
         let blank = minimal("repositories=['o/r']\nwebhook_secrets=['   ']").unwrap();
         let err = blank.validate().unwrap_err();
-        assert!(err.message.contains("secret 1 of 1 is empty or only whitespace"), "{err}");
+        assert!(
+            err.message
+                .contains("secret 1 of 1 is empty or only whitespace"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -397,7 +397,10 @@ impl Flow {
     /// What in `spec` is over the lab's limits (FLOPs, wall clock, memory, metric volume) or
     /// names corpora no `dataset` entry declares: listed in the bot's validation comment when
     /// the proposal is recorded, and refused at approval ([`Flow::check_limits`]).
-    pub async fn spec_limit_problems(&self, spec: &ExperimentSpec) -> Result<Vec<String>, LabError> {
+    pub async fn spec_limit_problems(
+        &self,
+        spec: &ExperimentSpec,
+    ) -> Result<Vec<String>, LabError> {
         let limits = &self.inner.config.limits;
         let cost = glassbox_schemas::estimate(spec);
         let mut problems = Vec::new();

@@ -164,7 +164,10 @@ pub fn blob_store(lab: &LabDir, location: Option<&str>) -> Result<Arc<dyn BlobSt
 
 /// The blob store of a lab opened without its queue (`ledger`, `publish`, `verify --lab`):
 /// `location` when given, else the lab's own `lab.toml` `[storage] blobs`, else `blobs/`.
-pub fn own_blob_store(lab: &LabDir, location: Option<&str>) -> Result<Arc<dyn BlobStore>, LabError> {
+pub fn own_blob_store(
+    lab: &LabDir,
+    location: Option<&str>,
+) -> Result<Arc<dyn BlobStore>, LabError> {
     match location {
         Some(loc) => blob_store(lab, Some(loc)),
         None => {

@@ -203,7 +203,12 @@ pub fn parse_sweep_toml(text: &str) -> Result<Sweep, SpecError> {
         let values: Vec<(String, Value)> = axes
             .iter()
             .enumerate()
-            .map(|(k, a)| (a.path.clone(), a.values[pick(mode, &axes, index, k)].clone()))
+            .map(|(k, a)| {
+                (
+                    a.path.clone(),
+                    a.values[pick(mode, &axes, index, k)].clone(),
+                )
+            })
             .collect();
         let value = apply(&base, &values, index, count);
         match parse_value(&value) {
@@ -410,7 +415,8 @@ mod tests {
         assert_eq!(got, vec![(4, 0.001), (8, 0.003)]);
         let err = parse_sweep_toml(&text.replace("[4, 8]", "[4, 8, 16]")).unwrap_err();
         assert!(
-            err.to_string().contains("as many values as sweep.model.moe.n_experts (3)")
+            err.to_string()
+                .contains("as many values as sweep.model.moe.n_experts (3)")
                 || err.to_string().contains("as many values"),
             "{err}"
         );
@@ -426,8 +432,12 @@ mod tests {
             "{err}"
         );
         let err = parse_sweep_toml(&text.replace("[4, 8]", "4")).unwrap_err();
-        assert!(err.to_string().contains("non-empty list of values"), "{err}");
-        let err = parse_sweep_toml(&text.replace("mode = \"grid\"", "mode = \"random\"")).unwrap_err();
+        assert!(
+            err.to_string().contains("non-empty list of values"),
+            "{err}"
+        );
+        let err =
+            parse_sweep_toml(&text.replace("mode = \"grid\"", "mode = \"random\"")).unwrap_err();
         assert!(err.to_string().contains("sweep.mode"), "{err}");
         let err = parse_sweep_toml(&text.replace(
             "model.moe.n_experts = [4, 8]",

@@ -162,7 +162,10 @@ fn check_sweep(file: &std::path::Path, text: &str, as_json: bool) -> anyhow::Res
                 .map(|m| format!(", best by {m}"))
                 .unwrap_or_default()
         );
-        println!("  parent hash {} (one /approve binds it)", sweep.parent_hash);
+        println!(
+            "  parent hash {} (one /approve binds it)",
+            sweep.parent_hash
+        );
         for (c, hash, cost) in &children {
             println!(
                 "  {:<28} {}  {:>9} params  {} FLOPs  {}",

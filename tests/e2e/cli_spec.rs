@@ -73,7 +73,10 @@ fn sweep_example_checks_every_child() {
     assert!((v["total_flops"].as_f64().unwrap() - total).abs() <= 1e-6 * total);
     assert!(v["parent_hash"].as_str().unwrap().starts_with("blake3:"));
     let text = stdout(&glassbox(&["spec", "check", "examples/sweep.toml"]));
-    assert!(text.contains("valid sweep (grid), 4 children, best by eval/markov/loss"), "{text}");
+    assert!(
+        text.contains("valid sweep (grid), 4 children, best by eval/markov/loss"),
+        "{text}"
+    );
     assert!(text.contains("moe-experts-sweep-s3"), "{text}");
     assert!(text.contains("n_experts=8, lr=0.003"), "{text}");
 

@@ -510,8 +510,15 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
         .arg(&lab)
         .output()
         .unwrap();
-    assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
-    let hash = format!("blake3:{}", blake3::hash(std::fs::read(file).unwrap().as_slice()).to_hex());
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+    let hash = format!(
+        "blake3:{}",
+        blake3::hash(std::fs::read(file).unwrap().as_slice()).to_hex()
+    );
     let short = dir.path().join("short.toml");
     std::fs::write(
         &short,
@@ -530,9 +537,36 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
         &["--version"],
         &["ledger", "put", file],
         &["ledger", "get", &hash],
-        &["data", "import", "--domain", "play", "--format", "text", "--separator", "\n\n", file],
-        &["run", short, "--no-ledger", "--backend", "cpu", "--out", out_dir],
-        &["run", short, "--no-ledger", "--backend", "cpu", "--json", "--out", out_dir],
+        &[
+            "data",
+            "import",
+            "--domain",
+            "play",
+            "--format",
+            "text",
+            "--separator",
+            "\n\n",
+            file,
+        ],
+        &[
+            "run",
+            short,
+            "--no-ledger",
+            "--backend",
+            "cpu",
+            "--out",
+            out_dir,
+        ],
+        &[
+            "run",
+            short,
+            "--no-ledger",
+            "--backend",
+            "cpu",
+            "--json",
+            "--out",
+            out_dir,
+        ],
         &["spec", "schema"],
         &["spec", "check", spec],
         &["spec", "check", "--json", spec],

@@ -118,10 +118,7 @@ pub async fn view(st: &WebState) -> Result<Option<QueueView>, WebError> {
     let Some(source) = st.queue.clone() else {
         return Ok(None);
     };
-    let jobs = source
-        .jobs(FINISHED_SHOWN)
-        .await
-        .map_err(WebError::Queue)?;
+    let jobs = source.jobs(FINISHED_SHOWN).await.map_err(WebError::Queue)?;
     let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
     Ok(Some(estimate(jobs, &cat)))
 }
@@ -295,7 +292,12 @@ mod tests {
             id: id.into(),
             experiment: Some(exp.into()),
             spec_hash: hash.into(),
-            status: if result.is_some() { "succeeded" } else { "running" }.into(),
+            status: if result.is_some() {
+                "succeeded"
+            } else {
+                "running"
+            }
+            .into(),
             steps: None,
             started_entry: None,
             result_entry: result,
@@ -352,8 +354,10 @@ mod tests {
             run("run-2", "o/r#2", "blake3:b", Some(11), Some(2000.0)),
         );
         // Running for 400 s of its 666.7 s.
-        cat.runs
-            .insert("run-5".into(), run("run-5", "o/r#1", "blake3:a", None, None));
+        cat.runs.insert(
+            "run-5".into(),
+            run("run-5", "o/r#1", "blake3:a", None, None),
+        );
         let mut running = job(5, "o/r#1", "blake3:a", 0, "running");
         running.run = Some("run-5".into());
         running.worker = Some("w1".into());
@@ -378,9 +382,16 @@ mod tests {
         let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-6);
         assert_eq!(v.running.len(), 1);
         assert!(close(v.running[0].estimated_seconds, 1e12 / 1.5e9));
-        assert!(close(v.running[0].estimated_start_in_seconds, 1e12 / 1.5e9 - 400.0));
+        assert!(close(
+            v.running[0].estimated_start_in_seconds,
+            1e12 / 1.5e9 - 400.0
+        ));
         let order: Vec<i64> = v.waiting.iter().map(|r| r.job.id).collect();
-        assert_eq!(order, vec![8, 7, 9, 10], "priority first, then first approved");
+        assert_eq!(
+            order,
+            vec![8, 7, 9, 10],
+            "priority first, then first approved"
+        );
         let positions: Vec<Option<u32>> = v.waiting.iter().map(|r| r.position).collect();
         assert_eq!(positions, vec![Some(1), Some(2), Some(3), Some(4)]);
         let first_free = 1e12 / 1.5e9 - 400.0;

@@ -242,7 +242,9 @@ fn validation_refused_by_the_lab() {
         &hash_a(),
         "alice has made 20 proposals in the last 24 hours; the limit is 20 (limits.max_proposals_per_author_per_day); try again later",
     );
-    assert!(body.starts_with(VALIDATION_MARKER) && body.contains("max_proposals_per_author_per_day"));
+    assert!(
+        body.starts_with(VALIDATION_MARKER) && body.contains("max_proposals_per_author_per_day")
+    );
     assert_snapshot!(body);
 }
 

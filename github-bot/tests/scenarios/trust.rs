@@ -786,7 +786,11 @@ async fn labels_are_set_idempotently_when_notices_repeat() {
     }
     assert_eq!(h.gh.labels_on(121), ["succeeded".to_string()].into());
     let bodies = h.comment_bodies(121);
-    assert_eq!(bodies.len(), 2, "one run comment and one result comment: {bodies:?}");
+    assert_eq!(
+        bodies.len(),
+        2,
+        "one run comment and one result comment: {bodies:?}"
+    );
 }
 
 #[tokio::test]

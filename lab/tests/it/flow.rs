@@ -1001,7 +1001,11 @@ async fn a_proposal_over_the_limits_says_so_when_recorded() {
         issue_body: "### Spec".into(),
     };
     let recorded = LabPort::record_proposal(&fits.flow, p).await.unwrap();
-    assert!(recorded.over_limits.is_empty(), "{:?}", recorded.over_limits);
+    assert!(
+        recorded.over_limits.is_empty(),
+        "{:?}",
+        recorded.over_limits
+    );
 }
 
 /// Item 8: a worker whose memory limit is lower than the spec's estimate ends the run

@@ -353,7 +353,11 @@ fn a_long_chunk_is_indexed_in_batches_and_whole() {
         };
         assert_eq!(loss_at(1), Some(1.0));
         assert_eq!(loss_at(12_000), Some(1.0 / 12_000.0));
-        assert!(points.iter().any(|(n, s, v)| n == "load/7" && *s == 12_000 && *v == 8.0));
+        assert!(
+            points
+                .iter()
+                .any(|(n, s, v)| n == "load/7" && *s == 12_000 && *v == 8.0)
+        );
         idx.close().await;
     });
 }
@@ -362,7 +366,8 @@ fn a_long_chunk_is_indexed_in_batches_and_whole() {
 /// line by number, and nothing of the entry is indexed (the sync is one transaction).
 #[test]
 fn a_chunk_line_over_the_limit_is_refused_by_number() {
-    let mut chunk = String::from("{\"step\":1,\"kind\":\"train\",\"scalars\":{\"train/loss\":1.0}}\n");
+    let mut chunk =
+        String::from("{\"step\":1,\"kind\":\"train\",\"scalars\":{\"train/loss\":1.0}}\n");
     chunk.push_str("{\"step\":2,\"kind\":\"train\",\"scalars\":{\"train/loss\":");
     chunk.push_str(&"1".repeat(17 << 20));
     chunk.push_str("}}\n");

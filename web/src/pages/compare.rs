@@ -215,7 +215,9 @@ pub(crate) async fn parallel_data(
     };
     let finals: Vec<&BTreeMap<String, f64>> = finals.iter().collect();
     let differing = differing_fields(&runs);
-    Ok(Some(parcoords(&runs, &finals, &differing, metric).to_string()))
+    Ok(Some(
+        parcoords(&runs, &finals, &differing, metric).to_string(),
+    ))
 }
 
 /// Flattens JSON into `dotted.path -> scalar text`; arrays index as `path[i]`.

@@ -175,7 +175,9 @@ fn cell(r: &crate::catalog::ListRow, c: &Col, metric: Option<f64>) -> Markup {
     match *key {
         "id" => html! { td { a href=(experiment_href(&r.id)) { (r.id) } } },
         "title" => html! { td { (r.title.as_deref().unwrap_or("")) } },
-        "status" => html! { td { (status_badge(&r.status)) (super::anomaly_badge(r.anomalies, &format!("{}#annotations", experiment_href(&r.id)))) } },
+        "status" => {
+            html! { td { (status_badge(&r.status)) (super::anomaly_badge(r.anomalies, &format!("{}#annotations", experiment_href(&r.id)))) } }
+        }
         "author" => html! { td { (r.author.as_deref().unwrap_or("")) } },
         "spec_hash" => html! { td { @if let Some(h) = &r.spec_hash { (short_hash(h)) } } },
         "runs" => html! { td.n { (r.runs) } },
@@ -264,12 +266,11 @@ pub async fn list_page(
     let view_url = format!("/experiments?{}", query(&view));
     // A search result's runs on parallel coordinates (the spec fields that differ, then a final
     // metric): at most one page of latest runs.
-    let pc_metric = f
-        .pc
-        .clone()
-        .filter(|m| !m.trim().is_empty())
-        .or_else(|| wanted.first().map(|m| m.to_string()))
-        .unwrap_or_else(|| glassbox_schemas::metrics::TRAIN_LOSS.to_string());
+    let pc_metric =
+        f.pc.clone()
+            .filter(|m| !m.trim().is_empty())
+            .or_else(|| wanted.first().map(|m| m.to_string()))
+            .unwrap_or_else(|| glassbox_schemas::metrics::TRAIN_LOSS.to_string());
     let searched = f.q.as_deref().is_some_and(|q| !q.trim().is_empty());
     let latest: Vec<String> = page
         .items
@@ -329,7 +330,12 @@ pub async fn list_page(
     } else {
         super::Scripts::None
     };
-    Ok(super::frame_with("Experiments", Nav::Experiments, scripts, body))
+    Ok(super::frame_with(
+        "Experiments",
+        Nav::Experiments,
+        scripts,
+        body,
+    ))
 }
 
 /// The negative-results table body (shared with the API's selection).

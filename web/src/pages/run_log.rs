@@ -86,7 +86,10 @@ pub async fn page(
         logs.push((idx, a.name.clone(), body));
     }
     let needle = find.map(str::to_lowercase);
-    let live = st.live.recent(&run).filter(|r| !r.log.is_empty() || r.status.as_deref() == Some("running"));
+    let live = st
+        .live
+        .recent(&run)
+        .filter(|r| !r.log.is_empty() || r.status.as_deref() == Some("running"));
     let body = html! {
         h1 { "Log of " (run) }
         p.meta { a href={ "/runs/" (encode_path(&run)) } { "charts" } " · the worker's own log of each attempt, stored when the attempt ended." }
@@ -123,5 +126,10 @@ pub async fn page(
     } else {
         Scripts::None
     };
-    Ok(frame_with(&format!("Log of {run}"), Nav::Other, scripts, body))
+    Ok(frame_with(
+        &format!("Log of {run}"),
+        Nav::Other,
+        scripts,
+        body,
+    ))
 }

@@ -50,7 +50,11 @@ async fn a_runs_notes_and_anomalies_are_served() {
     // the notes; run-2 has none.
     assert!(page.contains("⚠ 1 anomaly"), "the run's row has the badge");
     let (_, _, list) = get(&st, "/experiments").await;
-    assert_eq!(list.matches("⚠ 1 anomaly").count(), 1, "only acme/lab#1 is marked");
+    assert_eq!(
+        list.matches("⚠ 1 anomaly").count(),
+        1,
+        "only acme/lab#1 is marked"
+    );
     let (_, _, runs) = get(&st, "/api/v1/runs/run-1").await;
     let runs: serde_json::Value = serde_json::from_str(&runs).unwrap();
     assert_eq!(runs["anomalies"], 1, "{runs}");

@@ -698,7 +698,10 @@ async fn sse_streams_the_runs_live_events_only() {
         "{log_page}"
     );
     assert!(log_page.contains("src=\"/assets/runlog.js\""), "{log_page}");
-    assert!(!log_page.contains("uPlot"), "no chart scripts on a log page");
+    assert!(
+        !log_page.contains("uPlot"),
+        "no chart scripts on a log page"
+    );
     fx.live.publish(LiveEvent::Status {
         run: "run-7".into(),
         status: "succeeded".into(),
@@ -1096,9 +1099,15 @@ async fn the_queue_page_and_api_show_the_jobs_in_the_order_they_run() {
         waiting.find("<td>14</td>").unwrap() < waiting.find("<td>13</td>").unwrap(),
         "the page lists job 14 before 13"
     );
-    assert!(page.contains("&lt;b&gt;dave&lt;/b&gt;"), "an author is text");
+    assert!(
+        page.contains("&lt;b&gt;dave&lt;/b&gt;"),
+        "an author is text"
+    );
     assert!(page.contains("cancelled by @maint"));
-    assert!(page.contains("href=\"/queue\""), "the navigation links the queue");
+    assert!(
+        page.contains("href=\"/queue\""),
+        "the navigation links the queue"
+    );
     let doc = json(&st, "/api/v1/openapi.json").await;
     assert!(doc["paths"]["/api/v1/queue"].is_object());
 }
@@ -1110,8 +1119,15 @@ async fn the_queue_page_and_api_show_the_jobs_in_the_order_they_run() {
 async fn a_search_result_has_parallel_coordinates_of_its_runs() {
     let fx = crate::fixture::build().await;
     let st = fx.state();
-    let page = ok(&st, "/experiments?q=id%20~%20%22acme%2Flab%22&pc=train%2Floss").await;
-    let start = page.find("data-pc=\"").expect("a parallel-coordinates figure") + 9;
+    let page = ok(
+        &st,
+        "/experiments?q=id%20~%20%22acme%2Flab%22&pc=train%2Floss",
+    )
+    .await;
+    let start = page
+        .find("data-pc=\"")
+        .expect("a parallel-coordinates figure")
+        + 9;
     let end = start + page[start..].find('"').unwrap();
     let pc: serde_json::Value =
         serde_json::from_str(&page[start..end].replace("&quot;", "\"")).unwrap();
@@ -1129,7 +1145,10 @@ async fn a_search_result_has_parallel_coordinates_of_its_runs() {
         .iter()
         .map(|a| a["name"].as_str().unwrap())
         .collect();
-    assert!(axes.contains(&"model.d_model"), "the differing field: {axes:?}");
+    assert!(
+        axes.contains(&"model.d_model"),
+        "the differing field: {axes:?}"
+    );
     assert_eq!(axes.last(), Some(&"train/loss"));
     assert!(page.contains("src=\"/assets/parcoords.js\""));
     assert!(page.contains("data-run=\"run-1\""), "rows carry their run");
