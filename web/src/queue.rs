@@ -138,7 +138,7 @@ fn measured_rate(cat: &CatalogData) -> (Option<f64>, usize) {
             (rate.is_finite() && rate > 0.0).then_some((r.result_entry, rate))
         })
         .collect();
-    runs.sort_by(|a, b| b.0.cmp(&a.0));
+    runs.sort_by_key(|r| std::cmp::Reverse(r.0));
     runs.truncate(RATE_RUNS);
     let mut rates: Vec<f64> = runs.into_iter().map(|r| r.1).collect();
     if rates.is_empty() {
