@@ -26,18 +26,6 @@ const COLUMNS: &[(&str, &str)] = &[
     ("updated", "Updated"),
 ];
 
-const STATUSES: &[&str] = &[
-    "proposed",
-    "approved",
-    "rejected",
-    "running",
-    "succeeded",
-    "diverged",
-    "budget_exceeded",
-    "failed",
-    "cancelled",
-];
-
 /// Most runs on a search result's parallel coordinates (one page of rows).
 const MAX_PC_RUNS: usize = 50;
 
@@ -289,7 +277,7 @@ pub async fn list_page(
         form.filters method="get" action="/experiments" {
             label { "Status " select name="status" {
                 option value="" { "any" }
-                @for s in STATUSES { option value=(s) selected[f.status.as_deref() == Some(*s)] { (s) } }
+                @for s in crate::search::STATUSES { option value=(s) selected[f.status.as_deref() == Some(*s)] { (s) } }
             } }
             label { "Tag " input type="text" name="tag" value=(f.tag.as_deref().unwrap_or("")); }
             label { "Author " input type="text" name="author" value=(f.author.as_deref().unwrap_or("")); }
