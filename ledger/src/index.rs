@@ -84,6 +84,10 @@ pub struct IndexedEntry {
 /// pages at once, and one connection would make every query queue behind the others.
 pub const READ_CONNECTIONS: u32 = 4;
 
+/// How much of an SQLite index file each reading connection maps (address space, not
+/// memory: pages are shared with the kernel's cache and with the other connections).
+const READER_MMAP_PRAGMA: &str = "PRAGMA mmap_size = 1073741824";
+
 /// Connection pools to the index database: one writer, and readers.
 #[derive(Debug, Clone)]
 pub struct Index {
@@ -191,7 +195,14 @@ impl Index {
                 .after_connect(|conn, _| {
                     Box::pin(async move {
                         sqlx::query("PRAGMA query_only = ON")
-                            .execute(conn)
+                            .execute(&mut *conn)
+                            .await?;
+                        // The dashboard reads the same small tables (experiments, runs, their
+                        // specs) on every request: mapped, they are read from the page cache
+                        // the kernel already holds, not copied in by a `pread` per page into
+                        // each connection's own 2 MB cache, which the metric tables evict.
+                        sqlx::query(READER_MMAP_PRAGMA)
+                            .execute(&mut *conn)
                             .await
                             .map(|_| ())
                     })

@@ -11,6 +11,7 @@
 //!
 //! This module does not render anything and does not read metric curves (that is `series`).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
@@ -298,15 +299,20 @@ const REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(1
 impl ExperimentRow {
     /// `running`, the latest run's status, `rejected`, `approved` or `proposed`.
     pub fn status(&self, data: &CatalogData) -> String {
+        self.status_str(data).to_string()
+    }
+
+    /// [`ExperimentRow::status`] without a copy.
+    pub fn status_str<'a>(&'a self, data: &'a CatalogData) -> &'a str {
         if let Some(run) = self.runs.last().and_then(|r| data.runs.get(r)) {
-            return run.status.clone();
+            return &run.status;
         }
         if self.rejected.is_some() {
-            "rejected".into()
+            "rejected"
         } else if self.approved_by.is_some() {
-            "approved".into()
+            "approved"
         } else {
-            "proposed".into()
+            "proposed"
         }
     }
 
@@ -844,17 +850,19 @@ impl CatalogData {
         let tag = f.tag.as_deref().filter(|s| !s.is_empty());
         // Keys are computed once per experiment and rows built for the page only: with 10,000
         // experiments, cloning every row and every key per comparison was most of a list's time.
-        let picked: Vec<&ExperimentRow> = self
-            .experiments
-            .values()
+        // A search names its experiments: only those are looked up, not every one tested.
+        let candidates: Box<dyn Iterator<Item = &ExperimentRow>> = match only {
+            Some(ids) => Box::new(ids.iter().filter_map(|id| self.experiments.get(id))),
+            None => Box::new(self.experiments.values()),
+        };
+        let picked: Vec<&ExperimentRow> = candidates
             .filter(|e| tag.is_none_or(|t| e.tags().iter().any(|x| x == t)))
             .filter(|e| {
-                author.as_deref().is_none_or(|a| {
-                    e.author.as_deref().map(str::to_lowercase).as_deref() == Some(a)
-                })
+                author
+                    .as_deref()
+                    .is_none_or(|a| e.author.as_deref().is_some_and(|x| x.to_lowercase() == a))
             })
-            .filter(|e| only.is_none_or(|ids| ids.contains(&e.id)))
-            .filter(|e| status.is_none_or(|s| e.status(self) == s))
+            .filter(|e| status.is_none_or(|s| e.status_str(self) == s))
             .collect();
         let key_f = |e: &ExperimentRow| -> Option<f64> {
             let latest = e.latest_run(self);
@@ -871,16 +879,17 @@ impl CatalogData {
                 _ => None,
             }
         };
-        let key_s = |e: &ExperimentRow| -> String {
+        // Borrowed where the key is the field as it is (the default, `updated`, included).
+        fn key_s<'a>(sort: &str, e: &'a ExperimentRow, data: &'a CatalogData) -> Cow<'a, str> {
             match sort {
-                "id" => e.id.clone(),
-                "title" => e.title.clone().unwrap_or_default().to_lowercase(),
-                "status" => e.status(self),
-                "author" => e.author.clone().unwrap_or_default().to_lowercase(),
-                "spec_hash" => e.spec_hash.clone().unwrap_or_default(),
-                _ => e.updated.clone(),
+                "id" => Cow::Borrowed(e.id.as_str()),
+                "title" => Cow::Owned(e.title.as_deref().unwrap_or_default().to_lowercase()),
+                "status" => Cow::Borrowed(e.status_str(data)),
+                "author" => Cow::Owned(e.author.as_deref().unwrap_or_default().to_lowercase()),
+                "spec_hash" => Cow::Borrowed(e.spec_hash.as_deref().unwrap_or_default()),
+                _ => Cow::Borrowed(e.updated.as_str()),
             }
-        };
+        }
         let mut order: Vec<&ExperimentRow> = if matches!(sort, "final_loss" | "runs" | "forecast") {
             let mut keyed: Vec<(Option<f64>, &ExperimentRow)> =
                 picked.into_iter().map(|e| (key_f(e), e)).collect();
@@ -896,8 +905,10 @@ impl CatalogData {
             });
             keyed.into_iter().map(|(_, e)| e).collect()
         } else {
-            let mut keyed: Vec<(String, &ExperimentRow)> =
-                picked.into_iter().map(|e| (key_s(e), e)).collect();
+            let mut keyed: Vec<(Cow<'_, str>, &ExperimentRow)> = picked
+                .into_iter()
+                .map(|e| (key_s(sort, e, self), e))
+                .collect();
             keyed.sort_by(|(ka, a), (kb, b)| {
                 let o = ka.cmp(kb).then_with(|| a.id.cmp(&b.id));
                 if desc { o.reverse() } else { o }

@@ -45,6 +45,7 @@ pub mod render_cache;
 pub mod search;
 pub mod series;
 pub mod series_cache;
+pub mod spec_cache;
 pub mod static_log;
 pub mod witness_api;
 
@@ -91,6 +92,8 @@ pub struct WebState {
     pub(crate) pages: Arc<page_cache::PageCache>,
     /// Finished runs' whole series, for zooming (see [`series_cache`]).
     pub(crate) series: Arc<series_cache::SeriesCache>,
+    /// Flattened specs by blob hash (see [`spec_cache`]).
+    pub(crate) specs: Arc<spec_cache::SpecCache>,
     pub(crate) metrics: Arc<ops::RequestMetrics>,
     /// Set when the server starts shutting down, so endless responses (SSE) end and the
     /// graceful shutdown can complete.
@@ -121,6 +124,7 @@ impl WebState {
             series: Arc::new(series_cache::SeriesCache::new(
                 series_cache::DEFAULT_MAX_POINTS,
             )),
+            specs: Arc::new(spec_cache::SpecCache::new(spec_cache::DEFAULT_MAX_SPECS)),
             blobs: Arc::new(lab.blobs()),
             lab,
             index,

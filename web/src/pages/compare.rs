@@ -297,16 +297,7 @@ pub async fn load(st: &WebState, runs: &[String]) -> Result<Vec<CompareRun>, Web
     let mut out = Vec::new();
     for (run, experiment, status, spec_hash, blob) in picked {
         let spec = match blob.as_deref() {
-            Some(b) => st
-                .small_blob_text(b, super::experiment::MAX_SPEC_BYTES)
-                .await
-                .and_then(|t| parse_spec_text(&t))
-                .and_then(|s| serde_json::to_value(s).ok())
-                .map(|v| {
-                    let mut flat = BTreeMap::new();
-                    flatten(&v, "", &mut flat);
-                    flat
-                }),
+            Some(b) => flat_spec(st, b).await.map(|s| (*s).clone()),
             None => None,
         };
         out.push(CompareRun {
@@ -318,6 +309,25 @@ pub async fn load(st: &WebState, runs: &[String]) -> Result<Vec<CompareRun>, Web
         });
     }
     Ok(out)
+}
+
+/// The spec in blob `hash` flattened to dotted paths, from the server's [`SpecCache`] or read
+/// and parsed (then kept); `None` when the blob is absent, too large or not a spec.
+///
+/// [`SpecCache`]: crate::spec_cache::SpecCache
+async fn flat_spec(st: &WebState, hash: &str) -> Option<crate::spec_cache::FlatSpec> {
+    if let Some(s) = st.specs.get(hash) {
+        return Some(s);
+    }
+    let text = st
+        .small_blob_text(hash, super::experiment::MAX_SPEC_BYTES)
+        .await?;
+    let value = serde_json::to_value(parse_spec_text(&text)?).ok()?;
+    let mut flat = BTreeMap::new();
+    flatten(&value, "", &mut flat);
+    let flat = std::sync::Arc::new(flat);
+    st.specs.put(hash, flat.clone());
+    Some(flat)
 }
 
 /// `GET /compare?run=a&run=b[&metric=name...][&pc=name]`.

@@ -213,14 +213,9 @@ pub async fn search(index: &Index, expr: &Expr) -> Result<Vec<Hit>, WebError> {
          LEFT JOIN runs r ON r.experiment = e.id WHERE {} ORDER BY e.id, r.id LIMIT {MAX_ROWS}",
         compiled.where_sql
     );
-    let mut q = sqlx::query(&text);
-    for p in &compiled.params {
-        q = match p {
-            sql::Param::Text(t) => q.bind(t.clone()),
-            sql::Param::Number(n) => q.bind(*n),
-        };
-    }
-    let rows = q.fetch_all(index.pool()).await?;
+    let rows = bound(&text, &compiled.params)
+        .fetch_all(index.pool())
+        .await?;
     rows.iter()
         .map(|r| {
             Ok(Hit {
@@ -243,23 +238,37 @@ pub async fn for_filter(
     };
     let expr = parse(q).map_err(|e| WebError::BadRequest(format!("q: {e}")))?;
     let compiled = sql::compile(&expr);
-    // Only the experiment ids, once each: the list page needs no more.
-    let text = format!(
-        "SELECT DISTINCT e.id AS experiment FROM experiments e \
-         LEFT JOIN runs r ON r.experiment = e.id WHERE {} LIMIT {MAX_ROWS}",
-        compiled.where_sql
-    );
-    let mut q = sqlx::query(&text);
-    for p in &compiled.params {
-        q = match p {
-            sql::Param::Text(t) => q.bind(t.clone()),
-            sql::Param::Number(n) => q.bind(*n),
-        };
-    }
-    let rows = q.fetch_all(index.pool()).await?;
+    // Only the experiment ids, once each: the list page needs no more. A query about the
+    // experiments alone reads them alone (a row per experiment, no join, nothing to dedupe).
+    let text = if sql::touches_runs(&expr) {
+        format!(
+            "SELECT DISTINCT e.id AS experiment FROM experiments e \
+             LEFT JOIN runs r ON r.experiment = e.id WHERE {} LIMIT {MAX_ROWS}",
+            compiled.where_sql
+        )
+    } else {
+        format!(
+            "SELECT e.id AS experiment FROM experiments e WHERE {} LIMIT {MAX_ROWS}",
+            compiled.where_sql
+        )
+    };
+    let rows = bound(&text, &compiled.params)
+        .fetch_all(index.pool())
+        .await?;
     rows.iter()
         .map(|r| r.try_get::<String, _>("experiment"))
         .collect::<Result<BTreeSet<_>, sqlx::Error>>()
         .map(Some)
         .map_err(WebError::from)
+}
+
+/// `text` with `params` bound in order.
+fn bound<'q>(
+    text: &'q str,
+    params: &[sql::Param],
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    params.iter().fold(sqlx::query(text), |q, p| match p {
+        sql::Param::Text(t) => q.bind(t.clone()),
+        sql::Param::Number(n) => q.bind(*n),
+    })
 }

@@ -39,6 +39,22 @@ pub fn compile(expr: &Expr) -> Compiled {
     }
 }
 
+/// Whether `expr` reads a field of the run (its id, status, steps, times, metrics) or of the
+/// row's spec (tags, spec fields: a run's spec may differ from its experiment's). A query that
+/// does not is answered from the experiments alone, without the join.
+pub fn touches_runs(expr: &Expr) -> bool {
+    match expr {
+        Expr::And(a, b) | Expr::Or(a, b) => touches_runs(a) || touches_runs(b),
+        Expr::Not(a) => touches_runs(a),
+        // The experiment's own fields and its current spec's hypothesis.
+        Expr::Text(_) => false,
+        Expr::Cmp(c) => !matches!(
+            c.field,
+            Field::Id | Field::Title | Field::Author | Field::Created | Field::Updated
+        ),
+    }
+}
+
 struct Compiler {
     params: Vec<Param>,
 }
@@ -242,5 +258,26 @@ mod tests {
             ]
         );
         assert!(c.where_sql.contains("e.created < $2"), "{}", c.where_sql);
+    }
+
+    #[test]
+    fn only_queries_about_runs_or_their_specs_need_the_join() {
+        for q in [
+            "author = bob",
+            "title ~ moe and created >= 2026-01-01",
+            "not id = x or \"router bias\"",
+        ] {
+            assert!(!touches_runs(&parse(q).unwrap()), "{q}");
+        }
+        for q in [
+            "author = bob and status = failed",
+            "not steps < 10",
+            "title ~ moe or metrics.loss < 1",
+            "tag = moe",
+            "model.moe.n_experts = 8",
+            "run = r1",
+        ] {
+            assert!(touches_runs(&parse(q).unwrap()), "{q}");
+        }
     }
 }
