@@ -257,3 +257,52 @@ fn a_blob_is_read_only_up_to_the_size_its_entry_names() {
         .unwrap();
     assert_eq!(rep.blob_bytes, 4096);
 }
+
+/// Issue 16 item 14: every file `verify` reads from a target is bounded by what its format
+/// allows. The checkpoint, tile and blob bounds have their own tests; these are the verifier
+/// key and an entry bundle: a file past its bound is refused after reading one byte past it,
+/// with the file, the bound and what it should have been.
+#[test]
+fn an_oversized_verifier_key_or_entry_bundle_is_refused_by_its_bound() {
+    use glassbox_ledger::audit::{AuditFailure, AuditOptions, audit};
+    use glassbox_ledger::source::{LogSource, ReadLimit};
+
+    let (_d, lab) = new_lab();
+    {
+        let w = lab.writer(LockMode::FailFast).unwrap();
+        w.append(entry_bytes(0, 0)).unwrap();
+    }
+    let src = DirSource {
+        root: lab.root().to_path_buf(),
+    };
+    let vkey = lab.verifier_key().unwrap();
+    // A key line padded past the 4 KiB a `name+id+base64` line can need.
+    let good = std::fs::read(lab.root().join("vkey")).unwrap();
+    let mut huge = good.clone();
+    huge.extend(std::iter::repeat_n(b' ', 5000));
+    std::fs::write(lab.root().join("vkey"), &huge).unwrap();
+    match src.read("vkey", ReadLimit::VKEY) {
+        Err(glassbox_ledger::Error::TooLarge { limit, what, .. }) => {
+            assert_eq!((limit, what), (4096, "a verifier key file"));
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    std::fs::write(lab.root().join("vkey"), &good).unwrap();
+    // The one-entry log's bundle is the partial `tile/entries/000.p/1`: at most one entry of a
+    // 2-byte length and 65,535 bytes. Grown past that, the audit stops at the bound.
+    let bundle = lab.log_dir().join("tile/entries/000.p/1");
+    let mut grown = std::fs::read(&bundle).unwrap();
+    grown.resize(2 + 65_535 + 1, b'x');
+    std::fs::write(&bundle, &grown).unwrap();
+    match audit(&src, &vkey, AuditOptions::default()).unwrap() {
+        Err(AuditFailure::TooLarge {
+            location,
+            limit,
+            what,
+        }) => {
+            assert!(location.ends_with("tile/entries/000.p/1"), "{location}");
+            assert_eq!((limit, what), (65_537, "an entry bundle of that width"));
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+}
