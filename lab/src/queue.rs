@@ -239,10 +239,12 @@ pub struct Job {
     pub lease_expires_at: Option<i64>,
     /// A maintainer asked to cancel it while it runs.
     pub cancel_requested: bool,
-    /// Last checkpoint's step, for resuming.
-    pub checkpoint_step: Option<u64>,
-    /// Last checkpoint's blob hash (text form), for resuming.
-    pub checkpoint_blob: Option<BlobHash>,
+    /// The last training snapshot's step, for resuming.
+    #[serde(rename = "checkpoint_step")]
+    pub snapshot_step: Option<u64>,
+    /// The last training snapshot's blob, for resuming.
+    #[serde(rename = "checkpoint_blob")]
+    pub snapshot_blob: Option<BlobHash>,
     /// The run id of the current or last attempt.
     pub run_id: Option<RunId>,
     /// For a reproduction job: the run it re-runs.
@@ -702,7 +704,7 @@ impl Queue {
     }
 
     /// Records the latest training snapshot, so a worker that takes over can resume from it.
-    pub async fn record_checkpoint(
+    pub async fn record_snapshot(
         &self,
         job: JobId,
         worker: &WorkerId,

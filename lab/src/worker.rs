@@ -344,8 +344,8 @@ impl Worker {
         let spec = self.stored_spec(&job);
         let mut outcome = JobOutcome::early(status, reason.to_string());
         // The last checkpoint the dead worker left is where the run got to.
-        outcome.ending.steps = job.checkpoint_step.unwrap_or(0);
-        if let Some(h) = job.checkpoint_blob {
+        outcome.ending.steps = job.snapshot_step.unwrap_or(0);
+        if let Some(h) = job.snapshot_blob {
             outcome.refs = one_ref("checkpoint", &h);
         }
         self.conclude(&job, &run, spec.as_ref(), outcome, &log)
@@ -482,7 +482,7 @@ impl Worker {
         };
         self.queue.mark_running(job.id, &self.opts.id, &run).await?;
         let scratch = self.opts.scratch.join(&run.0);
-        let resume = match self.fetch_checkpoint(&job, &scratch) {
+        let resume = match self.fetch_snapshot(&job, &scratch) {
             Ok(r) => r,
             Err(e) => {
                 let reason = format!("cannot fetch its checkpoint: {e}");
@@ -560,8 +560,8 @@ impl Worker {
     }
 
     /// Copies the job's last checkpoint blob into scratch space, if it has one.
-    fn fetch_checkpoint(&self, job: &Job, scratch: &Path) -> Result<Option<PathBuf>, LabError> {
-        let (Some(hash), Some(step)) = (job.checkpoint_blob, job.checkpoint_step) else {
+    fn fetch_snapshot(&self, job: &Job, scratch: &Path) -> Result<Option<PathBuf>, LabError> {
+        let (Some(hash), Some(step)) = (job.snapshot_blob, job.snapshot_step) else {
             return Ok(None);
         };
         std::fs::create_dir_all(scratch).map_err(LabError::io("cannot create", scratch))?;
@@ -797,7 +797,7 @@ impl Worker {
                 log.error(&reason);
                 let mut ending = JobOutcome::early(RunStatus::Failed, reason);
                 ending.ending.steps = trainer.step();
-                if let Some(h) = &recorded.last_checkpoint {
+                if let Some(h) = &recorded.last_snapshot {
                     ending.refs = one_ref("checkpoint", h);
                 }
                 return self.conclude(job, run, Some(&spec), ending, log).await;
@@ -811,7 +811,7 @@ impl Worker {
             (None, s) => (s, outcome.ending.reason.clone()),
         };
         let refs = recorded
-            .last_checkpoint
+            .last_snapshot
             .as_ref()
             .map(|h| one_ref("checkpoint", h))
             .unwrap_or_default();

@@ -75,10 +75,10 @@ pub enum RunnerError {
     /// A corpus, tokenizer or shard could not be read, or is not what it should be.
     #[error(transparent)]
     Data(#[from] crate::data::DataError),
-    /// A checkpoint cannot be read or does not fit the spec.
+    /// A training snapshot cannot be read or does not fit the spec.
     #[error("checkpoint {path}: {reason}")]
-    Checkpoint {
-        /// The checkpoint file.
+    Snapshot {
+        /// The snapshot file.
         path: PathBuf,
         /// What is wrong.
         reason: String,

@@ -9,7 +9,6 @@
 
 pub mod anomaly;
 pub mod backend;
-pub mod checkpoint;
 pub mod data;
 pub mod error;
 pub mod model;
@@ -18,6 +17,7 @@ pub mod peak;
 pub mod rng;
 pub mod scalar;
 pub mod scaling;
+pub mod snapshot;
 pub mod train;
 
 pub use error::RunnerError;

@@ -22,11 +22,11 @@ pub trait Observer {
     fn on_metrics(&mut self, _record: &MetricRecord) {}
     /// A checkpoint is about to be written: what was reported so far must be durable first, so
     /// that a process killed once the checkpoint exists has not lost the records before it.
-    fn before_checkpoint(&mut self, _step: u64) {}
+    fn before_snapshot(&mut self, _step: u64) {}
     /// The anomaly detector flagged something at a train step (after that step's metrics).
     fn on_anomaly(&mut self, _anomaly: &Anomaly) {}
     /// A checkpoint was written.
-    fn on_checkpoint(&mut self, _step: u64, _path: &Path) {}
+    fn on_snapshot(&mut self, _step: u64, _path: &Path) {}
     /// The run ended (any way).
     fn on_end(&mut self, _outcome: &RunOutcome) {}
 }
@@ -57,9 +57,9 @@ impl Observer for Fanout<'_> {
             o.on_metrics(r);
         }
     }
-    fn before_checkpoint(&mut self, step: u64) {
+    fn before_snapshot(&mut self, step: u64) {
         for o in &mut self.observers {
-            o.before_checkpoint(step);
+            o.before_snapshot(step);
         }
     }
     fn on_anomaly(&mut self, a: &Anomaly) {
@@ -67,9 +67,9 @@ impl Observer for Fanout<'_> {
             o.on_anomaly(a);
         }
     }
-    fn on_checkpoint(&mut self, step: u64, path: &Path) {
+    fn on_snapshot(&mut self, step: u64, path: &Path) {
         for o in &mut self.observers {
-            o.on_checkpoint(step, path);
+            o.on_snapshot(step, path);
         }
     }
     fn on_end(&mut self, outcome: &RunOutcome) {
@@ -140,10 +140,10 @@ impl Observer for JsonlObserver {
             let _ = writeln!(self.out, "{line}");
         }
     }
-    fn before_checkpoint(&mut self, _step: u64) {
+    fn before_snapshot(&mut self, _step: u64) {
         let _ = self.out.flush();
     }
-    fn on_checkpoint(&mut self, _step: u64, _path: &Path) {
+    fn on_snapshot(&mut self, _step: u64, _path: &Path) {
         let _ = self.out.flush();
     }
     fn on_end(&mut self, _outcome: &RunOutcome) {

@@ -26,12 +26,12 @@ use glassbox_schemas::{RunStatus, cost};
 
 use crate::anomaly::AnomalyDetector;
 use crate::backend::{AdamW, Backend};
-use crate::checkpoint::{self, TrainState};
 use crate::data::{DataPipeline, Source};
 use crate::error::RunnerError;
 use crate::model::{BatchIds, Model, ModelDims, PassStats};
 use crate::observer::{MetricRecord, Observer, RecordKind, RunInfo};
 use crate::scalar::Real;
+use crate::snapshot::{self, TrainingSnapshot};
 
 /// Learning rate at 0-based `step`: linear warmup from 0 to `lr` over `warmup_steps`, then the
 /// schedule down to `min_lr_ratio * lr` at the last step (`wsd`: constant, then linear decay
@@ -266,8 +266,8 @@ impl<'a, B: Backend> Trainer<'a, B> {
     }
 
     fn restore(&mut self, path: &std::path::Path) -> Result<(), RunnerError> {
-        let st: TrainState<B::F> = checkpoint::load(path)?;
-        let bad = |reason: String| RunnerError::Checkpoint {
+        let st: TrainingSnapshot<B::F> = snapshot::load(path)?;
+        let bad = |reason: String| RunnerError::Snapshot {
             path: path.to_path_buf(),
             reason,
         };
@@ -312,14 +312,14 @@ impl<'a, B: Backend> Trainer<'a, B> {
         format!("blake3:{}", h.finalize().to_hex())
     }
 
-    fn checkpoint_path(&self, dir: &std::path::Path) -> PathBuf {
+    fn snapshot_path(&self, dir: &std::path::Path) -> PathBuf {
         dir.join("checkpoints")
             .join(format!("step-{:08}.safetensors", self.step))
     }
 
     /// Write the current state.
-    pub fn save_checkpoint(&self, path: &std::path::Path, elapsed: f64) -> Result<(), RunnerError> {
-        let st = TrainState {
+    pub fn save_snapshot(&self, path: &std::path::Path, elapsed: f64) -> Result<(), RunnerError> {
+        let st = TrainingSnapshot {
             spec_hash: self.spec_hash.clone(),
             step: self.step,
             total_tokens: self.total_tokens,
@@ -336,7 +336,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
             adam_v: self.adam_v.iter().map(|b| self.be.download(b)).collect(),
             router_bias: self.bias.clone(),
         };
-        checkpoint::save(path, &st)
+        snapshot::save(path, &st)
     }
 
     /// Held-out evaluation of every domain: `eval/<d>/loss` (nats/token) and `eval/<d>/bpb`.
@@ -496,12 +496,12 @@ impl<'a, B: Backend> Trainer<'a, B> {
             let ckpt_due = (ckpt_every > 0 && self.step.is_multiple_of(ckpt_every))
                 || self.step == total_steps;
             if let (true, Some(dir)) = (ckpt_due, &opts.out_dir) {
-                let path = self.checkpoint_path(dir);
-                obs.before_checkpoint(self.step);
+                let path = self.snapshot_path(dir);
+                obs.before_snapshot(self.step);
                 let elapsed = self.elapsed_before + start.elapsed().as_secs_f64();
-                match self.save_checkpoint(&path, elapsed) {
+                match self.save_snapshot(&path, elapsed) {
                     Ok(()) => {
-                        obs.on_checkpoint(self.step, &path);
+                        obs.on_snapshot(self.step, &path);
                         last_ckpt = Some(path);
                     }
                     Err(e) => break (RunStatus::Failed, Some(e.to_string())),
@@ -518,7 +518,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
             params_blake3: self.params_hash(),
             total_tokens: self.total_tokens,
             elapsed_seconds: self.elapsed_before + start.elapsed().as_secs_f64(),
-            checkpoint: last_ckpt,
+            snapshot: last_ckpt,
             info: self.info.clone(),
         };
         obs.on_end(&outcome);

@@ -102,8 +102,10 @@ pub enum EntryKind {
     Forecast,
     /// A run began.
     RunStarted,
-    /// A checkpoint was saved.
-    Checkpoint,
+    /// A training snapshot (the model's whole training state, for resuming) was saved. Its
+    /// name on the wire, `checkpoint`, predates the word: entries already written keep it.
+    #[serde(rename = "checkpoint")]
+    Snapshot,
     /// Any other artifact (metric chunk, log, ad-hoc file).
     Artifact,
     /// A run ended, in any way.
@@ -129,7 +131,7 @@ impl EntryKind {
         EntryKind::Rejection,
         EntryKind::Forecast,
         EntryKind::RunStarted,
-        EntryKind::Checkpoint,
+        EntryKind::Snapshot,
         EntryKind::Artifact,
         EntryKind::Result,
         EntryKind::Reproduction,
@@ -148,7 +150,7 @@ impl EntryKind {
             EntryKind::Rejection => "rejection",
             EntryKind::Forecast => "forecast",
             EntryKind::RunStarted => "run_started",
-            EntryKind::Checkpoint => "checkpoint",
+            EntryKind::Snapshot => "checkpoint",
             EntryKind::Artifact => "artifact",
             EntryKind::Result => "result",
             EntryKind::Reproduction => "reproduction",
@@ -265,7 +267,7 @@ entry_bodies! {
     /// A run began.
     RunStarted(RunStartedBody),
     /// A training snapshot was saved.
-    Checkpoint(CheckpointBody),
+    Snapshot(SnapshotBody),
     /// Any other artifact (metric chunk, run log, ad-hoc file).
     Artifact(ArtifactBody),
     /// A run ended, in any way.
@@ -287,7 +289,7 @@ impl EntryBody {
     pub fn run(&self) -> Option<&RunId> {
         match self {
             EntryBody::RunStarted(b) => Some(&b.run),
-            EntryBody::Checkpoint(b) => Some(&b.run),
+            EntryBody::Snapshot(b) => Some(&b.run),
             EntryBody::Artifact(b) => b.run.as_ref(),
             EntryBody::Result(b) => Some(&b.run),
             EntryBody::Reproduction(b) => Some(&b.run),
@@ -313,7 +315,7 @@ impl EntryBody {
             EntryBody::RunStarted(b) => Some(&b.spec_hash),
             EntryBody::Result(b) => Some(&b.spec_hash),
             EntryBody::Dataset(_)
-            | EntryBody::Checkpoint(_)
+            | EntryBody::Snapshot(_)
             | EntryBody::Artifact(_)
             | EntryBody::Reproduction(_)
             | EntryBody::Tokenizer(_)
@@ -694,9 +696,9 @@ impl fmt::Display for BinaryComparison {
     }
 }
 
-/// Body of a `checkpoint` entry; `refs.checkpoint` is the checkpoint blob.
+/// Body of a `checkpoint` entry (a training snapshot); `refs.checkpoint` is the snapshot's blob.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckpointBody {
+pub struct SnapshotBody {
     /// The run.
     pub run: RunId,
     /// Steps completed when it was saved.

@@ -57,7 +57,8 @@ pub struct RunOutcome {
     /// Wall seconds of training (all segments).
     pub elapsed_seconds: f64,
     /// The last training snapshot written, if any (a file the runner wrote).
-    pub checkpoint: Option<PathBuf>,
+    #[serde(rename = "checkpoint")]
+    pub snapshot: Option<PathBuf>,
     /// Backend, peak and kernel hashes.
     pub info: RunInfo,
 }
@@ -101,7 +102,8 @@ pub struct SummaryLedger {
     /// Index of the `result` entry.
     pub result_entry: u64,
     /// The last training snapshot, by blob.
-    pub checkpoint: Option<SummarySnapshot>,
+    #[serde(rename = "checkpoint")]
+    pub snapshot: Option<SummarySnapshot>,
 }
 
 /// A training snapshot stored as a blob.

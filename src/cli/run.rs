@@ -297,10 +297,10 @@ fn run_through_lab(
         // runner reported is gone, so the last checkpoint is named by its blob instead.
         let mut outcome = f.outcome.clone();
         if let Some(o) = &mut outcome {
-            o.checkpoint = None;
+            o.snapshot = None;
         }
         let job = ctx.queue.get(f.job).await?;
-        let checkpoint = job.checkpoint_blob.zip(job.checkpoint_step);
+        let checkpoint = job.snapshot_blob.zip(job.snapshot_step);
         let summary = RunSummary {
             spec: args.file.display().to_string(),
             status: f.ending.status,
@@ -316,7 +316,7 @@ fn run_through_lab(
                 proposal_entry: recorded.entry,
                 approval_entry: queued.approval_entry,
                 result_entry: f.result_entry,
-                checkpoint: checkpoint.map(|(blob, step)| SummarySnapshot { blob, step }),
+                snapshot: checkpoint.map(|(blob, step)| SummarySnapshot { blob, step }),
             }),
         };
         let summary_path = out_dir.join("summary.json");
@@ -469,7 +469,7 @@ fn print_summary(o: &RunOutcome, out_dir: &Path, peak_rss: Option<u64>) {
         println!("peak RSS: {:.1} MiB", rss as f64 / (1024.0 * 1024.0));
     }
     println!("params: {}", o.params_blake3);
-    if let Some(c) = &o.checkpoint {
+    if let Some(c) = &o.snapshot {
         println!("checkpoint: {}", c.display());
     }
     println!("output: {}", out_dir.display());

@@ -614,8 +614,8 @@ pub(crate) fn decode(r: &AnyRow) -> Result<Job, QueueError> {
         lease_owner: r.try_get::<Option<String>, _>("lease_owner")?.map(WorkerId),
         lease_expires_at: r.try_get("lease_expires_at")?,
         cancel_requested: r.try_get::<i64, _>("cancel_requested")? != 0,
-        checkpoint_step: opt_u64("checkpoint_step")?,
-        checkpoint_blob: r
+        snapshot_step: opt_u64("checkpoint_step")?,
+        snapshot_blob: r
             .try_get::<Option<String>, _>("checkpoint_blob")?
             .map(|h| h.parse::<BlobHash>())
             .transpose()

@@ -26,7 +26,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use glassbox_runner::observer::{Anomaly, MetricRecord, Observer, RecordKind};
 use glassbox_runner::train::RunOutcome;
-use glassbox_schemas::record::{AnomalyBody, ArtifactBody, CheckpointBody};
+use glassbox_schemas::record::{AnomalyBody, ArtifactBody, SnapshotBody};
 use glassbox_schemas::{BlobHash, ExperimentId, RunId};
 use tokio::runtime::Handle;
 
@@ -72,7 +72,7 @@ pub(super) struct Recording {
     /// The first recording failure, if any.
     pub error: Option<LabError>,
     /// The last checkpoint stored and pointed to in the queue.
-    pub last_checkpoint: Option<BlobHash>,
+    pub last_snapshot: Option<BlobHash>,
 }
 
 /// Starts the recording thread for one run; returns the observer to train with and the
@@ -110,7 +110,7 @@ impl RecordingThread {
     pub fn finish(self) -> Recording {
         self.0.join().unwrap_or_else(|_| Recording {
             error: Some(LabError::Task("the recording thread panicked".into())),
-            last_checkpoint: None,
+            last_snapshot: None,
         })
     }
 }
@@ -166,9 +166,9 @@ impl Observer for RecordingObserver {
         self.hand_over(Work::Anomaly(anomaly.clone()));
     }
 
-    fn on_checkpoint(&mut self, step: u64, path: &std::path::Path) {
+    fn on_snapshot(&mut self, step: u64, path: &std::path::Path) {
         self.flush();
-        self.hand_over(Work::Checkpoint {
+        self.hand_over(Work::Snapshot {
             step,
             path: path.to_path_buf(),
         });
@@ -183,7 +183,7 @@ impl Observer for RecordingObserver {
 fn record_all(ctx: RunContext, rx: Receiver<Work>) -> Recording {
     let mut state = Recording {
         error: None,
-        last_checkpoint: None,
+        last_snapshot: None,
     };
     for work in rx {
         if state.error.is_some() {
@@ -191,7 +191,7 @@ fn record_all(ctx: RunContext, rx: Receiver<Work>) -> Recording {
         }
         let done = match work {
             Work::Chunk(records) => store_chunk(&ctx, &records),
-            Work::Checkpoint { step, path } => store_checkpoint(&ctx, &mut state, step, &path),
+            Work::Snapshot { step, path } => store_snapshot(&ctx, &mut state, step, &path),
             Work::Anomaly(anomaly) => store_anomaly(&ctx, anomaly),
         };
         if let Err(e) = done {
@@ -273,7 +273,7 @@ fn store_anomaly(ctx: &RunContext, anomaly: Anomaly) -> Result<(), LabError> {
 
 /// A checkpoint: its file moved into the store, a `checkpoint` entry, then the queue's pointer
 /// (so a worker that takes over resumes from it).
-fn store_checkpoint(
+fn store_snapshot(
     ctx: &RunContext,
     state: &mut Recording,
     step: u64,
@@ -285,17 +285,16 @@ fn store_checkpoint(
     ctx.recorder.record(
         Some(&ctx.experiment),
         one_ref("checkpoint", &hash),
-        CheckpointBody {
+        SnapshotBody {
             run: ctx.run.clone(),
             step,
         },
     )?;
     let told = ctx.handle.block_on(retry_db(ctx.lease, || {
-        ctx.queue
-            .record_checkpoint(ctx.job, &ctx.worker, step, &hash)
+        ctx.queue.record_snapshot(ctx.job, &ctx.worker, step, &hash)
     }));
     match told {
-        Ok(()) => state.last_checkpoint = Some(hash),
+        Ok(()) => state.last_snapshot = Some(hash),
         // Lost the lease: the heartbeat notices too and the run stops.
         Err(QueueError::LeaseLost { .. }) => ctx.cancel.store(true, Ordering::SeqCst),
         Err(e) => return Err(e.into()),

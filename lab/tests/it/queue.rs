@@ -463,7 +463,7 @@ async fn job_round_trips_every_field(engine: &str, name: &str) {
     )
     .await
     .unwrap();
-    q.record_checkpoint(
+    q.record_snapshot(
         id,
         &worker("w1"),
         40,
@@ -483,7 +483,7 @@ async fn job_round_trips_every_field(engine: &str, name: &str) {
     .unwrap();
     let done = q.get(id).await.unwrap();
     assert_eq!(done.state, JobState::Ended(RunStatus::Diverged));
-    assert_eq!(done.checkpoint_step, Some(40));
+    assert_eq!(done.snapshot_step, Some(40));
     assert_eq!(
         done.run_id.as_ref().map(|r| r.0.as_str()),
         Some("run-000001")
@@ -536,7 +536,7 @@ async fn expired_lease_moves_to_another_worker(engine: &str, name: &str) {
     q.mark_running(id, &a, &glassbox_schemas::RunId::from("run-1"))
         .await
         .unwrap();
-    q.record_checkpoint(
+    q.record_snapshot(
         id,
         &a,
         20,
@@ -557,7 +557,7 @@ async fn expired_lease_moves_to_another_worker(engine: &str, name: &str) {
     assert_eq!(taken.id, id);
     assert_eq!(taken.attempts, 2);
     assert_eq!(
-        taken.checkpoint_step,
+        taken.snapshot_step,
         Some(20),
         "b resumes from a's checkpoint"
     );

@@ -232,7 +232,7 @@ fn a_blob_is_read_only_up_to_the_size_its_entry_names() {
     let (_d2, lab) = new_lab();
     let put = lab.blobs().put(&mut data.as_slice()).unwrap();
     let mut e = crate::fixture::blob_entry(0, &put);
-    e.body = glassbox_schemas::record::CheckpointBody {
+    e.body = glassbox_schemas::record::SnapshotBody {
         run: "run-000001".into(),
         step: 3,
     }

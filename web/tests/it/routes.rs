@@ -548,7 +548,7 @@ async fn static_log_serves_the_layout_with_cache_headers_and_refuses_traversal()
         assert_eq!(status, StatusCode::OK, "{path}");
         assert_eq!(h["cache-control"], cache, "{path}");
     }
-    let hex = fx.checkpoint_blob.to_hex();
+    let hex = fx.snapshot_blob.to_hex();
     for path in [
         format!("/blobs/{}/{}", &hex[..2], &hex[2..]),
         format!("/blobs/blake3:{hex}"),

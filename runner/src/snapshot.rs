@@ -1,4 +1,7 @@
-//! Checkpoints: the complete training state in one file, for exact resume.
+//! Training snapshots: the complete training state in one file, for exact resume. (A
+//! "checkpoint" in this workspace is the ledger's signed tree head; the snapshot's file
+//! format and its ledger entry kind keep the older name, `glassbox-checkpoint` and
+//! `checkpoint`, so that files and entries already written still read.)
 //!
 //! Format (version 1) is safetensors, so standard tools can open it:
 //! `u64 little-endian header length N | N bytes of JSON header | raw little-endian tensors`.
@@ -18,7 +21,7 @@
 //! parameter, and `router_bias/layer_<i>` (F64), the balancing state. There is no other RNG
 //! state: init and sampling streams are derived from (seed, purpose, position) (see
 //! [`crate::rng`]). Files are written to a temp file, fsynced and renamed, so a crash leaves
-//! either the old or the new checkpoint, never half of one.
+//! either the old or the new snapshot, never half of one.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -34,9 +37,9 @@ pub const FORMAT: &str = "glassbox-checkpoint";
 /// Format version this code writes and reads.
 pub const VERSION: u32 = 1;
 
-/// The state a checkpoint holds, on the host.
+/// The state a snapshot holds, on the host.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TrainState<F> {
+pub struct TrainingSnapshot<F> {
     /// Spec hash text (`blake3:...`).
     pub spec_hash: String,
     /// Steps completed.
@@ -58,14 +61,14 @@ pub struct TrainState<F> {
 }
 
 fn err(path: &Path, reason: impl Into<String>) -> RunnerError {
-    RunnerError::Checkpoint {
+    RunnerError::Snapshot {
         path: path.to_path_buf(),
         reason: reason.into(),
     }
 }
 
 /// Write `state` to `path` atomically.
-pub fn save<F: Real>(path: &Path, state: &TrainState<F>) -> Result<(), RunnerError> {
+pub fn save<F: Real>(path: &Path, state: &TrainingSnapshot<F>) -> Result<(), RunnerError> {
     let mut header = serde_json::Map::new();
     header.insert(
         "__metadata__".into(),
@@ -138,8 +141,8 @@ pub fn save<F: Real>(path: &Path, state: &TrainState<F>) -> Result<(), RunnerErr
     write().map_err(|e| RunnerError::io(format!("write checkpoint {}", path.display()), e))
 }
 
-/// Read a checkpoint written by [`save`] with the same element type.
-pub fn load<F: Real>(path: &Path) -> Result<TrainState<F>, RunnerError> {
+/// Read a snapshot written by [`save`] with the same element type.
+pub fn load<F: Real>(path: &Path) -> Result<TrainingSnapshot<F>, RunnerError> {
     let bytes = std::fs::read(path)
         .map_err(|e| RunnerError::io(format!("read checkpoint {}", path.display()), e))?;
     if bytes.len() < 8 {
@@ -208,7 +211,7 @@ pub fn load<F: Real>(path: &Path) -> Result<TrainState<F>, RunnerError> {
         })
         .collect();
     names.sort();
-    let mut state = TrainState {
+    let mut state = TrainingSnapshot {
         spec_hash: m("spec_hash")?,
         step: num("step")? as u64,
         total_tokens: num("total_tokens")? as u64,
