@@ -44,8 +44,8 @@ const BACKLOG: usize = 16;
 enum Work {
     /// Buffered metric records, stored as one JSON-lines blob with an `artifact` entry.
     Chunk(Vec<MetricRecord>),
-    /// A checkpoint file the runner wrote (moved into the store, so it is gone afterwards).
-    Checkpoint { step: u64, path: PathBuf },
+    /// A training snapshot the runner wrote (moved into the store, so it is gone afterwards).
+    Snapshot { step: u64, path: PathBuf },
     /// Something the anomaly detector flagged.
     Anomaly(Anomaly),
 }
