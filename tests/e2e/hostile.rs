@@ -606,3 +606,65 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
         );
     }
 }
+
+/// Issue 16 item 19, the long-running commands: `serve` and `worker` keep SIGPIPE ignored (a
+/// peer that hangs up must never kill a server), so with stdout closed from the start they
+/// must keep running — no panic on a print — and still stop cleanly on SIGTERM.
+#[test]
+fn long_running_commands_ride_out_a_closed_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = dir.path().join("lab");
+    init_lab(&lab);
+    let bind = format!("127.0.0.1:{}", free_port());
+    let commands: [&[&str]; 2] = [&["serve", "--no-worker", "--bind", &bind], &["worker"]];
+    for args in commands {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let stderr_file = dir.path().join("stderr");
+        let mut child = Command::new(BIN)
+            .args(args)
+            .arg("--lab")
+            .arg(&lab)
+            .stdout(writer)
+            .stderr(std::fs::File::create(&stderr_file).unwrap())
+            .spawn()
+            .unwrap();
+        // Up and printing (to stderr) within a few seconds, and still up a moment later.
+        let up = Instant::now();
+        while std::fs::read_to_string(&stderr_file).unwrap().is_empty() {
+            assert!(
+                up.elapsed() < Duration::from_secs(20),
+                "glassbox {args:?} printed nothing"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "glassbox {args:?} ended with stdout closed: {}",
+            std::fs::read_to_string(&stderr_file).unwrap()
+        );
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let stopping = Instant::now();
+        let exit = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                stopping.elapsed() < Duration::from_secs(5),
+                "glassbox {args:?} did not stop within 5 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let stderr = std::fs::read_to_string(&stderr_file).unwrap();
+        assert!(exit.success(), "glassbox {args:?} exited {exit}: {stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("backtrace"),
+            "glassbox {args:?}: {stderr}"
+        );
+    }
+}
