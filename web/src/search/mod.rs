@@ -240,26 +240,49 @@ pub async fn for_filter(
     let compiled = sql::compile(&expr);
     // Only the experiment ids, once each: the list page needs no more. A query about the
     // experiments alone reads them alone (a row per experiment, no join, nothing to dedupe).
-    let text = if sql::touches_runs(&expr) {
+    let rows = if sql::touches_runs(&expr) {
         format!(
-            "SELECT DISTINCT e.id AS experiment FROM experiments e \
+            "SELECT DISTINCT e.id AS id FROM experiments e \
              LEFT JOIN runs r ON r.experiment = e.id WHERE {} LIMIT {MAX_ROWS}",
             compiled.where_sql
         )
     } else {
         format!(
-            "SELECT e.id AS experiment FROM experiments e WHERE {} LIMIT {MAX_ROWS}",
+            "SELECT e.id AS id FROM experiments e WHERE {} LIMIT {MAX_ROWS}",
             compiled.where_sql
         )
     };
-    let rows = bound(&text, &compiled.params)
-        .fetch_all(index.pool())
+    // All of them in one row (see [`unpack_ids`]): sqlx hands SQLite rows from its connection
+    // thread one at a time, and a search matching thousands of experiments spent as long on
+    // that hand-off as on the query itself.
+    let text = format!(
+        "SELECT string_agg(CAST(octet_length(x.id) AS TEXT) || ':' || x.id, '') AS ids \
+         FROM ({rows}) x"
+    );
+    let row = bound(&text, &compiled.params)
+        .fetch_one(index.pool())
         .await?;
-    rows.iter()
-        .map(|r| r.try_get::<String, _>("experiment"))
-        .collect::<Result<BTreeSet<_>, sqlx::Error>>()
+    let packed: Option<String> = row.try_get("ids")?;
+    unpack_ids(packed.as_deref().unwrap_or_default())
         .map(Some)
-        .map_err(WebError::from)
+        .ok_or_else(|| {
+            WebError::Index(sqlx::Error::Decode(
+                "search: unreadable packed experiment ids".into(),
+            ))
+        })
+}
+
+/// Reads `<bytes>:<id><bytes>:<id>...` (each id prefixed by its length in bytes, so an id may
+/// hold any character, `:` included); `None` when malformed.
+fn unpack_ids(mut packed: &str) -> Option<BTreeSet<String>> {
+    let mut out = BTreeSet::new();
+    while !packed.is_empty() {
+        let (len, rest) = packed.split_once(':')?;
+        let len: usize = len.parse().ok()?;
+        out.insert(rest.get(..len)?.to_string());
+        packed = rest.get(len..)?;
+    }
+    Some(out)
 }
 
 /// `text` with `params` bound in order.
@@ -271,4 +294,22 @@ fn bound<'q>(
         sql::Param::Text(t) => q.bind(t.clone()),
         sql::Param::Number(n) => q.bind(*n),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_ids_keep_any_character_and_refuse_a_bad_length() {
+        let ids = ["acme/s#1", "a:b:c", "é✓", ""];
+        let packed: String = ids.iter().map(|i| format!("{}:{i}", i.len())).collect();
+        let got = unpack_ids(&packed).unwrap();
+        assert_eq!(got, ids.iter().map(|s| s.to_string()).collect());
+        assert_eq!(unpack_ids("").unwrap(), BTreeSet::new());
+        assert!(unpack_ids("9:short").is_none());
+        assert!(unpack_ids("x:abc").is_none());
+        // A length that ends inside a multi-byte character.
+        assert!(unpack_ids("1:é").is_none());
+    }
 }

@@ -270,6 +270,25 @@ async fn check_cases(index: &Index, engine: &str) -> usize {
             continue;
         }
         let want: Vec<String> = want.split_whitespace().map(str::to_string).collect();
+        // The list page's filter finds the experiments of the same rows (through its own,
+        // packed and sometimes join-less, query).
+        let listed = search::for_filter(index, Some(query))
+            .await
+            .unwrap_or_else(|e| panic!("{query}: {e}"))
+            .unwrap_or_default();
+        let of_rows: std::collections::BTreeSet<String> =
+            search::search(index, &search::parse(query).unwrap())
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|h| h.experiment)
+                .collect();
+        if listed != of_rows {
+            failures.push(format!(
+                "line {}: {query:?} on {engine}: the list finds {listed:?}, the rows' experiments are {of_rows:?}",
+                i + 1
+            ));
+        }
         match rows(index, query).await {
             Ok(got) if got == want => {}
             other => failures.push(format!(
