@@ -339,32 +339,54 @@ impl Flow {
             approver: approver.to_string(),
         };
         let proposal_entry = self.proposal_entry(experiment).await?;
-        let approval_entry = match self
+        let new_job = NewJob {
+            kind: JobKind::Run,
+            experiment: experiment.clone(),
+            spec_hash: *spec_hash,
+            author: row.author.clone(),
+            proposal_entry: Some(proposal_entry),
+            approval_entry: None,
+            priority: self.inner.config.queue.priority_of(&row.author),
+            max_attempts: self.inner.config.limits.max_attempts,
+        };
+        let (job, approval_entry) = match self
             .unqueued_approval(experiment, spec_hash, proposal_entry)
             .await?
         {
-            // A crash between the approval entry and its job: that approval gets its job now.
-            Some(entry) => entry,
+            // An approval recorded without its job (a lab from before the sequencer, which
+            // appended first and enqueued after): that approval gets its job now.
+            Some(entry) => {
+                let job = self
+                    .inner
+                    .queue
+                    .enqueue(&NewJob {
+                        approval_entry: Some(entry),
+                        ..new_job
+                    })
+                    .await?;
+                (job, entry)
+            }
+            // The approval entry and its job commit together, or neither does.
             None => {
-                let exp = experiment.clone();
-                self.blocking(move |rec| rec.record(Some(&exp), Default::default(), body))
-                    .await?
+                let entry = glassbox_schemas::LedgerEntry::new(
+                    Some(experiment.clone()),
+                    Default::default(),
+                    body,
+                );
+                let bytes = crate::recorder::canonical(std::slice::from_ref(&entry))?;
+                let (job, idx) = self
+                    .inner
+                    .queue
+                    .enqueue_sequenced(&new_job, bytes.into_iter().next().unwrap_or_default())
+                    .await?;
+                if let Err(e) = self.blocking(move |rec| rec.publish(idx)).await {
+                    // The approval and its job are committed; the integrator publishes the
+                    // entry when it can.
+                    tracing::warn!(entry = idx, error = %e, "the approval is sequenced but not yet in the log");
+                }
+                (job, idx)
             }
         };
-        let job = self
-            .inner
-            .queue
-            .enqueue(&NewJob {
-                kind: JobKind::Run,
-                experiment: experiment.clone(),
-                spec_hash: *spec_hash,
-                author: row.author.clone(),
-                proposal_entry: Some(proposal_entry),
-                approval_entry: Some(approval_entry),
-                priority: self.inner.config.queue.priority_of(&row.author),
-                max_attempts: self.inner.config.limits.max_attempts,
-            })
-            .await?;
         // An approval lifts a rejection; the `approval` entry is its record.
         let lifts_rejection = true;
         proposals::set_approved(

@@ -9,6 +9,10 @@
 //! - `bot.db` — the bot's delivery store (`serve` writes it, `glassbox bot` reads it);
 //! - `scratch/<worker id>/` — a worker's training snapshots before they become blobs.
 //!
+//! A directory without a log opened with a database URL is a lab *elsewhere*: a worker on
+//! another machine that reaches the lab through its database (the sequencer) and object store
+//! only, with no key and no lab files; its directory holds its scratch space.
+//!
 //! What each piece is resolved from, first match wins: the queue from the given database URL,
 //! else `queue.db`; the configuration from the given value, else the given file, else
 //! `lab.toml`, else the defaults; blobs from the given location, else the configuration's
@@ -25,6 +29,7 @@ use crate::error::LabError;
 use crate::flow::Flow;
 use crate::queue::{Clock, Queue, QueueError, WorkerId};
 use crate::recorder::Recorder;
+use crate::sequencer::Sequencer;
 use crate::worker::WorkerOptions;
 
 /// The lab configuration file's name in a lab directory.
@@ -73,6 +78,13 @@ impl LabHandle {
                 let (lab, _) = LabDir::init(root, &origin)?;
                 (lab, Some(origin))
             }
+            // A worker on another machine: the lab is its database (and object store); the
+            // directory is only its own scratch space.
+            Err(glassbox_ledger::Error::NoLab { .. })
+                if options.database_url.is_some() && root.is_dir() =>
+            {
+                (LabDir::elsewhere(root), None)
+            }
             Err(e) => return Err(e.into()),
         };
         let config = match (options.config, options.config_path) {
@@ -92,12 +104,36 @@ impl LabHandle {
                 },
                 other => other.into(),
             })?;
-        let blobs = blob_store(
-            &lab,
-            options.blobs.as_deref().or(config.storage.blobs.as_deref()),
-        )?;
-        let recorder =
-            Arc::new(Recorder::new(lab.clone(), blobs).with_witnesses(config.ledger.witnessing()));
+        let location = options.blobs.as_deref().or(config.storage.blobs.as_deref());
+        if !lab.has_log() && location.is_none() {
+            return Err(LabError::Refused(format!(
+                "{} holds no lab: a worker on another machine needs the lab's shared blob store (--blobs s3://BUCKET/PREFIX, or [storage] blobs in its config)",
+                lab.root().display()
+            )));
+        }
+        let blobs = blob_store(&lab, location)?;
+        let durability = config.queue.durability;
+        let (rec_lab, rec_url) = (lab.clone(), url.clone());
+        let recorder = tokio::task::spawn_blocking(move || {
+            let seq = Sequencer::connect(&rec_url, durability)?;
+            Recorder::open(rec_lab, blobs, seq)
+        })
+        .await
+        .map_err(|e| LabError::Task(e.to_string()))??;
+        let recorder = Arc::new(recorder.with_witnesses(config.ledger.witnessing()));
+        if recorder.integrates() {
+            // Entries a process sequenced and then died before integrating (a killed worker
+            // whose job's end had committed) are published by the next process that opens
+            // the lab with its key, not only by the next append.
+            let rec = recorder.clone();
+            match tokio::task::spawn_blocking(move || rec.integrate_pending()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "cannot integrate the entries sequenced before this process started")
+                }
+                Err(e) => tracing::warn!(error = %e, "the integration at start-up failed"),
+            }
+        }
         let flow = Flow::new(queue.clone(), recorder.clone(), config.clone());
         Ok(LabHandle {
             lab,

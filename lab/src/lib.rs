@@ -40,6 +40,7 @@ pub mod outbox;
 pub mod queue;
 pub mod recorder;
 pub mod reproduce;
+pub mod sequencer;
 pub mod service;
 pub mod stall;
 pub mod tokens;

@@ -41,6 +41,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::clock::Clock;
 use crate::db::jobs::{self, Finish};
+use crate::db::sequence;
 pub use crate::db::{Db, Durability, Engine};
 
 mod gauges;
@@ -313,6 +314,12 @@ pub enum QueueError {
         /// Its state.
         state: JobState,
     },
+    /// The lab's database has no ledger sequencer yet: a process that holds the lab's log sets
+    /// it up when it opens the lab (`glassbox serve`, or any command run in the lab directory).
+    #[error(
+        "the lab database has no ledger sequencer yet; open the lab once where its log lives (glassbox serve) to set it up"
+    )]
+    NotSequencing,
     /// The commit of a group of writes failed; the database may or may not have applied them,
     /// so they are not retried blindly. Check with `glassbox jobs` before repeating one.
     #[error("queue commit failed (the change may or may not have been applied): {0}")]
@@ -383,6 +390,14 @@ impl Ending {
             reason: reason.map(str::to_string),
             now: self.clock.now_ms(),
         }
+    }
+
+    /// Sequences `entries` (canonical entry bytes, the job's end last) in this ending's
+    /// transaction: they get their log indices now and are committed with the job's end, or
+    /// not at all. Returns the first one's index. Publishing them
+    /// ([`crate::recorder::Recorder::publish`]) comes after the commit.
+    pub async fn sequence(&mut self, entries: &[Vec<u8>]) -> Result<u64, QueueError> {
+        sequence::sequence(&mut self.tx, entries, self.clock.now_ms()).await
     }
 
     /// Gives the job back untouched (the end could not be recorded); as dropping, but waits
@@ -532,6 +547,26 @@ impl Queue {
             Done::Enqueued(id) => Ok(id),
             other => Err(mismatched("enqueue", other)),
         }
+    }
+
+    /// Adds a job together with the entry that decides it (its `approval`): the entry is
+    /// sequenced and the job inserted, naming the entry's index as its `approval_entry`, in one
+    /// transaction. Returns the job and the entry's index; publish the entry after.
+    pub async fn enqueue_sequenced(
+        &self,
+        job: &NewJob,
+        approval: Vec<u8>,
+    ) -> Result<(JobId, u64), QueueError> {
+        let now = self.now();
+        let mut tx = self.db.pool().begin().await?;
+        let entry = sequence::sequence(&mut tx, std::slice::from_ref(&approval), now).await?;
+        let mut job = job.clone();
+        job.approval_entry = Some(entry);
+        let id = jobs::insert(&mut *tx, &job, now).await?;
+        tx.commit()
+            .await
+            .map_err(|e| QueueError::CommitFailed(e.to_string()))?;
+        Ok((id, entry))
     }
 
     /// Claims the next job for `worker` for `lease_for`: the highest priority, then the oldest,

@@ -1,18 +1,28 @@
 //! The lab's pen on the ledger: puts blobs and appends entries, durably, from any process.
 //!
-//! [`Recorder`] is shared by the flow (proposals, approvals) and the workers (run records). It
-//! takes the lab's writer lock for each append and releases it right after, so the server,
-//! `glassbox run` and several `glassbox worker` processes on one machine can all write to one
-//! log in turn (the log's own group commit batches concurrent appends within a process). It
-//! also reads entries back (an approval, to check a job against it) and keeps the index in
-//! step with the log, and answers the few questions the lab asks of its own log (which corpora
-//! a `dataset` entry declares, whether a run already has its `result`, the last approval of a
-//! spec, an experiment's runs), reading only the entries appended since it last looked. It does not decide what to
-//! record: the flow and the worker do.
+//! [`Recorder`] is shared by the flow (proposals, approvals) and the workers (run records).
+//! An entry is first *sequenced*: inserted into the lab database's sequencer
+//! ([`crate::db::sequence`]), which gives it its log index — in the same transaction as the
+//! change it records when there is one ([`crate::queue::Ending::sequence`],
+//! [`crate::queue::Queue::enqueue_sequenced`]), else in one of its own ([`Recorder::append`]).
+//! Then it is *integrated*: [`Recorder::publish`] writes every sequenced entry up to it into the
+//! log in index order (tiles, signed checkpoint, witness cosignatures) and returns once the
+//! checkpoint covers it. A process that holds the lab's signing key integrates itself, under the
+//! integrator lock (PostgreSQL's advisory lock, then the log's file lock); one without the key
+//! (a worker on another machine) only sequences and waits for the integrator (`serve`) to
+//! publish. A crashed integrator loses nothing: the entries wait in the database at their
+//! indices, and the next one integrates them exactly once.
+//!
+//! It also reads entries back (an approval, to check a job against it), keeps the index in step
+//! with the log, and answers the few questions the lab asks of its own record (which corpora a
+//! `dataset` entry declares, whether a run already has its `result`, the last approval of a
+//! spec, an experiment's runs), reading only the entries sequenced since it last looked. It
+//! does not decide what to record: the flow and the worker do.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use glassbox_ledger::index::Index;
 use glassbox_ledger::{BlobStore, DirSource, LabDir, LockMode, LogReader};
@@ -20,12 +30,25 @@ use glassbox_schemas::record::{EntryBody, refs};
 use glassbox_schemas::{Blake3Hash, BlobHash, ExperimentId, LedgerEntry, RunId, SpecHash};
 
 use crate::error::LabError;
+use crate::queue::QueueError;
+use crate::sequencer::Sequencer;
+
+/// Entries integrated per log batch (one checkpoint each).
+const INTEGRATE_BATCH: u32 = 4096;
+
+/// How long a process without the signing key waits for the integrator to publish an entry it
+/// sequenced before reporting that nothing integrates.
+pub const PUBLISH_WAIT: Duration = Duration::from_secs(120);
 
 /// Writes blobs and entries to one lab's ledger.
 pub struct Recorder {
     lab: LabDir,
     blobs: Arc<dyn BlobStore>,
-    /// Serialises this process's appends (the OS lock serialises processes).
+    /// The lab database's sequencer.
+    seq: Sequencer,
+    /// Whether this process holds the signing key and so integrates.
+    integrates: bool,
+    /// Serialises this process's integrations (the integrator lock serialises processes).
     append_lock: Mutex<()>,
     /// What the log has said so far, caught up on each question.
     facts: Mutex<LogFacts>,
@@ -100,15 +123,48 @@ impl std::fmt::Debug for Recorder {
 
 impl Recorder {
     /// A recorder for `lab`, storing blobs in `blobs` (the lab's directory store or an object
-    /// store shared by many machines).
-    pub fn new(lab: LabDir, blobs: Arc<dyn BlobStore>) -> Self {
-        Self {
+    /// store shared by many machines) and sequencing entries in `seq`. With the lab's signing
+    /// key it integrates, and sets the sequencer up over the log the first time (copying the
+    /// log's entries in); without it, the sequencer must have been set up already.
+    pub fn open(lab: LabDir, blobs: Arc<dyn BlobStore>, seq: Sequencer) -> Result<Self, LabError> {
+        let integrates = lab.key_path().is_file();
+        let rec = Self {
             lab,
             blobs,
+            seq,
+            integrates,
             append_lock: Mutex::new(()),
             facts: Mutex::new(LogFacts::default()),
             witnessing: None,
+        };
+        if rec.integrates
+            && let Some(head) = rec.seq.head()?
+        {
+            // A tool that wrote the log directly while no process ran: adopt its entries.
+            let size = rec.log_size()?;
+            if size > head.next {
+                rec.seq.adopt(size, &|i| rec.log_entry(i))?;
+            }
+        } else if rec.integrates {
+            let source = DirSource {
+                root: rec.lab.root().to_path_buf(),
+            };
+            let reader = LogReader::open(&source, &rec.lab.verifier_key()?)?;
+            let mut entries = Vec::with_capacity(reader.size().0 as usize);
+            let mut bundle = 0;
+            while (entries.len() as u64) < reader.size().0 {
+                entries.extend(reader.bundle(bundle)?);
+                bundle += 1;
+            }
+            entries.truncate(reader.size().0 as usize);
+            rec.seq.set_up(&entries)?;
         }
+        Ok(rec)
+    }
+
+    /// Whether this process integrates (holds the lab's signing key).
+    pub fn integrates(&self) -> bool {
+        self.integrates
     }
 
     /// Sends every checkpoint this recorder makes to `witnessing`'s witnesses for cosignatures.
@@ -118,12 +174,6 @@ impl Recorder {
     ) -> Self {
         self.witnessing = witnessing;
         self
-    }
-
-    /// A recorder on the lab's own blob directory.
-    pub fn local(lab: LabDir) -> Self {
-        let blobs: Arc<dyn BlobStore> = Arc::new(lab.blobs());
-        Self::new(lab, blobs)
     }
 
     /// The lab.
@@ -166,22 +216,177 @@ impl Recorder {
         Ok(out)
     }
 
-    /// Appends entries in order; returns each one's index once all are durable.
+    /// Sequences entries in order in a transaction of their own, then publishes them; returns
+    /// each one's index once all are in a published checkpoint.
     pub fn append(&self, entries: &[LedgerEntry]) -> Result<Vec<u64>, LabError> {
-        let mut bytes = Vec::with_capacity(entries.len());
-        for e in entries {
-            bytes.push(e.to_canonical_bytes()?);
+        let bytes = canonical(entries)?;
+        if bytes.is_empty() {
+            return Ok(Vec::new());
         }
-        let _guard = self
-            .append_lock
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut writer = self.lab.writer(LockMode::Wait)?;
+        let first = self.seq.append(&bytes)?;
+        let last = first + bytes.len() as u64 - 1;
+        self.publish(last)?;
+        Ok((first..=last).collect())
+    }
+
+    /// Returns once entry `index` is in a published checkpoint: integrating everything
+    /// sequenced up to now when this process holds the key, else waiting (at most
+    /// [`PUBLISH_WAIT`]) for the integrator to.
+    pub fn publish(&self, index: u64) -> Result<(), LabError> {
+        if self.integrates {
+            let deadline = Instant::now() + crate::sequencer::RETRY_FOR;
+            let mut pause = Duration::from_millis(50);
+            let size = loop {
+                match self.integrate() {
+                    Ok(size) => break size,
+                    // The database is away: the entries are sequenced; integrate once it is back.
+                    Err(LabError::Queue(e)) if e.is_transient() && Instant::now() < deadline => {
+                        tracing::warn!(error = %e, "cannot integrate: the database is away; retrying");
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(Duration::from_secs(2));
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            if size > index {
+                return Ok(());
+            }
+            return Err(LabError::Refused(format!(
+                "entry {index} is not sequenced: the log's sequencer ends at {size}"
+            )));
+        }
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let head = self.seq.head()?.ok_or(QueueError::NotSequencing)?;
+            if head.integrated > index {
+                return Ok(());
+            }
+            if start.elapsed() >= PUBLISH_WAIT {
+                return Err(LabError::Refused(format!(
+                    "entry {index} is sequenced but no integrator published it within {}s (the log's checkpoint covers {} entries); is `glassbox serve` running where the lab's key is?",
+                    PUBLISH_WAIT.as_secs(),
+                    head.integrated
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// Integrates every entry sequenced so far into the log, in index order and in batches
+    /// of up to [`INTEGRATE_BATCH`] (one checkpoint each); returns the log's size after.
+    /// Needs the signing key. Under the integrator lock, so each entry is written once: the
+    /// log's checkpoint says where the last integrator stopped, and a batch it left journaled
+    /// is finished with the same entries when the log is opened.
+    pub fn integrate(&self) -> Result<u64, LabError> {
+        match self.integrate_with(true)? {
+            Some(size) => Ok(size),
+            None => Err(LabError::Task("the integrator lock was not taken".into())),
+        }
+    }
+
+    /// [`Recorder::integrate`], waiting for the locks when `wait`, else returning `None` at
+    /// once when another integrator holds one (it integrates these entries too).
+    fn integrate_with(&self, wait: bool) -> Result<Option<u64>, LabError> {
+        let _guard = if wait {
+            self.append_lock
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        } else {
+            match self.append_lock.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return Ok(None),
+            }
+        };
+        let Some(_lock) = self.seq.integrator_lock(wait)? else {
+            return Ok(None);
+        };
+        let mode = if wait {
+            LockMode::Wait
+        } else {
+            LockMode::FailFast
+        };
+        let mut writer = match self.lab.writer(mode) {
+            Ok(w) => w,
+            Err(glassbox_ledger::Error::Locked { .. }) if !wait => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
         if let Some(w) = &self.witnessing {
             writer = writer.with_witnesses(w.clone());
         }
-        let first = writer.append_batch(bytes)?.0;
-        Ok((first..first + entries.len() as u64).collect())
+        let mut size = writer.checkpoint().checkpoint.size.0;
+        let head = self.seq.head()?.ok_or(QueueError::NotSequencing)?;
+        if size > head.next {
+            let reader_entry = |i: u64| self.log_entry(i);
+            self.seq.adopt(size, &reader_entry)?;
+        } else if size > head.integrated {
+            // A crash between the checkpoint and this note, or a log grown around the
+            // sequencer: the entries the log has past the note must be the sequenced ones.
+            for (i, bytes) in self
+                .seq
+                .entries_from(head.integrated, (size - head.integrated) as u32)?
+            {
+                if self.log_entry(i)? != bytes {
+                    return Err(LabError::Refused(format!(
+                        "the log's entry {i} is not the entry sequenced at {i}: something appended to the log around the sequencer"
+                    )));
+                }
+            }
+        }
+        loop {
+            let batch = self.seq.entries_from(size, INTEGRATE_BATCH)?;
+            if batch.is_empty() {
+                self.seq.set_integrated(size)?;
+                return Ok(Some(size));
+            }
+            let mut bytes = Vec::with_capacity(batch.len());
+            for (i, (idx, entry)) in batch.into_iter().enumerate() {
+                if idx != size + i as u64 {
+                    return Err(LabError::Refused(format!(
+                        "the sequencer has no entry {} (the next it has is {idx}): its sequence has a gap",
+                        size + i as u64
+                    )));
+                }
+                bytes.push(entry);
+            }
+            let n = bytes.len() as u64;
+            let first = writer.append_batch(bytes)?.0;
+            debug_assert_eq!(first, size);
+            size += n;
+            self.seq.set_integrated(size)?;
+        }
+    }
+
+    /// Integrates when something sequenced is not yet in the log (one read of the sequencer's
+    /// head otherwise) and no other integrator is at it (then it does nothing rather than
+    /// wait: that one integrates these entries too); returns whether it integrated.
+    pub fn integrate_pending(&self) -> Result<bool, LabError> {
+        let head = self.seq.head()?.ok_or(QueueError::NotSequencing)?;
+        if head.next <= head.integrated {
+            return Ok(false);
+        }
+        Ok(self.integrate_with(false)?.is_some())
+    }
+
+    /// The size of the log's installed checkpoint.
+    fn log_size(&self) -> Result<u64, LabError> {
+        let source = DirSource {
+            root: self.lab.root().to_path_buf(),
+        };
+        Ok(LogReader::open(&source, &self.lab.verifier_key()?)?
+            .size()
+            .0)
+    }
+
+    /// Entry `i` as the log's files hold it.
+    fn log_entry(&self, i: u64) -> Result<Vec<u8>, LabError> {
+        let source = DirSource {
+            root: self.lab.root().to_path_buf(),
+        };
+        let reader = LogReader::open(&source, &self.lab.verifier_key()?)?;
+        Ok(reader.entry(glassbox_ledger::LeafIndex(i))?)
     }
 
     /// Builds and appends one entry; returns its index.
@@ -195,34 +400,35 @@ impl Recorder {
         Ok(self.append(std::slice::from_ref(&entry))?[0])
     }
 
-    /// Reads entry `index` back from the log (checked against the signed checkpoint).
+    /// Reads entry `index` back from the sequencer (every entry of the log, and those on
+    /// their way into it).
     pub fn entry(&self, index: u64) -> Result<LedgerEntry, LabError> {
-        let source = DirSource {
-            root: self.lab.root().to_path_buf(),
-        };
-        let reader = LogReader::open(&source, &self.lab.verifier_key()?)?;
-        let bytes = reader.entry(glassbox_ledger::LeafIndex(index))?;
+        let bytes = self
+            .seq
+            .entry(index)?
+            .ok_or_else(|| LabError::Refused(format!("entry {index} is not on the record")))?;
         Ok(LedgerEntry::from_bytes(&bytes)?)
     }
 
-    /// Folds the entries appended since the last question into the facts and answers `ask`.
+    /// Folds the entries sequenced since the last question into the facts and answers `ask`.
     fn ask<T>(&self, ask: impl FnOnce(&LogFacts) -> T) -> Result<T, LabError> {
         let mut facts = self.facts.lock().unwrap_or_else(|p| p.into_inner());
-        let source = DirSource {
-            root: self.lab.root().to_path_buf(),
-        };
-        let reader = LogReader::open(&source, &self.lab.verifier_key()?)?;
-        let size = reader.size().0;
-        let width = glassbox_ledger::tiles::TILE_WIDTH;
-        while facts.scanned < size {
-            let bundle = facts.scanned / width;
-            for (i, bytes) in reader.bundle(bundle)?.iter().enumerate() {
-                let index = bundle * width + i as u64;
-                if index >= facts.scanned {
-                    facts.fold(index, &LedgerEntry::from_bytes(bytes)?);
-                }
+        loop {
+            let batch = self.seq.entries_from(facts.scanned, INTEGRATE_BATCH)?;
+            if batch.is_empty() {
+                break;
             }
-            facts.scanned = ((bundle + 1) * width).min(size);
+            let before = facts.scanned;
+            for (index, bytes) in batch {
+                if index != facts.scanned {
+                    break;
+                }
+                facts.fold(index, &LedgerEntry::from_bytes(&bytes)?);
+                facts.scanned = index + 1;
+            }
+            if facts.scanned == before {
+                break;
+            }
         }
         Ok(ask(&facts))
     }
@@ -292,6 +498,18 @@ impl Recorder {
             .sync_with_blobs(&reader, Some(self.blobs.as_ref()))
             .await?)
     }
+}
+
+/// The canonical bytes of `entries`, each checked against the log's entry rules (size,
+/// canonical form) before anything is sequenced.
+pub fn canonical(entries: &[LedgerEntry]) -> Result<Vec<Vec<u8>>, LabError> {
+    let mut bytes = Vec::with_capacity(entries.len());
+    for e in entries {
+        let b = e.to_canonical_bytes()?;
+        glassbox_ledger::log::check_entry(&b)?;
+        bytes.push(b);
+    }
+    Ok(bytes)
 }
 
 /// `refs` with a single blob.

@@ -7,6 +7,9 @@
 //! - the notice loop: every outbox notice becomes a comment through the bot, and is marked
 //!   delivered only once the bot has taken it; a notice that failed transiently backs off on
 //!   its own (the others still go out), one GitHub refused is given up;
+//! - the integrator, when this process holds the lab's signing key: every entry a process
+//!   without the key (a worker on another machine) sequenced is written to the log within
+//!   [`INTEGRATE_POLL`];
 //! - the in-process [`Worker`], when one is configured (one machine: `serve` trains too).
 //!
 //! Not here: HTTP pages and APIs (web), the GitHub client's retries (bot).
@@ -26,6 +29,9 @@ use crate::worker::{JobEnd, Worker};
 
 /// How often undelivered notices are looked for.
 const NOTICE_POLL: Duration = Duration::from_millis(500);
+
+/// How often the integrator looks for sequenced entries no one has integrated yet.
+pub const INTEGRATE_POLL: Duration = Duration::from_millis(200);
 
 /// A running lab service.
 #[derive(Debug)]
@@ -49,6 +55,20 @@ impl LabService {
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
         let mut webhook = None;
+        let recorder = flow.recorder().clone();
+        if recorder.integrates() {
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let rec = recorder.clone();
+                    match tokio::task::spawn_blocking(move || rec.integrate_pending()).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => tracing::warn!(error = %e, "cannot integrate sequenced entries; retrying"),
+                        Err(e) => tracing::warn!(error = %e, "the integrator task failed; retrying"),
+                    }
+                    tokio::time::sleep(INTEGRATE_POLL).await;
+                }
+            }));
+        }
         if let Some((config, store_url)) = bot {
             let store = Store::open(&store_url)
                 .await

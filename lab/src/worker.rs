@@ -13,10 +13,11 @@
 //! 6. record the `result` (every ending: succeeded, diverged, budget_exceeded, cancelled,
 //!    failed — including failures before training, a spec over the worker's memory limit, and
 //!    a panic on the training thread), with the forecast compared and the run's own log beside
-//!    it (an `artifact` entry), then end the job in the queue, then add the notice to the
-//!    outbox. That is one path, [`Worker`]'s `conclude`, fenced by [`Queue::begin_ending`]: a
-//!    worker that lost its lease records nothing, and a run that already has its `result` (a
-//!    crash between the entry and the queue) is not given a second.
+//!    it (an `artifact` entry): both are sequenced in the transaction that ends the job in the
+//!    queue, so the job's end and its record commit together; then they are published to the
+//!    log, then the notice goes to the outbox. That is one path, [`Worker`]'s `conclude`,
+//!    fenced by [`Queue::begin_ending`]: a worker that lost its lease records nothing, and a
+//!    run that already has its `result` is not given a second.
 //!
 //! A worker that dies stops heartbeating; another worker takes the job over when the lease
 //! runs out and resumes from the checkpoint. The runner is deterministic on the CPU, so the
@@ -1020,15 +1021,18 @@ impl Worker {
         let Some((recorded, held)) = self.record_fenced(job, entries, Some(run)).await? else {
             return Ok(JobEnd::LeaseLost(job.id));
         };
-        let entry = match recorded {
-            Fenced::Appended(entry) => entry,
-            // The run's first result stands: the job ends as it says.
-            Fenced::AlreadyRecorded(entry, existing) => {
-                ending = existing.ending;
-                entry
-            }
-        };
-        self.end_in_queue(job, held, ending.status, ending.reason.as_deref())
+        // The run's first result stands: the job ends as it says.
+        if let Fenced::AlreadyRecorded(_, existing) = &recorded {
+            ending = existing.ending.clone();
+        }
+        let entry = self
+            .end_in_queue(
+                job,
+                held,
+                &recorded,
+                ending.status,
+                ending.reason.as_deref(),
+            )
             .await?;
         let notice = Notice::Finished {
             experiment: job.experiment.clone(),
@@ -1092,10 +1096,11 @@ impl Worker {
         Ok(entries)
     }
 
-    /// Appends `entries` (the last one ends the job) while holding the job's lease in the
-    /// queue, and hands back the held [`Ending`] for [`Worker::end_in_queue`]; `None` when this
-    /// worker no longer holds the lease. With `run`, a run that already has a `result` entry
-    /// gets none appended: that one is returned instead.
+    /// Sequences `entries` (the last one ends the job) in the transaction that holds the job's
+    /// lease in the queue, and hands back the held [`Ending`] for [`Worker::end_in_queue`],
+    /// which commits the entries and the job's end together; `None` when this worker no longer
+    /// holds the lease. With `run`, a run that already has a `result` entry gets none
+    /// sequenced: that one is returned instead.
     async fn record_fenced(
         &self,
         job: &Job,
@@ -1103,7 +1108,8 @@ impl Worker {
         run: Option<&RunId>,
     ) -> Result<Option<(Fenced, Ending)>, LabError> {
         let lease = self.opts.settings.lease();
-        let ending = match retry_db(lease, || self.queue.begin_ending(job.id, &self.opts.id)).await
+        let mut ending = match retry_db(lease, || self.queue.begin_ending(job.id, &self.opts.id))
+            .await
         {
             Ok(e) => e,
             Err(QueueError::LeaseLost { .. }) => {
@@ -1114,61 +1120,90 @@ impl Worker {
         };
         let rec = self.recorder.clone();
         let run = run.map(|r| r.0.clone());
-        let appended = blocking(move || {
+        let checked = blocking(move || {
             if let Some(run) = &run
                 && let Some(entry) = rec.result_entry(run)?
             {
                 let existing: ResultBody = rec.entry(entry)?.body_of::<ResultBody>()?.clone();
-                return Ok(Fenced::AlreadyRecorded(entry, Box::new(existing)));
+                return Ok(Err((entry, Box::new(existing))));
             }
-            let indices = rec.append(&entries)?;
-            Ok(Fenced::Appended(
-                indices.last().copied().unwrap_or_default(),
-            ))
+            Ok(Ok(crate::recorder::canonical(&entries)?))
         })
         .await;
-        match appended {
-            Ok(a) => Ok(Some((a, ending))),
+        let fenced = match checked {
+            Ok(Err((entry, existing))) => Fenced::AlreadyRecorded(entry, existing),
+            Ok(Ok(bytes)) => match ending.sequence(&bytes).await {
+                Ok(first) => Fenced::Appended(first + bytes.len() as u64 - 1, bytes),
+                Err(e) => {
+                    let _ = ending.rollback().await;
+                    return Err(e.into());
+                }
+            },
             Err(e) => {
                 // Nothing changes in the queue: the job stays this worker's until it retries or
                 // its lease runs out.
                 let _ = ending.rollback().await;
-                Err(e)
+                return Err(e);
             }
-        }
+        };
+        Ok(Some((fenced, ending)))
     }
 
-    /// Ends the job in the queue after its end is on the record (leasing the next job in the
-    /// same commit inside [`Worker::serve`]). A repeat after an unknown commit outcome finds the
-    /// job already ended and reports a lost lease: never a second result.
+    /// Commits the job's end in the queue together with the entries [`Worker::record_fenced`]
+    /// sequenced in it (leasing the next job in the same commit inside [`Worker::serve`]), then
+    /// publishes them; returns the index of the entry that ends the job. A repeat after an
+    /// unknown commit outcome finds the job already ended and reports a lost lease (never a
+    /// second result); one that finds the job still held sequences the entries again, since
+    /// the failed commit took them with it.
     async fn end_in_queue(
         &self,
         job: &Job,
         held: Ending,
+        fenced: &Fenced,
         status: RunStatus,
         reason: Option<&str>,
-    ) -> Result<(), LabError> {
+    ) -> Result<u64, LabError> {
         let lease = self.opts.settings.lease();
+        let (mut last, pending): (u64, &[Vec<u8>]) = match fenced {
+            Fenced::Appended(last, bytes) => (*last, bytes),
+            Fenced::AlreadyRecorded(entry, _) => (*entry, &[]),
+        };
         let finish = match self.finish_ending(held, status, reason).await {
             // The database went away: take the job again and end it (a commit that did apply
             // meanwhile shows up as a lost lease, below).
             Err(e) if e.is_transient() => {
                 retry_db(lease, || async {
-                    let ending = self.queue.begin_ending(job.id, &self.opts.id).await?;
-                    self.finish_ending(ending, status, reason).await
+                    let mut ending = self.queue.begin_ending(job.id, &self.opts.id).await?;
+                    let again = if pending.is_empty() {
+                        last
+                    } else {
+                        ending.sequence(pending).await? + pending.len() as u64 - 1
+                    };
+                    self.finish_ending(ending, status, reason).await?;
+                    Ok(again)
                 })
                 .await
             }
-            other => other,
+            Ok(()) => Ok(last),
+            Err(e) => Err(e),
         };
         match finish {
-            Ok(()) => Ok(()),
+            Ok(l) => last = l,
             Err(QueueError::LeaseLost { .. }) => {
                 tracing::warn!(job = %job.id, "lease lost while ending the job in the queue");
-                Ok(())
+                return Ok(last);
             }
-            Err(e) => Err(e.into()),
+            Err(e) => return Err(e.into()),
         }
+        if !pending.is_empty() {
+            let rec = self.recorder.clone();
+            if let Err(e) = blocking(move || rec.publish(last)).await {
+                // The end is on the record (sequenced, committed with the job's end); the
+                // integrator publishes it when it can, before `serve` announces it.
+                tracing::warn!(job = %job.id, entry = last, error = %e, "the job's end is sequenced but not yet in the log");
+            }
+        }
+        Ok(last)
     }
 }
 
@@ -1277,10 +1312,8 @@ impl Worker {
         let Some((recorded, held)) = self.record_fenced(job, entries, None).await? else {
             return Ok(JobEnd::LeaseLost(job.id));
         };
-        let entry = match recorded {
-            Fenced::Appended(e) | Fenced::AlreadyRecorded(e, _) => e,
-        };
-        self.end_in_queue(job, held, status, reason.as_deref())
+        let entry = self
+            .end_in_queue(job, held, &recorded, status, reason.as_deref())
             .await?;
         Ok(JobEnd::Recorded(Box::new(Finished {
             job: job.id,
@@ -1318,8 +1351,8 @@ impl Worker {
 
 /// What a fenced append did.
 enum Fenced {
-    /// The entries were appended; the last one's index.
-    Appended(u64),
+    /// The entries were sequenced in the held ending; the last one's index, and their bytes.
+    Appended(u64, Vec<Vec<u8>>),
     /// The run already had this `result` entry; nothing was appended.
     AlreadyRecorded(u64, Box<ResultBody>),
 }

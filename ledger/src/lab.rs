@@ -78,6 +78,21 @@ impl LabDir {
         Ok(lab)
     }
 
+    /// A directory standing in for a lab whose log lives on another machine (a worker that
+    /// reaches the lab through its database and object store only): it holds the process's own
+    /// files (scratch space); the log, keys and blobs are not there, and whatever reads them
+    /// from this directory finds them missing.
+    pub fn elsewhere(root: &Path) -> LabDir {
+        LabDir {
+            root: root.to_path_buf(),
+        }
+    }
+
+    /// Whether the lab's log is in this directory.
+    pub fn has_log(&self) -> bool {
+        self.log_dir().join("checkpoint").is_file()
+    }
+
     /// The lab directory.
     pub fn root(&self) -> &Path {
         &self.root

@@ -14,7 +14,8 @@
 //! - [`archive`] — every checkpoint the writer installed; [`precedence`] — proof that one
 //!   entry was published (signed, cosigned) before another was sequenced;
 //! - [`index`] — the derived sqlx index (SQLite or PostgreSQL);
-//! - [`publish`] — git mirroring; [`lab`] — the lab directory layout.
+//! - [`publish`] — git mirroring; [`lab`] — the lab directory layout;
+//! - [`private_runtime`] — a component's own Tokio runtime, driven from synchronous code.
 //!
 //! The key design choice: the log is the only source of truth, stored in the standard C2SP
 //! layout so that third-party tlog clients and witnesses can check it; everything else (the
@@ -35,6 +36,7 @@ pub mod log;
 pub mod merkle;
 pub mod monitor;
 pub mod precedence;
+pub mod private_runtime;
 pub mod publish;
 #[cfg(feature = "aws")]
 pub mod s3;

@@ -19,11 +19,7 @@
 //!   aborted). S3 makes a multipart object visible only on completion, so no temp key is needed.
 //!
 //! Reads are ranged `GET`s of [`PART`] bytes. The [`BlobStore`] trait is synchronous: this store
-//! drives a private two-thread Tokio runtime. It can be called from any thread: plain threads
-//! drive the runtime directly; a thread inside another runtime's context (a `spawn_blocking`
-//! closure, `block_in_place`, or — discouraged, as it blocks an executor thread — an async
-//! task), where `Runtime::block_on` would panic, hands each request to a short-lived scoped
-//! thread instead. Not here: bucket creation, credentials discovery beyond the environment.
+//! drives a two-thread [`PrivateRuntime`], so it can be called from any thread. Not here: bucket creation, credentials discovery beyond the environment.
 
 use std::io::Read;
 use std::path::Path;
@@ -37,6 +33,7 @@ use object_store::{ObjectStore, PutPayload, WriteMultipart};
 
 use crate::blob::{BlobStore, PutOutcome, blob_rel_path};
 use crate::error::Error;
+use crate::private_runtime::PrivateRuntime;
 
 /// Part size for uploads and chunk size for ranged reads (S3's minimum part is 5 MiB).
 pub const PART: usize = 8 << 20;
@@ -132,17 +129,12 @@ impl S3BlobStore {
         let store = b.build().map_err(|e| err(&e))?;
         // Two workers: uploads of earlier parts proceed while the caller's thread reads and
         // hashes the next one.
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("glassbox-s3")
-            .enable_all()
-            .build()
-            .map_err(|e| err(&e))?;
+        let rt = PrivateRuntime::new("glassbox-s3", 2).map_err(|e| err(&e))?;
         Ok(Self {
             store: Arc::new(store),
             prefix,
             name,
-            rt: Arc::new(PrivateRuntime(Some(rt))),
+            rt: Arc::new(rt),
             copy_limit: S3_COPY_LIMIT,
         })
     }
@@ -170,12 +162,12 @@ impl S3BlobStore {
         }
     }
 
-    /// Runs a future on the private runtime, from any thread (see [`drive`]).
+    /// Runs a future on the private runtime, from any thread.
     fn block_on<T: Send>(
         &self,
         f: impl Future<Output = Result<T, Error>> + Send,
     ) -> Result<T, Error> {
-        drive(&self.rt, f)
+        self.rt.drive(f)
     }
 
     fn head_exists(&self, key: &ObjectPath) -> Result<bool, Error> {
@@ -313,42 +305,6 @@ impl S3BlobStore {
             }
         })
     }
-}
-
-/// The store's own runtime. Dropping a Tokio runtime the ordinary way blocks, which Tokio
-/// forbids (a panic) inside another runtime — where a store held by async code is dropped — so
-/// this one shuts down in the background. Nothing is in flight by then: every request was
-/// driven to completion by [`drive`].
-#[derive(Debug)]
-struct PrivateRuntime(Option<tokio::runtime::Runtime>);
-
-impl Drop for PrivateRuntime {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
-}
-
-/// Runs `f` to completion on `rt` from any thread. `Runtime::block_on` panics on a thread that
-/// is inside another runtime's context, so there a scoped thread (outside every runtime) drives
-/// it instead; the cost is one thread start per request, small next to an S3 round trip.
-fn drive<F>(rt: &PrivateRuntime, f: F) -> F::Output
-where
-    F: Future + Send,
-    F::Output: Send,
-{
-    let Some(rt) = &rt.0 else {
-        unreachable!("the runtime is only taken on drop")
-    };
-    if tokio::runtime::Handle::try_current().is_err() {
-        return rt.block_on(f);
-    }
-    std::thread::scope(|s| {
-        s.spawn(|| rt.block_on(f))
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
 }
 
 /// Reads until `buf` is full or the input ends; returns the bytes read.
@@ -536,7 +492,9 @@ impl Read for RangedReader {
             }
             let end = (self.pos + PART as u64).min(self.size);
             let (store, key, range) = (&self.store, &self.key, self.pos..end);
-            let bytes = drive(&self.rt, async move { store.get_range(key, range).await })
+            let bytes = self
+                .rt
+                .drive(async move { store.get_range(key, range).await })
                 .map_err(|e| std::io::Error::other(format!("{}: {e}", self.name)))?;
             if bytes.is_empty() {
                 return Err(std::io::Error::other(format!(

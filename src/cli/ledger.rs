@@ -14,7 +14,7 @@ use base64::Engine as _;
 use clap::{Args, Subcommand};
 use glassbox_ledger::index::Index;
 use glassbox_ledger::merkle::{self, LeafIndex, TreeSize};
-use glassbox_ledger::{BlobStore, DirSource, LabDir, LockMode, LogReader};
+use glassbox_ledger::{BlobStore, DirSource, LabDir, LogReader};
 use glassbox_schemas::record::{ArtifactBody, refs};
 use glassbox_schemas::{BlobHash, EntryKind, LedgerEntry};
 use serde_json::json;
@@ -236,7 +236,7 @@ fn run_inner(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode
             } else {
                 Ingest::Copy
             };
-            put(&lab, store.as_ref(), &source, &file, how, json, &index)
+            put(&lab, store, &source, &file, how, json, &index)
         }
         LedgerCommand::Get {
             hash,
@@ -342,7 +342,7 @@ enum Ingest {
 
 fn put(
     lab: &LabDir,
-    blobs: &dyn BlobStore,
+    blobs: std::sync::Arc<dyn BlobStore>,
     source: &DirSource,
     file: &Path,
     how: Ingest,
@@ -366,20 +366,28 @@ fn put(
             run: None,
         },
     );
-    let mut writer = lab.writer(LockMode::Wait)?;
-    // The lab's own `lab.toml` names its witnesses, as it does for the server and workers.
-    if let Some(w) =
-        glassbox_lab::handle::own_config(lab.root())?.and_then(|c| c.ledger.witnessing())
-    {
-        writer = writer.with_witnesses(w);
-    }
-    let idx = writer.append_entry(&entry)?;
-    drop(writer);
+    // Through the lab's sequencer (its database: GLASSBOX_DATABASE_URL, else the lab's
+    // queue.db), as every other entry, so nothing reaches the log around it. The lab's own
+    // `lab.toml` names its witnesses, as it does for the server and workers.
+    let config = glassbox_lab::handle::own_config(lab.root())?;
+    let db_url = std::env::var("GLASSBOX_DATABASE_URL")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| glassbox_lab::handle::queue_url(lab.root()));
+    let durability = config
+        .as_ref()
+        .map(|c| c.queue.durability)
+        .unwrap_or_default();
+    let seq = glassbox_lab::sequencer::Sequencer::connect(&db_url, durability)?;
+    let recorder = glassbox_lab::Recorder::open(lab.clone(), blobs.clone(), seq)?
+        .with_witnesses(config.and_then(|c| c.ledger.witnessing()));
+    let idx = LeafIndex(recorder.append(std::slice::from_ref(&entry))?[0]);
+    drop(recorder);
     let reader = open_reader(lab, source)?;
     let url = index.url(lab);
     runtime()?.block_on(async {
         let i = Index::connect(&url).await?;
-        i.sync_with_blobs(&reader, Some(blobs)).await?;
+        i.sync_with_blobs(&reader, Some(blobs.as_ref())).await?;
         i.close().await;
         anyhow::Ok(())
     })

@@ -1,13 +1,17 @@
 //! The multi-machine deployment of docs/deploy.md, played on one machine with real processes:
-//! PostgreSQL holds the queue and the flow, an S3-compatible object store (moto, on loopback)
-//! holds the blobs, one `glassbox serve --no-worker` process runs the dashboard and the bot, and
-//! two `glassbox worker` processes train. GitHub is the local stand-in (the bot's real octocrab
-//! client talks to it over HTTP), served by this test. Five experiment issues arrive as signed
-//! webhooks and are approved; one worker is killed with SIGKILL mid-run. The test checks what a
-//! maintainer would: every job ran to completion exactly once (one `result` entry each, the
-//! killed one resumed by the other worker), every blob the ledger names is in the bucket and
-//! none in the lab directory, the bot commented each result, and `glassbox verify` passes over
-//! HTTP against the running server (which serves the blobs from the object store).
+//! PostgreSQL holds the queue, the flow and the ledger's sequencer, an S3-compatible object
+//! store (moto, on loopback) holds the blobs, one `glassbox serve --no-worker` process runs the
+//! dashboard and the bot and integrates the log (it alone holds the lab directory and its
+//! signing key), and two `glassbox worker` processes train, each in an empty directory of its
+//! own: no directory is shared between processes. GitHub is the local stand-in (the bot's real
+//! octocrab client talks to it over HTTP), served by this test. Five experiment issues arrive
+//! as signed webhooks and are approved; one worker is killed with SIGKILL mid-run, and the
+//! server (the integrator) is killed with SIGKILL once while jobs run and started again. The
+//! test checks what a maintainer would: every job ran to completion exactly once (one `result`
+//! entry each, the killed one resumed by the other worker), every entry is in the log once,
+//! every blob the ledger names is in the bucket and none in any directory, the workers' own
+//! directories hold no key and no log, the bot commented each result, and `glassbox verify`
+//! passes over HTTP against the running server (which serves the blobs from the object store).
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
@@ -131,8 +135,13 @@ fn deliver(server: &str, event: &str, delivery: &str, payload: &serde_json::Valu
 
 /// `glassbox` with the test's lab, queue, config and object store.
 fn glassbox(dir: &Path, db: &str, moto: &Moto, args: &[&str]) -> Command {
+    glassbox_in(dir, &dir.join("lab").join("lab.toml"), db, moto, args)
+}
+
+/// [`glassbox`] run from `dir` (its `lab/` as `--lab`) with the configuration file `config`.
+fn glassbox_in(dir: &Path, config: &Path, db: &str, moto: &Moto, args: &[&str]) -> Command {
     let mut c = crate::support::glassbox(dir, Some(db), args);
-    c.env("GLASSBOX_CONFIG", dir.join("lab").join("lab.toml"))
+    c.env("GLASSBOX_CONFIG", config)
         .env("GLASSBOX_WEBHOOK_SECRET", SECRET)
         .env("GLASSBOX_GITHUB_TOKEN", "stand-in")
         .env("GLASSBOX_LOG", "warn")
@@ -233,33 +242,53 @@ max_wait_seconds = 5
     )
     .unwrap();
 
-    let serve = Proc::spawn(
-        glassbox(
+    let start_serve = || {
+        Proc::spawn(
+            glassbox(
+                d,
+                &db,
+                &moto,
+                &[
+                    "serve",
+                    "--no-worker",
+                    "--bind",
+                    &format!("127.0.0.1:{port}"),
+                ],
+            ),
             d,
-            &db,
-            &moto,
-            &[
-                "serve",
-                "--no-worker",
-                "--bind",
-                &format!("127.0.0.1:{port}"),
-            ],
-        ),
-        d,
-        "serve",
-    );
+            "serve",
+        )
+    };
+    let mut serve = start_serve();
     wait_for("the server", Duration::from_secs(60), &[&serve], || {
         ureq::get(&format!("{server}/healthz")).call().ok()
     });
-    let worker = |id: &str| {
+    // Each worker: an empty directory of its own and its own copy of the configuration; no
+    // lab files, no signing key.
+    let worker_dirs: Vec<std::path::PathBuf> = (1..=2)
+        .map(|n| {
+            let w = d.join(format!("host-{n}"));
+            std::fs::create_dir_all(w.join("lab")).unwrap();
+            std::fs::copy(d.join("lab").join("lab.toml"), w.join("lab.toml")).unwrap();
+            w
+        })
+        .collect();
+    let worker = |id: &str, n: usize| {
+        let w = &worker_dirs[n - 1];
         Proc::spawn(
-            glassbox(d, &db, &moto, &["worker", "--threads", "1", "--id", id]),
-            d,
+            glassbox_in(
+                w,
+                &w.join("lab.toml"),
+                &db,
+                &moto,
+                &["worker", "--threads", "1", "--id", id],
+            ),
+            w,
             id,
         )
     };
-    let mut w1 = worker("worker-1");
-    let w2 = worker("worker-2");
+    let mut w1 = worker("worker-1", 1);
+    let w2 = worker("worker-2", 2);
 
     // Five outsiders propose; the maintainer approves each.
     let issues = LocalIssues { repo: REPO.into() };
@@ -307,6 +336,20 @@ max_wait_seconds = 5
     w1.child.wait().unwrap();
     let victim_id = victim["id"].as_u64().unwrap();
 
+    // Kill the integrator while worker 2 trains (its metric chunks and training snapshots
+    // keep being sequenced), then start it again: it resumes from the last signed checkpoint
+    // and integrates what was sequenced meanwhile, each entry once.
+    serve.child.kill().unwrap(); // SIGKILL
+    serve.child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    serve = start_serve();
+    wait_for(
+        "the server again",
+        Duration::from_secs(60),
+        &[&serve],
+        || ureq::get(&format!("{server}/healthz")).call().ok(),
+    );
+
     // Worker 2 finishes everything, the victim's job included once its lease runs out.
     let procs = [&serve, &w2];
     let done = wait_for("every job to end", Duration::from_secs(600), &procs, || {
@@ -335,7 +378,18 @@ max_wait_seconds = 5
     assert_eq!(taken_over["lease_owner"], serde_json::Value::Null);
 
     // The ledger: one result per experiment, all succeeded; the victim's run resumed.
-    let all = entries(&d.join("lab"));
+    // A job's end commits with its sequenced `result`; the integrator publishes it within a
+    // poll or two.
+    let all = wait_for(
+        "every result in the log",
+        Duration::from_secs(30),
+        &procs,
+        || {
+            let all = entries(&d.join("lab"));
+            (all.iter().filter(|e| e.kind() == EntryKind::Result).count() as u64 >= PROPOSALS)
+                .then_some(all)
+        },
+    );
     let results: Vec<(String, ResultBody)> = all
         .iter()
         .filter(|e| e.kind() == EntryKind::Result)
@@ -386,6 +440,27 @@ max_wait_seconds = 5
     );
     let local: Vec<_> = walk(&d.join("lab").join("blobs"));
     assert!(local.is_empty(), "blobs written locally: {local:?}");
+    // Every entry is in the log once (no batch integrated twice across the integrator's
+    // restart), and the workers' directories hold no key, no log and no blob.
+    let mut distinct: Vec<Vec<u8>> = all
+        .iter()
+        .map(|e| e.to_canonical_bytes().unwrap())
+        .collect();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), all.len(), "an entry is in the log twice");
+    for w in &worker_dirs {
+        for f in walk(w) {
+            let rel = f.strip_prefix(w).unwrap().to_string_lossy().to_string();
+            assert!(
+                !rel.starts_with("lab/keys")
+                    && !rel.starts_with("lab/log")
+                    && !rel.starts_with("lab/blobs")
+                    && !rel.ends_with(".db"),
+                "a worker wrote lab files in its own directory: {rel}"
+            );
+        }
+    }
 
     // The bot commented every result on its issue.
     wait_for(

@@ -9,11 +9,13 @@
 //! - [`forecasts`] — forecasts registered for a spec hash, for the worker to score;
 //! - [`notifications`] — the outbox (what [`crate::outbox`] delivers to the bot);
 //! - [`annotations`] — notes written through `/note` (rate limit, superseding);
-//! - [`alerts`] — anomalies flagged and alerts raised (one per run and kind).
+//! - [`alerts`] — anomalies flagged and alerts raised (one per run and kind);
+//! - [`sequence`] — the ledger's sequencer: entries get their log index here, in the
+//!   transaction of the change they record, before the integrator writes them to the log.
 //!
 //! Every statement is written once, in the `$N` placeholder form both engines accept, and
 //! binds every value. The tables are operational state: ids, hashes and times; the record
-//! itself is the ledger's. Not here: what a change means (the queue, the flow, the worker
+//! itself is the ledger's (the sequencer holds entries on their way into it). Not here: what a change means (the queue, the flow, the worker
 //! decide), or the ledger.
 
 pub mod alerts;
@@ -22,6 +24,7 @@ pub mod forecasts;
 pub mod jobs;
 pub mod notifications;
 pub mod proposals;
+pub mod sequence;
 
 use std::time::Duration;
 

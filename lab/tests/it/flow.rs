@@ -37,7 +37,7 @@ pub(crate) struct Setup {
     pub(crate) queue: Queue,
     pub(crate) recorder: Arc<Recorder>,
     /// The queue database's URL (for a test that reaches behind the flow).
-    url: String,
+    pub(crate) url: String,
 }
 
 async fn setup(engine: &str, name: &str, config: LabConfig) -> Setup {
@@ -74,7 +74,13 @@ pub(crate) async fn setup_clocked(
         }
     };
     let queue = Queue::connect_with_clock(&url, clock).await.unwrap();
-    let recorder = Arc::new(Recorder::local(lab));
+    let seq = glassbox_lab::sequencer::Sequencer::connect(
+        &url,
+        glassbox_lab::queue::Durability::PowerLoss,
+    )
+    .unwrap();
+    let blobs = Arc::new(lab.blobs());
+    let recorder = Arc::new(Recorder::open(lab, blobs, seq).unwrap());
     let flow = Flow::new(queue.clone(), recorder.clone(), config);
     Setup {
         dir,

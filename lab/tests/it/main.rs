@@ -4,3 +4,4 @@
 mod debugging;
 mod flow;
 mod queue;
+mod sequencing;
