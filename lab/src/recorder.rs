@@ -410,6 +410,22 @@ impl Recorder {
         Ok(LedgerEntry::from_bytes(&bytes)?)
     }
 
+    /// Calls `f` with every entry on the record — the log's and those on their way into it —
+    /// in index order.
+    pub fn for_each_entry(&self, mut f: impl FnMut(u64, LedgerEntry)) -> Result<(), LabError> {
+        let mut from = 0;
+        loop {
+            let batch = self.seq.entries_from(from, INTEGRATE_BATCH)?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for (i, bytes) in batch {
+                f(i, LedgerEntry::from_bytes(&bytes)?);
+                from = i + 1;
+            }
+        }
+    }
+
     /// Folds the entries sequenced since the last question into the facts and answers `ask`.
     fn ask<T>(&self, ask: impl FnOnce(&LogFacts) -> T) -> Result<T, LabError> {
         let mut facts = self.facts.lock().unwrap_or_else(|p| p.into_inner());

@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use glassbox_ledger::index::METRICS_REF;
-use glassbox_ledger::{DirSource, LeafIndex, LogReader};
 use glassbox_runner::backend::Backend;
 use glassbox_runner::backend::cpu::CpuBackend;
 use glassbox_runner::data::DataPipeline;
@@ -32,9 +31,7 @@ use glassbox_schemas::record::EntryBody;
 use glassbox_schemas::record::{
     BinaryComparison, BuildIdentity, ReproductionBody, ResultBody, RunStartedBody,
 };
-use glassbox_schemas::{
-    Blake3Hash, BlobHash, ExperimentId, ExperimentSpec, LedgerEntry, RunId, RunStatus,
-};
+use glassbox_schemas::{Blake3Hash, BlobHash, ExperimentId, ExperimentSpec, RunId, RunStatus};
 use serde::Serialize;
 
 use crate::corpus::BlobCorpusStore;
@@ -110,19 +107,15 @@ fn is_wall_clock(name: &str) -> bool {
 }
 
 fn find_run(rec: &Recorder, run: &RunId) -> Result<RunRecord, LabError> {
-    let lab = rec.lab();
-    let source = DirSource {
-        root: lab.root().to_path_buf(),
-    };
-    let reader = LogReader::open(&source, &lab.verifier_key()?)?;
     let mut started = None;
     let mut result = None;
     let mut experiment = None;
     let mut chunks = Vec::new();
-    for i in 0..reader.size().0 {
-        let e = LedgerEntry::from_bytes(&reader.entry(LeafIndex(i))?)?;
+    // From the record as the sequencer holds it, so a worker without the lab's files (on
+    // another machine) reproduces as well as one beside the log.
+    rec.for_each_entry(|i, e| {
         if e.body.run() != Some(run) {
-            continue;
+            return;
         }
         match &e.body {
             EntryBody::RunStarted(b) if started.is_none() => {
@@ -137,7 +130,7 @@ fn find_run(rec: &Recorder, run: &RunId) -> Result<RunRecord, LabError> {
             }
             _ => {}
         }
-    }
+    })?;
     let started = started.ok_or_else(|| {
         LabError::Refused(format!(
             "no `run_started` entry for {run} in this ledger (see `glassbox ledger log`)"
