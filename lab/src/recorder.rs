@@ -137,27 +137,19 @@ impl Recorder {
             facts: Mutex::new(LogFacts::default()),
             witnessing: None,
         };
-        if rec.integrates
-            && let Some(head) = rec.seq.head()?
-        {
-            // A tool that wrote the log directly while no process ran: adopt its entries.
+        if rec.integrates {
             let size = rec.log_size()?;
-            if size > head.next {
-                rec.seq.adopt(size, &|i| rec.log_entry(i))?;
+            match rec.seq.head()? {
+                // A tool that wrote the log directly while no process ran: adopt its entries.
+                Some(head) if size > head.next => {
+                    rec.seq
+                        .adopt(head.next, rec.log_entries(head.next, size)?)?;
+                }
+                Some(_) => {}
+                None => {
+                    rec.seq.set_up(&rec.log_entries(0, size)?)?;
+                }
             }
-        } else if rec.integrates {
-            let source = DirSource {
-                root: rec.lab.root().to_path_buf(),
-            };
-            let reader = LogReader::open(&source, &rec.lab.verifier_key()?)?;
-            let mut entries = Vec::with_capacity(reader.size().0 as usize);
-            let mut bundle = 0;
-            while (entries.len() as u64) < reader.size().0 {
-                entries.extend(reader.bundle(bundle)?);
-                bundle += 1;
-            }
-            entries.truncate(reader.size().0 as usize);
-            rec.seq.set_up(&entries)?;
         }
         Ok(rec)
     }
@@ -319,16 +311,17 @@ impl Recorder {
         let mut size = writer.checkpoint().checkpoint.size.0;
         let head = self.seq.head()?.ok_or(QueueError::NotSequencing)?;
         if size > head.next {
-            let reader_entry = |i: u64| self.log_entry(i);
-            self.seq.adopt(size, &reader_entry)?;
+            self.seq
+                .adopt(head.next, self.log_entries(head.next, size)?)?;
         } else if size > head.integrated {
             // A crash between the checkpoint and this note, or a log grown around the
             // sequencer: the entries the log has past the note must be the sequenced ones.
-            for (i, bytes) in self
+            let logged = self.log_entries(head.integrated, size)?;
+            let sequenced = self
                 .seq
-                .entries_from(head.integrated, (size - head.integrated) as u32)?
-            {
-                if self.log_entry(i)? != bytes {
+                .entries_from(head.integrated, (size - head.integrated) as u32)?;
+            for ((i, bytes), log) in sequenced.into_iter().zip(logged) {
+                if log != bytes {
                     return Err(LabError::Refused(format!(
                         "the log's entry {i} is not the entry sequenced at {i}: something appended to the log around the sequencer"
                     )));
@@ -380,13 +373,25 @@ impl Recorder {
             .0)
     }
 
-    /// Entry `i` as the log's files hold it.
-    fn log_entry(&self, i: u64) -> Result<Vec<u8>, LabError> {
+    /// Entries `from..to` as the log's files hold them (one reader, bundle by bundle).
+    fn log_entries(&self, from: u64, to: u64) -> Result<Vec<Vec<u8>>, LabError> {
         let source = DirSource {
             root: self.lab.root().to_path_buf(),
         };
         let reader = LogReader::open(&source, &self.lab.verifier_key()?)?;
-        Ok(reader.entry(glassbox_ledger::LeafIndex(i))?)
+        let width = glassbox_ledger::tiles::TILE_WIDTH;
+        let mut out = Vec::with_capacity(to.saturating_sub(from) as usize);
+        let mut bundle = from / width;
+        while bundle * width < to {
+            for (k, e) in reader.bundle(bundle)?.into_iter().enumerate() {
+                let i = bundle * width + k as u64;
+                if i >= from && i < to {
+                    out.push(e);
+                }
+            }
+            bundle += 1;
+        }
+        Ok(out)
     }
 
     /// Builds and appends one entry; returns its index.
@@ -412,16 +417,29 @@ impl Recorder {
 
     /// Calls `f` with every entry on the record — the log's and those on their way into it —
     /// in index order.
-    pub fn for_each_entry(&self, mut f: impl FnMut(u64, LedgerEntry)) -> Result<(), LabError> {
-        let mut from = 0;
+    pub fn for_each_entry(&self, f: impl FnMut(u64, LedgerEntry)) -> Result<(), LabError> {
+        self.entries_from(0, f).map(drop)
+    }
+
+    /// Calls `f` with the sequenced entries from `from` on, in index order, stopping at a gap;
+    /// returns the index after the last one.
+    fn entries_from(
+        &self,
+        mut from: u64,
+        mut f: impl FnMut(u64, LedgerEntry),
+    ) -> Result<u64, LabError> {
         loop {
             let batch = self.seq.entries_from(from, INTEGRATE_BATCH)?;
-            if batch.is_empty() {
-                return Ok(());
-            }
+            let before = from;
             for (i, bytes) in batch {
+                if i != from {
+                    break;
+                }
                 f(i, LedgerEntry::from_bytes(&bytes)?);
                 from = i + 1;
+            }
+            if from == before {
+                return Ok(from);
             }
         }
     }
@@ -429,23 +447,8 @@ impl Recorder {
     /// Folds the entries sequenced since the last question into the facts and answers `ask`.
     fn ask<T>(&self, ask: impl FnOnce(&LogFacts) -> T) -> Result<T, LabError> {
         let mut facts = self.facts.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            let batch = self.seq.entries_from(facts.scanned, INTEGRATE_BATCH)?;
-            if batch.is_empty() {
-                break;
-            }
-            let before = facts.scanned;
-            for (index, bytes) in batch {
-                if index != facts.scanned {
-                    break;
-                }
-                facts.fold(index, &LedgerEntry::from_bytes(&bytes)?);
-                facts.scanned = index + 1;
-            }
-            if facts.scanned == before {
-                break;
-            }
-        }
+        let from = facts.scanned;
+        facts.scanned = self.entries_from(from, |i, e| facts.fold(i, &e))?;
         Ok(ask(&facts))
     }
 

@@ -162,46 +162,30 @@ impl Sequencer {
         }
     }
 
-    /// Adopts entries the log holds past the sequencer's head (appended to the log around
-    /// it, by a tool that wrote the log directly): `log` gives entry `i` of the log. Only when
-    /// nothing is sequenced past the head, which the head's row lock makes certain for the
-    /// length of the transaction. Returns the new head.
-    pub fn adopt(
-        &self,
-        log_size: u64,
-        log: &dyn Fn(u64) -> Result<Vec<u8>, crate::error::LabError>,
-    ) -> Result<Head, crate::error::LabError> {
+    /// Adopts `missing`, the entries the log holds from index `at` on, past the sequencer's
+    /// head (appended to the log around it, by a tool that wrote the log directly): sequences
+    /// them and marks them integrated, only if `at` is still the head — the head's row lock
+    /// makes that certain for the length of the transaction. Otherwise those indices were
+    /// handed out meanwhile and the log conflicts with the sequencer: refused.
+    pub fn adopt(&self, at: u64, missing: Vec<Vec<u8>>) -> Result<(), crate::error::LabError> {
         let now = self.db.now_ms();
-        let head = self.head()?.ok_or(QueueError::NotSequencing)?;
-        if log_size <= head.next {
-            return Ok(head);
-        }
-        let mut missing = Vec::new();
-        for i in head.next..log_size {
-            missing.push(log(i)?);
-        }
+        let size = at + missing.len() as u64;
         let adopted = self.drive(async {
             let mut tx = self.db.pool().begin().await?;
-            let first = sequence::sequence(&mut tx, &missing, now).await?;
-            if first != head.next {
-                // Someone sequenced meanwhile: those indices are theirs; adopt nothing.
-                return Ok::<_, QueueError>(None);
+            if sequence::sequence(&mut tx, &missing, now).await? != at {
+                return Ok::<_, QueueError>(false);
             }
-            sequence::set_integrated(&mut *tx, log_size).await?;
+            sequence::set_integrated(&mut *tx, size).await?;
             tx.commit().await?;
-            Ok(Some(()))
+            Ok(true)
         })?;
-        match adopted {
-            Some(()) => Ok(Head {
-                next: log_size,
-                integrated: log_size,
-            }),
-            None => Err(crate::error::LabError::Refused(format!(
-                "the log holds {log_size} entries but the sequencer handed out index {} meanwhile: \
-                 something appended to the log around the sequencer",
-                head.next
-            ))),
+        if adopted {
+            return Ok(());
         }
+        Err(crate::error::LabError::Refused(format!(
+            "the log holds {size} entries but the sequencer handed out index {at} meanwhile: \
+             something appended to the log around the sequencer"
+        )))
     }
 
     /// The sequenced entries at `from..`, in index order, at most `limit`.
