@@ -10,7 +10,9 @@
 //! checkpoint covers it. A process that holds the lab's signing key integrates itself, under the
 //! integrator lock (PostgreSQL's advisory lock, then the log's file lock); one without the key
 //! (a worker on another machine) only sequences and waits for the integrator (`serve`) to
-//! publish. A crashed integrator loses nothing: the entries wait in the database at their
+//! publish. When the blob store is a bucket, the integrator copies each checkpoint and its
+//! tiles there before the entries count as published ([`glassbox_ledger::Mirror`]), so the
+//! bucket is the public log. A crashed integrator loses nothing: the entries wait in the database at their
 //! indices, and the next one integrates them exactly once.
 //!
 //! It also reads entries back (an approval, to check a job against it), keeps the index in step
@@ -54,6 +56,8 @@ pub struct Recorder {
     facts: Mutex<LogFacts>,
     /// The witnesses every checkpoint is sent to (`[ledger] witnesses`).
     witnessing: Option<Arc<glassbox_ledger::cosigning::Witnessing>>,
+    /// Copies each checkpoint and its tiles into the blob store's bucket, when it has one.
+    mirror: glassbox_ledger::Mirror,
 }
 
 /// The facts the lab looks up in its own log, folded from the entries read so far.
@@ -136,6 +140,7 @@ impl Recorder {
             append_lock: Mutex::new(()),
             facts: Mutex::new(LogFacts::default()),
             witnessing: None,
+            mirror: glassbox_ledger::Mirror::new(),
         };
         if rec.integrates {
             let size = rec.log_size()?;
@@ -331,6 +336,7 @@ impl Recorder {
         loop {
             let batch = self.seq.entries_from(size, INTEGRATE_BATCH)?;
             if batch.is_empty() {
+                self.mirror()?;
                 self.seq.set_integrated(size)?;
                 return Ok(Some(size));
             }
@@ -348,16 +354,36 @@ impl Recorder {
             let first = writer.append_batch(bytes)?.0;
             debug_assert_eq!(first, size);
             size += n;
+            self.mirror()?;
             self.seq.set_integrated(size)?;
         }
     }
 
-    /// Integrates when something sequenced is not yet in the log (one read of the sequencer's
-    /// head otherwise) and no other integrator is at it (then it does nothing rather than
-    /// wait: that one integrates these entries too); returns whether it integrated.
+    /// Copies the log's installed checkpoint and the tiles it needs into the blob store's
+    /// bucket (when the store is one), before the entries count as published: what a worker is
+    /// told is published, an outsider can audit from the bucket. Under the integrator's locks.
+    fn mirror(&self) -> Result<(), LabError> {
+        if let Some(bucket) = self.blobs.bucket() {
+            let report = self
+                .mirror
+                .sync(bucket, self.lab.root(), &self.lab.verifier_key()?)?;
+            if report.written > 0 {
+                tracing::debug!(size = report.size, tiles = report.written, deleted = report.deleted, bucket = %bucket.describe(), "log copied to the bucket");
+            }
+        }
+        Ok(())
+    }
+
+    /// Integrates when something sequenced is not yet in the log, or the bucket has not been
+    /// brought up to it since this process started (one read of the sequencer's head
+    /// otherwise), and no other integrator is at it (then it does nothing rather than wait:
+    /// that one integrates these entries too); returns whether it integrated.
     pub fn integrate_pending(&self) -> Result<bool, LabError> {
         let head = self.seq.head()?.ok_or(QueueError::NotSequencing)?;
-        if head.next <= head.integrated {
+        // A bucket this process has not looked at may lag the log (a bucket configured for an
+        // existing lab, an integrator killed between its checkpoint and the copy).
+        let unmirrored = self.blobs.bucket().is_some() && self.mirror.published().is_none();
+        if head.next <= head.integrated && !unmirrored {
             return Ok(false);
         }
         Ok(self.integrate_with(false)?.is_some())

@@ -61,6 +61,12 @@ pub trait BlobStore: Send + Sync {
     fn list(&self) -> Result<Vec<BlobHash>, Error>;
     /// A human-readable name of the store for messages.
     fn describe(&self) -> String;
+    /// The bucket this store keeps its blobs in, when it can hold the lab's whole public
+    /// layout (an object-store prefix: the integrator copies the log there, `serve` reads it
+    /// back); `None` for a directory of blobs.
+    fn bucket(&self) -> Option<&dyn crate::bucket::Bucket> {
+        None
+    }
 }
 
 /// Opens the blob store a location names: `s3://bucket/prefix` (bucket credentials and
@@ -103,6 +109,47 @@ pub fn open_store_with_env(
     Ok(Box::new(LocalBlobStore::new(dir)))
 }
 
+/// Opens the bucket a location names (`s3://bucket/prefix`, credentials and endpoint as for
+/// [`open_store_with_env`]) to read or write the lab's public layout there.
+pub fn open_bucket_with_env(
+    location: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Box<dyn crate::bucket::Bucket>, Error> {
+    let Some(rest) = location.strip_prefix("s3://") else {
+        return Err(Error::ObjectStore {
+            store: location.to_string(),
+            reason: "not a bucket; write s3://BUCKET/PREFIX".into(),
+        });
+    };
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(Error::ObjectStore {
+            store: location.to_string(),
+            reason: "no bucket name; write s3://BUCKET/PREFIX".into(),
+        });
+    }
+    open_s3_bucket(bucket, prefix, env)
+}
+
+#[cfg(feature = "aws")]
+fn open_s3_bucket(
+    bucket: &str,
+    prefix: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Box<dyn crate::bucket::Bucket>, Error> {
+    let cfg = crate::s3::S3Config::from_env(bucket, prefix, env)?;
+    Ok(Box::new(crate::s3::S3BlobStore::new(&cfg)?))
+}
+
+#[cfg(not(feature = "aws"))]
+fn open_s3_bucket(
+    bucket: &str,
+    prefix: &str,
+    _env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Box<dyn crate::bucket::Bucket>, Error> {
+    Err(no_s3(bucket, prefix))
+}
+
 #[cfg(feature = "aws")]
 fn open_s3(
     bucket: &str,
@@ -119,10 +166,15 @@ fn open_s3(
     prefix: &str,
     _env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Box<dyn BlobStore>, Error> {
-    Err(Error::ObjectStore {
+    Err(no_s3(bucket, prefix))
+}
+
+#[cfg(not(feature = "aws"))]
+fn no_s3(bucket: &str, prefix: &str) -> Error {
+    Error::ObjectStore {
         store: format!("s3://{bucket}/{prefix}"),
         reason: "this build has no S3 support; rebuild glassbox-ledger with feature `aws`".into(),
-    })
+    }
 }
 
 /// The relative path of a blob: `blobs/<2 hex>/<62 hex>`.

@@ -133,6 +133,15 @@ pub enum Error {
     /// The operating system gave no randomness (for a new lab's origin).
     #[error("no randomness from the operating system: {0}")]
     NoRandomness(String),
+    /// A bucket already holds a log this lab's log does not extend (another lab's, a fork, or
+    /// a copy ahead of the local log); nothing was written to it.
+    #[error("{bucket} holds a log this lab's log does not extend: {reason}")]
+    BucketConflict {
+        /// The bucket and prefix.
+        bucket: String,
+        /// What differs.
+        reason: String,
+    },
     /// Object storage failed.
     #[error("object store {store}: {reason}")]
     ObjectStore {

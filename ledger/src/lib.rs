@@ -14,7 +14,8 @@
 //! - [`archive`] — every checkpoint the writer installed; [`precedence`] — proof that one
 //!   entry was published (signed, cosigned) before another was sequenced;
 //! - [`index`] — the derived sqlx index (SQLite or PostgreSQL);
-//! - [`publish`] — git mirroring; [`lab`] — the lab directory layout;
+//! - [`bucket`] — the public layout in an object-store bucket, and [`bucket::Mirror`] copying
+//!   the log there; [`publish`] — git mirroring; [`lab`] — the lab directory layout;
 //! - [`private_runtime`] — a component's own Tokio runtime, driven from synchronous code.
 //!
 //! The key design choice: the log is the only source of truth, stored in the standard C2SP
@@ -26,6 +27,7 @@
 pub mod archive;
 pub mod audit;
 pub mod blob;
+pub mod bucket;
 pub mod checkpoint;
 pub mod cosignature;
 pub mod cosigning;
@@ -47,7 +49,8 @@ pub mod verify;
 pub mod witness;
 
 pub use audit::{AuditFailure, AuditOptions, AuditReport, audit};
-pub use blob::{BlobStore, LocalBlobStore, PutOutcome, open_store};
+pub use blob::{BlobStore, LocalBlobStore, PutOutcome, open_bucket_with_env, open_store};
+pub use bucket::{Bucket, Mirror};
 pub use checkpoint::{Checkpoint, SignedCheckpoint, SigningKey, VerifierKey};
 pub use error::Error;
 pub use lab::LabDir;

@@ -470,6 +470,83 @@ impl BlobStore for S3BlobStore {
     fn describe(&self) -> String {
         self.name.clone()
     }
+
+    fn bucket(&self) -> Option<&dyn crate::bucket::Bucket> {
+        Some(self)
+    }
+}
+
+/// The bucket's prefix is the lab's whole public layout: `log/...` and `vkey` beside the blobs.
+impl crate::source::LogSource for S3BlobStore {
+    fn open(
+        &self,
+        rel: &str,
+        limit: crate::source::ReadLimit,
+    ) -> Result<Option<Box<dyn Read + '_>>, Error> {
+        let key = self.key(rel);
+        let meta = self.block_on(async {
+            match self.store.head(&key).await {
+                Ok(meta) => Ok(Some(meta)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(self.err(e)),
+            }
+        })?;
+        let Some(meta) = meta else {
+            return Ok(None);
+        };
+        if meta.size > limit.max {
+            return Err(Error::TooLarge {
+                location: self.locate(rel),
+                limit: limit.max,
+                what: limit.what,
+            });
+        }
+        Ok(Some(Box::new(RangedReader {
+            store: Arc::clone(&self.store),
+            rt: Arc::clone(&self.rt),
+            key,
+            size: meta.size,
+            pos: 0,
+            buf: Vec::new(),
+            buf_pos: 0,
+            name: self.name.clone(),
+        })))
+    }
+
+    fn locate(&self, rel: &str) -> String {
+        format!("{}/{rel}", self.name.trim_end_matches('/'))
+    }
+
+    fn read_error(&self, rel: &str, e: std::io::Error) -> Error {
+        self.err(format!("cannot read {rel}: {e}"))
+    }
+}
+
+impl crate::bucket::Bucket for S3BlobStore {
+    fn put(&self, rel: &str, bytes: Vec<u8>) -> Result<(), Error> {
+        let key = self.key(rel);
+        self.block_on(async {
+            self.store
+                .put(&key, PutPayload::from(bytes))
+                .await
+                .map(drop)
+                .map_err(|e| self.err(e))
+        })
+    }
+
+    fn delete(&self, rel: &str) -> Result<(), Error> {
+        let key = self.key(rel);
+        self.block_on(async {
+            match self.store.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(self.err(e)),
+            }
+        })
+    }
+
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
 }
 
 /// Streams an object by ranged GETs of [`PART`] bytes on the store's runtime.

@@ -110,6 +110,63 @@ pub fn tiles_for_size(size: u64) -> Vec<TileId> {
     out
 }
 
+/// The rows of a tree of `size` leaves and the tiles' count in each: the entry bundles, then
+/// the hash tiles level by level (the order of [`tiles_for_size`]).
+fn rows(size: u64) -> Vec<(TileKind, u64)> {
+    let mut out = vec![(TileKind::Entries, size)];
+    let mut level = 0u8;
+    loop {
+        let count = hashes_at_level(size, level);
+        if count == 0 {
+            return out;
+        }
+        out.push((TileKind::Hashes(level), count));
+        level += 1;
+    }
+}
+
+/// The tiles a tree of `to` leaves has and one of `from` (<= `to`) leaves lacks: the tiles that
+/// filled up on the way, and the new right-edge partials. Copying these and then the checkpoint
+/// of size `to` brings a copy of the log at `from` up to `to`; the same as the set difference
+/// of [`tiles_for_size`], without listing the whole tree.
+pub fn grown(from: u64, to: u64) -> Vec<TileId> {
+    let mut out = Vec::new();
+    if to <= from {
+        return out;
+    }
+    let before: std::collections::HashMap<TileKind, u64> = rows(from).into_iter().collect();
+    for (kind, count) in rows(to) {
+        let had = before.get(&kind).copied().unwrap_or(0);
+        if had == count {
+            continue;
+        }
+        // Tile `had / 256` was partial or absent at `from`: it and those after it are new.
+        for index in had / TILE_WIDTH..count.div_ceil(TILE_WIDTH) {
+            let width = (count - index * TILE_WIDTH).min(TILE_WIDTH) as u16;
+            out.push(TileId { kind, index, width });
+        }
+    }
+    out
+}
+
+/// The partial tiles of a tree of `from` leaves that one of `to` (>= `from`) leaves no longer
+/// has: each right-edge partial whose row grew. A copy of the log at `to` may delete them (C2SP
+/// tlog-tiles lets a log drop a partial tile once a wider one is published).
+pub fn superseded(from: u64, to: u64) -> Vec<TileId> {
+    let after: std::collections::HashMap<TileKind, u64> = rows(to).into_iter().collect();
+    rows(from)
+        .into_iter()
+        .filter(|(kind, count)| {
+            count % TILE_WIDTH != 0 && after.get(kind).copied().unwrap_or(0) != *count
+        })
+        .map(|(kind, count)| TileId {
+            kind,
+            index: count / TILE_WIDTH,
+            width: (count % TILE_WIDTH) as u16,
+        })
+        .collect()
+}
+
 /// Why an entry bundle cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BundleError {
@@ -310,6 +367,28 @@ impl TreeBuilder {
 mod tests {
     use super::*;
     use crate::merkle::{MemoryTree, TreeSize, leaf_hash};
+
+    #[test]
+    fn grown_and_superseded_are_the_set_differences_of_the_two_trees() {
+        use std::collections::BTreeSet;
+        let sizes = [
+            0u64, 1, 2, 255, 256, 257, 511, 512, 1000, 65_535, 65_536, 65_537, 70_000,
+        ];
+        for &from in &sizes {
+            for &to in &sizes {
+                if to < from {
+                    continue;
+                }
+                let a: BTreeSet<TileId> = tiles_for_size(from).into_iter().collect();
+                let b: BTreeSet<TileId> = tiles_for_size(to).into_iter().collect();
+                let new: BTreeSet<TileId> = grown(from, to).into_iter().collect();
+                let gone: BTreeSet<TileId> = superseded(from, to).into_iter().collect();
+                assert_eq!(new, &b - &a, "grown({from}, {to})");
+                assert_eq!(gone, &a - &b, "superseded({from}, {to})");
+                assert!(gone.iter().all(|t| !t.is_full()), "a full tile superseded");
+            }
+        }
+    }
 
     #[test]
     fn index_encoding_matches_c2sp_examples() {

@@ -27,7 +27,9 @@ use crate::exit;
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// A lab directory or an http(s):// URL serving the same layout [default: --lab].
+    /// A lab directory, an http(s):// URL serving the same layout (a server, or the bucket a
+    /// lab publishes its log to), or that bucket as `s3://bucket/prefix` (credentials from
+    /// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL) [default: --lab].
     pub target: Option<String>,
     /// The verifier key (`name+hexid+base64`), or a file holding it.
     #[arg(long)]
@@ -137,6 +139,10 @@ fn run_inner(args: VerifyArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> 
     let is_url = text.starts_with("http://") || text.starts_with("https://");
     let (target, index_url) = if is_url {
         (Target::url(&text, Box::new(HttpSource::new(&text))), None)
+    } else if text.starts_with("s3://") {
+        let bucket = glassbox_ledger::open_bucket_with_env(&text, &|k| std::env::var(k).ok())
+            .with_context(|| format!("cannot open the bucket {text}"))?;
+        (Target::url(&text, bucket), None)
     } else {
         let root = PathBuf::from(&text);
         if !root.is_dir() {

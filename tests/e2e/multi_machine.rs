@@ -1,17 +1,20 @@
 //! The multi-machine deployment of docs/deploy.md, played on one machine with real processes:
 //! PostgreSQL holds the queue, the flow and the ledger's sequencer, an S3-compatible object
-//! store (moto, on loopback) holds the blobs, one `glassbox serve --no-worker` process runs the
+//! store (moto, on loopback) holds the blobs and the public log, a `glassbox witness serve`
+//! process cosigns the log's checkpoints, one `glassbox serve --no-worker` process runs the
 //! dashboard and the bot and integrates the log (it alone holds the lab directory and its
-//! signing key), and two `glassbox worker` processes train, each in an empty directory of its
-//! own: no directory is shared between processes. GitHub is the local stand-in (the bot's real
+//! signing key, and copies each checkpoint and its tiles into the bucket), and two
+//! `glassbox worker` processes train, each in an empty directory of its own: no directory is
+//! shared between processes. GitHub is the local stand-in (the bot's real
 //! octocrab client talks to it over HTTP), served by this test. Five experiment issues arrive
 //! as signed webhooks and are approved; one worker is killed with SIGKILL mid-run, and the
 //! server (the integrator) is killed with SIGKILL once while jobs run and started again. The
 //! test checks what a maintainer would: every job ran to completion exactly once (one `result`
 //! entry each, the killed one resumed by the other worker), every entry is in the log once,
 //! every blob the ledger names is in the bucket and none in any directory, the workers' own
-//! directories hold no key and no log, the bot commented each result, and `glassbox verify`
-//! passes over HTTP against the running server (which serves the blobs from the object store).
+//! directories hold no key and no log, the bot commented each result, and `glassbox verify
+//! --witness` passes against the bucket itself — its plain HTTP URL and `s3://` — with no
+//! server of the lab's in between, and over HTTP against the running server.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
@@ -195,6 +198,7 @@ fn serve_and_two_workers_on_postgres_and_s3_run_every_job_once() {
     let db = postgres_schema("multi");
     let moto = moto::start_moto();
     moto::create_bucket(&moto, BUCKET);
+    moto::allow_public_read(&moto, BUCKET, "lab");
     let (github, github_addr) = start_github();
 
     let init = glassbox(d, &db, &moto, &["init"]).output().unwrap();
@@ -203,6 +207,38 @@ fn serve_and_two_workers_on_postgres_and_s3_run_every_job_once() {
         "{}",
         String::from_utf8_lossy(&init.stderr)
     );
+    // The witness: its own directory, key and state; it cosigns this lab's checkpoints.
+    let wdir = d.join("witness");
+    std::fs::create_dir_all(&wdir).unwrap();
+    let wkey = wdir.join("witness.key");
+    let out = Command::new(crate::support::BIN)
+        .args(["witness", "init", "--name", "witness.test/multi", "--key"])
+        .arg(&wkey)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let witness_vkey = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let lab_vkey = std::fs::read_to_string(d.join("lab").join("vkey")).unwrap();
+    let wport = free_port();
+    let mut wcmd = Command::new(crate::support::BIN);
+    wcmd.args(["witness", "serve", "--key"])
+        .arg(&wkey)
+        .arg("--state")
+        .arg(wdir.join("state.db"))
+        .args([
+            "--log",
+            lab_vkey.trim(),
+            "--bind",
+            &format!("127.0.0.1:{wport}"),
+        ]);
+    let witness = Proc::spawn(wcmd, &wdir, "witness");
+    wait_for("the witness", Duration::from_secs(30), &[&witness], || {
+        std::net::TcpStream::connect(("127.0.0.1", wport)).ok()
+    });
     let port = free_port();
     let server = format!("http://127.0.0.1:{port}");
     // One file for the server and the workers, as docs/deploy.md has it.
@@ -217,6 +253,10 @@ metrics_flush_steps = 100
 
 [storage]
 blobs = "s3://{BUCKET}/lab"
+
+[ledger]
+witnesses = [{{ url = "http://127.0.0.1:{wport}/", vkey = "{witness_vkey}" }}]
+witness_quorum = 1
 
 [web]
 public_url = "{server}"
@@ -506,7 +546,73 @@ max_wait_seconds = 5
     });
     assert_eq!(curve["points"].as_array().unwrap().len(), 600, "{curve}");
 
-    // An outsider audits the running lab over HTTP (blobs served from the object store)...
+    // An outsider audits the log straight from the bucket, with the witness's cosignature
+    // required: over the bucket's plain HTTP URL (no server of the lab's in between) and
+    // through the S3 API, each from a directory of its own.
+    let outsider = d.join("outsider");
+    std::fs::create_dir_all(&outsider).unwrap();
+    let bucket_url = format!("{}/{BUCKET}/lab/", moto.endpoint);
+    for target in [bucket_url.as_str(), &format!("s3://{BUCKET}/lab")] {
+        let mut c = Command::new(crate::support::BIN);
+        c.args([
+            "verify",
+            target,
+            "--witness",
+            &witness_vkey,
+            "--quorum",
+            "1",
+        ])
+        .arg("--state-dir")
+        .arg(outsider.join("state"))
+        .current_dir(&outsider);
+        for (k, v) in moto.env() {
+            c.env(k, v);
+        }
+        let v = c.output().unwrap();
+        let stdout = String::from_utf8_lossy(&v.stdout);
+        assert!(
+            v.status.success()
+                && stdout.starts_with("verified:")
+                && stdout.contains("1 of the 1 witnesses given cosigned (quorum 1)"),
+            "verify {target}: {stdout}{}",
+            String::from_utf8_lossy(&v.stderr)
+        );
+    }
+    // The bucket holds the log's tiles without the partials its checkpoint no longer needs.
+    let keys = moto::raw_keys(&moto, BUCKET);
+    let checkpoint = glassbox_ledger::SignedCheckpoint::parse(
+        &ureq::get(&format!("{bucket_url}log/checkpoint"))
+            .call()
+            .unwrap()
+            .into_body()
+            .read_to_vec()
+            .unwrap(),
+    )
+    .unwrap();
+    let size = checkpoint.checkpoint.size.0;
+    assert_eq!(
+        size as usize,
+        all.len(),
+        "the bucket's checkpoint is behind the log"
+    );
+    let mut stored: Vec<String> = keys
+        .iter()
+        .filter_map(|k| k.strip_prefix("lab/log/").map(str::to_string))
+        .filter(|k| k.starts_with("tile/"))
+        .collect();
+    stored.sort();
+    let mut needed: Vec<String> = glassbox_ledger::tiles::tiles_for_size(size)
+        .iter()
+        .map(|t| t.path())
+        .collect();
+    needed.sort();
+    assert_eq!(
+        stored, needed,
+        "the bucket's tiles are not those of its checkpoint"
+    );
+
+    // An outsider audits the running lab over HTTP (the server reads the log and the blobs
+    // from the bucket)...
     let v = glassbox(d, &db, &moto, &["verify", &server])
         .output()
         .unwrap();
@@ -526,6 +632,7 @@ max_wait_seconds = 5
     );
     drop(w2);
     drop(serve);
+    drop(witness);
 }
 
 /// Every file under `dir` (none when it does not exist).

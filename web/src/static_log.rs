@@ -1,4 +1,4 @@
-//! The log's static read API: the lab's public files served as they lie on disk, in exactly the
+//! The log's static read API: the lab's public files served as they are stored, in exactly the
 //! layout `glassbox_ledger::source::HttpSource` reads, so `glassbox verify http://host:port/`
 //! audits a running server.
 //!
@@ -9,6 +9,10 @@
 //! - `/blobs/<2 hex>/<62 hex>` and `/blobs/blake3:<64 hex>` — blobs, `immutable` (a blob's
 //!   name is the hash of its bytes), streamed in chunks from the lab's blob store (its
 //!   directory or the object store the server was given).
+//!
+//! The log's files come from the lab directory, or from the bucket when the lab keeps its blobs
+//! in one: the integrator copies each checkpoint there with its tiles
+//! (`glassbox_ledger::Mirror`), so a server without the lab directory serves the same log.
 //!
 //! Every path is parsed against the layout's grammar before touching the file system; anything
 //! else (`..`, a key file, a stray name) is 404. Nothing here writes, and nothing outside
@@ -23,6 +27,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use glassbox_ledger::source::ReadLimit;
+use glassbox_ledger::tiles::{TileId, TileKind};
 use glassbox_schemas::BlobHash;
 
 use crate::WebState;
@@ -118,9 +124,46 @@ async fn small_file(path: PathBuf, cache: &'static str, ctype: &'static str) -> 
     }
 }
 
+/// A file of the public layout (`log/checkpoint`, `vkey`, a tile): read from the bucket when
+/// the lab keeps its blobs in one (the integrator copies the log there, so any server of the
+/// lab serves the same log, whether or not it holds the lab directory), else from the lab
+/// directory.
+async fn public_file(
+    st: &WebState,
+    rel: String,
+    limit: ReadLimit,
+    cache: &'static str,
+    ctype: &'static str,
+) -> Response {
+    if st.blobs.bucket().is_none() {
+        return small_file(st.lab.root().join(&rel), cache, ctype).await;
+    }
+    let blobs = st.blobs.clone();
+    let read = tokio::task::spawn_blocking(move || match blobs.bucket() {
+        Some(bucket) => bucket.read(&rel, limit),
+        None => Ok(None),
+    })
+    .await;
+    match read {
+        Ok(Ok(Some(bytes))) => (
+            [
+                (header::CACHE_CONTROL, cache),
+                (header::CONTENT_TYPE, ctype),
+            ],
+            bytes,
+        )
+            .into_response(),
+        Ok(Ok(None)) => WebError::not_found("file").into_response(),
+        Ok(Err(e)) => WebError::Ledger(e).into_response(),
+        Err(e) => WebError::Io(std::io::Error::other(e)).into_response(),
+    }
+}
+
 async fn checkpoint(State(st): State<WebState>) -> Response {
-    small_file(
-        st.lab.log_dir().join("checkpoint"),
+    public_file(
+        &st,
+        "log/checkpoint".into(),
+        ReadLimit::CHECKPOINT,
         NO_CACHE,
         "text/plain; charset=utf-8",
     )
@@ -128,7 +171,14 @@ async fn checkpoint(State(st): State<WebState>) -> Response {
 }
 
 async fn vkey(State(st): State<WebState>) -> Response {
-    small_file(st.lab.vkey_path(), NO_CACHE, "text/plain; charset=utf-8").await
+    public_file(
+        &st,
+        "vkey".into(),
+        ReadLimit::VKEY,
+        NO_CACHE,
+        "text/plain; charset=utf-8",
+    )
+    .await
 }
 
 async fn tile(State(st): State<WebState>, Path(path): Path<String>) -> Response {
@@ -139,8 +189,20 @@ async fn tile(State(st): State<WebState>, Path(path): Path<String>) -> Response 
         TilePath::Full => IMMUTABLE,
         TilePath::Partial => NO_CACHE,
     };
-    let file = st.lab.log_dir().join("tile").join(&path);
-    small_file(file, cache, "application/octet-stream").await
+    // The most a tile of any width may hold: an entry bundle of 256 entries.
+    let limit = ReadLimit::tile(TileId {
+        kind: TileKind::Entries,
+        index: 0,
+        width: 256,
+    });
+    public_file(
+        &st,
+        format!("log/tile/{path}"),
+        limit,
+        cache,
+        "application/octet-stream",
+    )
+    .await
 }
 
 async fn blob_by_hash(State(st): State<WebState>, Path(hash): Path<String>) -> Response {

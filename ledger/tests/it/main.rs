@@ -3,6 +3,7 @@
 
 mod fixture;
 
+mod bucket;
 mod crash;
 mod index_db;
 mod interop;

@@ -202,3 +202,58 @@ fn dropped_inside_a_runtime_without_panicking() {
         drop(reader);
     });
 }
+
+/// The integrator's copy of the log in a real bucket: an auditor reads it straight from the
+/// bucket, over the bucket's plain HTTP URL (no server of the lab's) and through the S3 API,
+/// blobs included; superseded partial tiles are gone from the bucket.
+#[test]
+fn the_log_copied_to_a_bucket_audits_over_its_http_url_and_the_s3_api() {
+    use glassbox_ledger::audit::AuditOptions;
+    use glassbox_ledger::tiles::tiles_for_size;
+    use glassbox_ledger::{HttpSource, LabDir, LockMode, LogSource, Mirror, audit};
+
+    let moto = start_moto();
+    create_bucket(&moto, "public");
+    moto::allow_public_read(&moto, "public", "labs/one");
+    let store = S3BlobStore::new(&config(&moto, "public", "labs/one")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (lab, _) = LabDir::init(dir.path(), "test.example/bucket").unwrap();
+    let vkey = lab.verifier_key().unwrap();
+    let mirror = Mirror::new();
+    let bucket = glassbox_ledger::BlobStore::bucket(&store).expect("an S3 store is a bucket");
+    let mut size = 0u64;
+    for n in [3u64, 250, 10, 300] {
+        let w = lab.writer(LockMode::FailFast).unwrap();
+        let entries: Vec<Vec<u8>> = (size..size + n)
+            .map(|i| {
+                let put = store.put(&mut format!("blob {i}").as_bytes()).unwrap();
+                crate::fixture::blob_entry(i, &put)
+                    .to_canonical_bytes()
+                    .unwrap()
+            })
+            .collect();
+        w.append_batch(entries).unwrap();
+        size += n;
+        assert_eq!(mirror.sync(bucket, lab.root(), &vkey).unwrap().size, size);
+    }
+    let http = HttpSource::new(&format!("{}/public/labs/one/", moto.endpoint));
+    let sources: [(&str, &dyn LogSource); 2] = [("http", &http), ("s3", &store)];
+    for (how, src) in sources {
+        let report = audit(src, &vkey, AuditOptions::default())
+            .unwrap()
+            .unwrap_or_else(|f| panic!("{how}: {f}"));
+        assert_eq!(report.checkpoint.checkpoint.size.0, size, "{how}");
+        assert_eq!(report.blobs, size, "{how}");
+    }
+    let mut tiles: Vec<String> = raw_keys(&moto, "public")
+        .into_iter()
+        .filter_map(|k| k.strip_prefix("labs/one/log/tile/").map(str::to_string))
+        .collect();
+    tiles.sort();
+    let mut needed: Vec<String> = tiles_for_size(size)
+        .iter()
+        .map(|t| t.path()[5..].to_string())
+        .collect();
+    needed.sort();
+    assert_eq!(tiles, needed);
+}

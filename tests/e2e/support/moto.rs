@@ -81,17 +81,47 @@ pub fn create_bucket(moto: &Moto, bucket: &str) {
         .expect("create bucket");
 }
 
-/// Every key in the bucket (up to 1,000), from moto's ListObjectsV2 XML.
+/// Every key in the bucket, from moto's ListObjectsV2 XML, page by page.
 pub fn raw_keys(moto: &Moto, bucket: &str) -> Vec<String> {
-    let body = ureq::get(&format!("{}/{bucket}?list-type=2", moto.endpoint))
-        .call()
-        .expect("list bucket")
-        .into_body()
-        .read_to_string()
-        .expect("list body");
-    body.split("<Key>")
-        .skip(1)
-        .filter_map(|s| s.split("</Key>").next())
-        .map(str::to_string)
-        .collect()
+    let mut keys = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut req = ureq::get(&format!("{}/{bucket}", moto.endpoint)).query("list-type", "2");
+        if let Some(t) = &token {
+            req = req.query("continuation-token", t);
+        }
+        let body = req
+            .call()
+            .expect("list bucket")
+            .into_body()
+            .read_to_string()
+            .expect("list body");
+        keys.extend(
+            body.split("<Key>")
+                .skip(1)
+                .filter_map(|s| s.split("</Key>").next())
+                .map(str::to_string),
+        );
+        token = body
+            .split("<NextContinuationToken>")
+            .nth(1)
+            .and_then(|s| s.split("</NextContinuationToken>").next())
+            .map(str::to_string);
+        if token.is_none() {
+            return keys;
+        }
+    }
+}
+
+/// Lets anyone read `prefix/*` of `bucket` over plain HTTP, as a lab publishing its log from a
+/// bucket does: a bucket policy allowing `s3:GetObject` to every principal (moto enforces
+/// bucket policies for unsigned requests, as S3 does).
+pub fn allow_public_read(moto: &Moto, bucket: &str, prefix: &str) {
+    let policy = format!(
+        r#"{{"Version":"2012-10-17","Statement":[{{"Sid":"PublicLog","Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::{bucket}/{prefix}/*"}}]}}"#
+    );
+    ureq::put(&format!("{}/{bucket}?policy", moto.endpoint))
+        .header("content-type", "application/json")
+        .send(policy.as_bytes())
+        .expect("put bucket policy");
 }
