@@ -11,7 +11,9 @@
 //!
 //! A directory without a log opened with a database URL is a lab *elsewhere*: a worker on
 //! another machine that reaches the lab through its database (the sequencer) and object store
-//! only, with no key and no lab files; its directory holds its scratch space.
+//! only, with no key and no lab files; its directory holds its scratch space. One that holds
+//! the lab's signing key but no log is an integrator taking over on a new host: the log is
+//! restored from the bucket it was published to ([`glassbox_ledger::bucket::restore`]).
 //!
 //! What each piece is resolved from, first match wins: the queue from the given database URL,
 //! else `queue.db`; the configuration from the given value, else the given file, else
@@ -112,6 +114,12 @@ impl LabHandle {
             )));
         }
         let blobs = blob_store(&lab, location)?;
+        if !lab.has_log() && lab.key_path().is_file() {
+            let (l, b) = (lab.clone(), blobs.clone());
+            tokio::task::spawn_blocking(move || restore_log(&l, b.as_ref()))
+                .await
+                .map_err(|e| LabError::Task(e.to_string()))??;
+        }
         let durability = config.queue.durability;
         let (rec_lab, rec_url) = (lab.clone(), url.clone());
         let recorder = tokio::task::spawn_blocking(move || {
@@ -188,6 +196,30 @@ pub fn own_config(root: &Path) -> Result<Option<LabConfig>, LabError> {
         return Ok(None);
     }
     LabConfig::load(&path).map(Some)
+}
+
+/// An integrator taking over on a host that has the lab's signing key but not its log (the
+/// previous integrator's host is gone): restores the log from the bucket it was published to.
+fn restore_log(lab: &LabDir, blobs: &dyn BlobStore) -> Result<(), LabError> {
+    let Some(bucket) = blobs.bucket() else {
+        return Err(LabError::Refused(format!(
+            "{} holds the lab's signing key but no log/checkpoint, and the blob store {} is not a bucket the log could be restored from; give this host the lab directory",
+            lab.root().display(),
+            blobs.describe()
+        )));
+    };
+    let vkey = lab.signing_key()?.verifier_key();
+    match glassbox_ledger::bucket::restore(bucket, lab.root(), &vkey)? {
+        Some(size) => {
+            tracing::info!(size, bucket = %bucket.name(), "restored the log from the bucket; this process integrates from there");
+            Ok(())
+        }
+        None => Err(LabError::Refused(format!(
+            "{} holds the lab's signing key but no log/checkpoint, and {} holds no log to restore; create a lab with `glassbox init`, or give this host the lab directory",
+            lab.root().display(),
+            bucket.name()
+        ))),
+    }
 }
 
 /// The blob store at `location`, or the lab directory's `blobs/`.

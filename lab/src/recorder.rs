@@ -368,7 +368,7 @@ impl Recorder {
                 .mirror
                 .sync(bucket, self.lab.root(), &self.lab.verifier_key()?)?;
             if report.written > 0 {
-                tracing::debug!(size = report.size, tiles = report.written, deleted = report.deleted, bucket = %bucket.describe(), "log copied to the bucket");
+                tracing::debug!(size = report.size, tiles = report.written, deleted = report.deleted, bucket = %bucket.name(), "log copied to the bucket");
             }
         }
         Ok(())

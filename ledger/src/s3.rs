@@ -523,7 +523,7 @@ impl crate::source::LogSource for S3BlobStore {
 }
 
 impl crate::bucket::Bucket for S3BlobStore {
-    fn put(&self, rel: &str, bytes: Vec<u8>) -> Result<(), Error> {
+    fn write(&self, rel: &str, bytes: Vec<u8>) -> Result<(), Error> {
         let key = self.key(rel);
         self.block_on(async {
             self.store
@@ -534,7 +534,27 @@ impl crate::bucket::Bucket for S3BlobStore {
         })
     }
 
-    fn delete(&self, rel: &str) -> Result<(), Error> {
+    fn files(&self, prefix: &str) -> Result<Vec<String>, Error> {
+        let under = self.key(prefix.trim_end_matches('/'));
+        let root = if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.prefix)
+        };
+        self.block_on(async {
+            let mut stream = self.store.list(Some(&under));
+            let mut out = Vec::new();
+            while let Some(obj) = stream.next().await {
+                let obj = obj.map_err(|e| self.err(e))?;
+                if let Some(rel) = obj.location.as_ref().strip_prefix(&root) {
+                    out.push(rel.to_string());
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn remove(&self, rel: &str) -> Result<(), Error> {
         let key = self.key(rel);
         self.block_on(async {
             match self.store.delete(&key).await {
@@ -544,7 +564,7 @@ impl crate::bucket::Bucket for S3BlobStore {
         })
     }
 
-    fn describe(&self) -> String {
+    fn name(&self) -> String {
         self.name.clone()
     }
 }

@@ -8,7 +8,8 @@
 //! shared between processes. GitHub is the local stand-in (the bot's real
 //! octocrab client talks to it over HTTP), served by this test. Five experiment issues arrive
 //! as signed webhooks and are approved; one worker is killed with SIGKILL mid-run, and the
-//! server (the integrator) is killed with SIGKILL once while jobs run and started again. The
+//! server (the integrator) is killed with SIGKILL once while jobs run and started again on
+//! another host that has only the lab's signing key: it restores the log from the bucket. The
 //! test checks what a maintainer would: every job ran to completion exactly once (one `result`
 //! entry each, the killed one resumed by the other worker), every entry is in the log once,
 //! every blob the ledger names is in the bucket and none in any directory, the workers' own
@@ -377,12 +378,47 @@ max_wait_seconds = 5
     let victim_id = victim["id"].as_u64().unwrap();
 
     // Kill the integrator while worker 2 trains (its metric chunks and training snapshots
-    // keep being sequenced), then start it again: it resumes from the last signed checkpoint
-    // and integrates what was sequenced meanwhile, each entry once.
+    // keep being sequenced), and bring it back on another host: the first host is gone with
+    // its lab directory, and the standby starts with only the lab's signing key and the
+    // configuration. It restores the log from the bucket, resumes from the last published
+    // checkpoint and integrates what was sequenced meanwhile, each entry once.
     serve.child.kill().unwrap(); // SIGKILL
     serve.child.wait().unwrap();
+    let standby = d.join("host-3");
+    std::fs::create_dir_all(standby.join("lab").join("keys")).unwrap();
+    std::fs::copy(
+        d.join("lab").join("keys").join("ledger.key"),
+        standby.join("lab").join("keys").join("ledger.key"),
+    )
+    .unwrap();
+    std::fs::copy(
+        d.join("lab").join("lab.toml"),
+        standby.join("lab").join("lab.toml"),
+    )
+    .unwrap();
+    for gone in ["log", "keys"] {
+        std::fs::remove_dir_all(d.join("lab").join(gone)).unwrap();
+    }
+    for gone in ["vkey", "index.db", "bot.db"] {
+        let _ = std::fs::remove_file(d.join("lab").join(gone));
+    }
     std::thread::sleep(Duration::from_millis(1500));
-    serve = start_serve();
+    serve = Proc::spawn(
+        glassbox_in(
+            &standby,
+            &standby.join("lab").join("lab.toml"),
+            &db,
+            &moto,
+            &[
+                "serve",
+                "--no-worker",
+                "--bind",
+                &format!("127.0.0.1:{port}"),
+            ],
+        ),
+        &standby,
+        "serve-standby",
+    );
     wait_for(
         "the server again",
         Duration::from_secs(60),
@@ -425,7 +461,7 @@ max_wait_seconds = 5
         Duration::from_secs(30),
         &procs,
         || {
-            let all = entries(&d.join("lab"));
+            let all = entries(&standby.join("lab"));
             (all.iter().filter(|e| e.kind() == EntryKind::Result).count() as u64 >= PROPOSALS)
                 .then_some(all)
         },
@@ -622,8 +658,17 @@ max_wait_seconds = 5
         "{stdout}{}",
         String::from_utf8_lossy(&v.stderr)
     );
-    // ... and the lab directory verifies with its blobs read from the bucket its config names.
-    let v = glassbox(d, &db, &moto, &["verify"]).output().unwrap();
+    // ... and the standby's lab directory (restored from the bucket, grown since) verifies
+    // with its blobs read from the bucket its config names.
+    let v = glassbox_in(
+        &standby,
+        &standby.join("lab").join("lab.toml"),
+        &db,
+        &moto,
+        &["verify"],
+    )
+    .output()
+    .unwrap();
     assert!(
         v.status.success(),
         "{}{}",

@@ -10,7 +10,7 @@ use std::path::Path;
 use glassbox_ledger::audit::AuditOptions;
 use glassbox_ledger::bucket::DirBucket;
 use glassbox_ledger::tiles::tiles_for_size;
-use glassbox_ledger::{DirSource, Error, LabDir, LockMode, Mirror, audit};
+use glassbox_ledger::{Bucket, DirSource, Error, LabDir, LockMode, Mirror, audit};
 
 use crate::fixture::{entry_bytes, new_lab};
 use crate::store::{assert_immutable, tile_files};
@@ -100,10 +100,21 @@ fn a_bucket_behind_is_caught_up_and_one_holding_another_log_is_refused_untouched
     let bucket = bucket_at(b.path());
     Mirror::new().sync(&bucket, lab.root(), &vkey).unwrap();
     append(&lab, 5, 295, 0);
-    // A new integrator finds the bucket at 5 and brings it to 300.
+    // An integrator killed between a copy's tiles and its checkpoint left partials of a size
+    // the bucket never published (and the log may never reach).
+    bucket
+        .write("log/tile/0/000.p/77", vec![7; 77 * 32])
+        .unwrap();
+    bucket
+        .write("log/tile/entries/000.p/77", vec![0; 9])
+        .unwrap();
+    // A new integrator finds the bucket at 5, brings it to 300 and sweeps the leftovers.
     let r = Mirror::new().sync(&bucket, lab.root(), &vkey).unwrap();
     assert_eq!(r.size, 300);
-    assert!(r.written >= 3 && r.deleted >= 1, "{r:?}");
+    assert!(r.written >= 3 && r.deleted >= 3, "{r:?}");
+    let stored: BTreeSet<String> = tile_files(&b.path().join("log")).into_keys().collect();
+    let needed: BTreeSet<String> = tiles_for_size(300).iter().map(|t| t.path()).collect();
+    assert_eq!(stored, needed);
     assert_eq!(audits(b.path(), &lab), 300);
     let before = tile_files(&b.path().join("log"));
     let checkpoint = std::fs::read(b.path().join("log/checkpoint")).unwrap();
@@ -151,4 +162,62 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(e.path(), dest).unwrap();
         }
     }
+}
+
+#[test]
+fn an_integrator_on_a_new_host_restores_the_log_from_the_bucket_and_carries_on() {
+    let (_d, lab) = new_lab();
+    let vkey = lab.verifier_key().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let bucket = bucket_at(b.path());
+    append(&lab, 0, 600, 0);
+    Mirror::new().sync(&bucket, lab.root(), &vkey).unwrap();
+    // The new host: the signing key only.
+    let host = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(host.path().join("keys")).unwrap();
+    std::fs::copy(lab.key_path(), host.path().join("keys/ledger.key")).unwrap();
+    let restored = glassbox_ledger::bucket::restore(&bucket, host.path(), &vkey).unwrap();
+    assert_eq!(restored, Some(600));
+    let moved = LabDir::open(host.path()).unwrap();
+    assert_eq!(audits(moved.root(), &moved), 600);
+    // It appends on from there, and publishes to the same bucket: the same log as if the
+    // first host had carried on.
+    append(&moved, 600, 100, 0);
+    append(&lab, 600, 100, 0);
+    assert_eq!(
+        Mirror::new()
+            .sync(&bucket, moved.root(), &vkey)
+            .unwrap()
+            .size,
+        700
+    );
+    assert_eq!(audits(b.path(), &lab), 700);
+    assert_eq!(
+        std::fs::read(b.path().join("log/tile/0/002.p/188")).unwrap(),
+        std::fs::read(lab.log_dir().join("tile/0/002.p/188")).unwrap()
+    );
+    // A second restore into a host that has a log is refused; a bucket without a log restores
+    // nothing; a tampered tile in the bucket fails the restore's audit and leaves no log.
+    assert!(matches!(
+        glassbox_ledger::bucket::restore(&bucket, host.path(), &vkey),
+        Err(Error::LabExists { .. })
+    ));
+    let empty = tempfile::tempdir().unwrap();
+    let nowhere = tempfile::tempdir().unwrap();
+    assert_eq!(
+        glassbox_ledger::bucket::restore(&bucket_at(empty.path()), nowhere.path(), &vkey).unwrap(),
+        None
+    );
+    let tile = b.path().join("log/tile/0/000");
+    let mut bytes = std::fs::read(&tile).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&tile, bytes).unwrap();
+    let third = tempfile::tempdir().unwrap();
+    match glassbox_ledger::bucket::restore(&bucket, third.path(), &vkey) {
+        Err(Error::BucketConflict { reason, .. }) => {
+            assert!(reason.contains("does not audit"), "{reason}")
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert!(!third.path().join("log/checkpoint").exists());
 }

@@ -210,7 +210,7 @@ fn dropped_inside_a_runtime_without_panicking() {
 fn the_log_copied_to_a_bucket_audits_over_its_http_url_and_the_s3_api() {
     use glassbox_ledger::audit::AuditOptions;
     use glassbox_ledger::tiles::tiles_for_size;
-    use glassbox_ledger::{HttpSource, LabDir, LockMode, LogSource, Mirror, audit};
+    use glassbox_ledger::{Bucket, HttpSource, LabDir, LockMode, LogSource, Mirror, audit};
 
     let moto = start_moto();
     create_bucket(&moto, "public");
@@ -236,6 +236,12 @@ fn the_log_copied_to_a_bucket_audits_over_its_http_url_and_the_s3_api() {
         size += n;
         assert_eq!(mirror.sync(bucket, lab.root(), &vkey).unwrap().size, size);
     }
+    // A partial a killed integrator left behind is swept by the next integrator's first copy.
+    bucket
+        .write("log/tile/entries/001.p/99", b"left behind".to_vec())
+        .unwrap();
+    let next = Mirror::new().sync(bucket, lab.root(), &vkey).unwrap();
+    assert_eq!((next.written, next.deleted), (0, 1));
     let http = HttpSource::new(&format!("{}/public/labs/one/", moto.endpoint));
     let sources: [(&str, &dyn LogSource); 2] = [("http", &http), ("s3", &store)];
     for (how, src) in sources {
