@@ -3,11 +3,14 @@
 //!
 //! ```sh
 //! cargo run --release -p glassbox-lab --features bench --example sequence_bench -- \
-//!     [SECONDS] [CLIENTS] [BATCH] [POSTGRES_URL] [RATE]
+//!     [SECONDS] [CLIENTS] [BATCH] [POSTGRES_URL] [RATE] [BUCKET]
 //! ```
 //! Defaults: 5 s per figure, 4 clients, 16 entries per append,
 //! `postgres://postgres@127.0.0.1:5432/test` (a scratch schema is created and dropped), and
-//! a paced rate of 5000 entries/s.
+//! a paced rate of 5000 entries/s. With `BUCKET` (`s3://bucket/prefix`, credentials and
+//! endpoint from the `AWS_*` variables), one more figure: PostgreSQL, paced, with the blob
+//! store in that bucket, so the integrator also copies each checkpoint and its tiles there
+//! before the entries count as published (as `serve` does with `[storage] blobs` in a bucket).
 //!
 //! - `file lock`: each client appends straight to the log as every process did before the
 //!   sequencer: take the lab's writer lock, open the log, append the batch (tiles, fsync,
@@ -16,8 +19,9 @@
 //!   have) inserts its batch into the lab database in a durable commit — what a worker on
 //!   another machine does — while one integrator, as `glassbox serve` runs it (polling every
 //!   [`INTEGRATE_POLL`]), writes the log. Reported: entries sequenced per second, and the
-//!   integration lag — from an append's commit to the checkpoint that covers it being
-//!   installed — at p50 and p99. Each engine runs twice: unpaced (the clients append as fast as
+//!   integration lag — from an append's commit until a process waiting for it (polling the
+//!   sequencer's integrated size every 5 ms, as `Recorder::publish` does) sees it published —
+//!   at p50 and p99. Each engine runs twice: unpaced (the clients append as fast as
 //!   they can: the sequencing ceiling), and paced at RATE entries/s in all (the clients spread
 //!   their appends evenly: does integration keep up at that rate?).
 //!
@@ -69,6 +73,7 @@ fn main() {
         .next()
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_string());
     let paced: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(5000.0);
+    let bucket = args.next();
     let run_for = Duration::from_secs_f64(seconds);
     println!(
         "{clients} clients, {batch} entries per append, {seconds} s per figure, {} cores",
@@ -111,35 +116,49 @@ fn main() {
             .expect("PostgreSQL reachable")
     });
     let mut schemas = Vec::new();
+    let mut figures: Vec<(&str, Option<f64>, Option<String>)> = Vec::new();
     for engine in ["postgresql", "sqlite"] {
         for rate in [None, Some(paced)] {
-            // A fresh, empty database for every figure.
-            let sqlite_dir = tempfile::tempdir().expect("temp dir");
-            let url = if engine == "postgresql" {
-                let schema = format!("sequence_bench_{}_{}", std::process::id(), schemas.len());
-                rt.block_on(sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin))
-                    .expect("create schema");
-                let sep = if pg.contains('?') { '&' } else { '?' };
-                let url = format!("{pg}{sep}options=-c%20search_path%3D{schema}");
-                schemas.push(schema);
-                url
-            } else {
-                format!("sqlite://{}", sqlite_dir.path().join("queue.db").display())
-            };
-            let r = sequenced(&url, clients, batch, run_for, rate);
-            let how = match rate {
-                None => "unpaced".to_string(),
-                Some(p) => format!("paced {p:.0}/s"),
-            };
-            println!(
-                "sequenced {engine:<10} {how:<14} {:>9.0} entries/s  ({} entries), {:.2}x file lock; integration lag p50 {:.0} ms, p99 {:.0} ms",
-                r.per_second,
-                r.entries,
-                r.per_second / file_lock,
-                r.lag_p50.as_secs_f64() * 1e3,
-                r.lag_p99.as_secs_f64() * 1e3,
-            );
+            figures.push((engine, rate, None));
         }
+    }
+    if let Some(b) = &bucket {
+        // A prefix of its own, so the bucket holds no other log.
+        let prefix = format!(
+            "{}/sequence-bench-{}",
+            b.trim_end_matches('/'),
+            std::process::id()
+        );
+        figures.push(("postgresql", Some(paced), Some(prefix)));
+    }
+    for (engine, rate, blobs) in figures {
+        // A fresh, empty database for every figure.
+        let sqlite_dir = tempfile::tempdir().expect("temp dir");
+        let url = if engine == "postgresql" {
+            let schema = format!("sequence_bench_{}_{}", std::process::id(), schemas.len());
+            rt.block_on(sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin))
+                .expect("create schema");
+            let sep = if pg.contains('?') { '&' } else { '?' };
+            let url = format!("{pg}{sep}options=-c%20search_path%3D{schema}");
+            schemas.push(schema);
+            url
+        } else {
+            format!("sqlite://{}", sqlite_dir.path().join("queue.db").display())
+        };
+        let r = sequenced(&url, clients, batch, run_for, rate, blobs.as_deref());
+        let how = match (rate, &blobs) {
+            (None, _) => "unpaced".to_string(),
+            (Some(p), None) => format!("paced {p:.0}/s"),
+            (Some(p), Some(b)) => format!("paced {p:.0}/s, log copied to {b}"),
+        };
+        println!(
+            "sequenced {engine:<10} {how:<14} {:>9.0} entries/s  ({} entries), {:.2}x file lock; integration lag p50 {:.0} ms, p99 {:.0} ms",
+            r.per_second,
+            r.entries,
+            r.per_second / file_lock,
+            r.lag_p50.as_secs_f64() * 1e3,
+            r.lag_p99.as_secs_f64() * 1e3,
+        );
     }
     for schema in schemas {
         rt.block_on(sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin))
@@ -160,13 +179,18 @@ fn sequenced(
     batch: usize,
     run_for: Duration,
     rate: Option<f64>,
+    bucket: Option<&str>,
 ) -> Rate {
     let dir = tempfile::tempdir().expect("temp dir");
     let (lab, _) = LabDir::init(&dir.path().join("lab"), "bench.glassbox/lab").expect("lab");
+    let blobs: Arc<dyn glassbox_ledger::BlobStore> = match bucket {
+        Some(loc) => Arc::from(glassbox_ledger::open_store(loc).expect("bucket")),
+        None => Arc::new(lab.blobs()),
+    };
     let integrator = Arc::new(
         Recorder::open(
             lab.clone(),
-            Arc::new(lab.blobs()),
+            blobs,
             Sequencer::connect(url, Durability::PowerLoss).expect("sequencer"),
         )
         .expect("recorder"),
@@ -175,17 +199,37 @@ fn sequenced(
     let stop = Arc::new(AtomicBool::new(false));
     let published: Arc<Mutex<Vec<(u64, Instant)>>> = Arc::default();
     let integrating = {
-        let (rec, stop, published) = (integrator.clone(), stop.clone(), published.clone());
+        let (rec, stop) = (integrator.clone(), stop.clone());
         std::thread::spawn(move || {
             loop {
                 let done = stop.load(Ordering::Relaxed);
-                if rec.integrate_pending().expect("integrate") {
-                    let size = head.head().expect("head").expect("set up").integrated;
-                    published.lock().expect("lock").push((size, Instant::now()));
-                } else if done {
+                if !rec.integrate_pending().expect("integrate") && done {
                     return;
                 }
                 std::thread::sleep(INTEGRATE_POLL);
+            }
+        })
+    };
+    // What a worker waiting for its entry sees: the sequencer's integrated size, polled as
+    // `Recorder::publish` polls it (a batch counts once the integrator has noted it, after
+    // its checkpoint and, with a bucket, the copy).
+    let finished = Arc::new(AtomicBool::new(false));
+    let watching = {
+        let (finished, published) = (finished.clone(), published.clone());
+        std::thread::spawn(move || {
+            let mut last = 0;
+            loop {
+                // Read after the flag: once the integrator is done, one more read sees it all.
+                let done = finished.load(Ordering::Acquire);
+                let size = head.head().expect("head").expect("set up").integrated;
+                if size > last {
+                    published.lock().expect("lock").push((size, Instant::now()));
+                    last = size;
+                }
+                if done {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
             }
         })
     };
@@ -227,6 +271,8 @@ fn sequenced(
         .collect();
     let took = start.elapsed().as_secs_f64();
     integrating.join().expect("integrator");
+    finished.store(true, Ordering::Release);
+    watching.join().expect("watcher");
     let total = committed.len() * batch;
     // Every entry in the log once, at its index.
     let source = DirSource {
@@ -251,6 +297,17 @@ fn sequenced(
                 first + k as u64
             );
         }
+    }
+    if let Some(b) = integrator.blobs().bucket() {
+        let note = b
+            .read("log/checkpoint", glassbox_ledger::ReadLimit::CHECKPOINT)
+            .expect("read the bucket")
+            .expect("a checkpoint in the bucket");
+        let copied = glassbox_ledger::SignedCheckpoint::parse(&note).expect("checkpoint");
+        assert_eq!(
+            copied.checkpoint.size.0 as usize, total,
+            "the bucket holds the whole log"
+        );
     }
     let published = published.lock().expect("lock");
     let mut lags: Vec<Duration> = committed
