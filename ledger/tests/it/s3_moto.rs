@@ -210,7 +210,7 @@ fn dropped_inside_a_runtime_without_panicking() {
 fn the_log_copied_to_a_bucket_audits_over_its_http_url_and_the_s3_api() {
     use glassbox_ledger::audit::AuditOptions;
     use glassbox_ledger::tiles::tiles_for_size;
-    use glassbox_ledger::{Bucket, HttpSource, LabDir, LockMode, LogSource, Mirror, audit};
+    use glassbox_ledger::{HttpSource, LabDir, LockMode, LogSource, Mirror, audit};
 
     let moto = start_moto();
     create_bucket(&moto, "public");
