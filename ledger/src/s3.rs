@@ -170,6 +170,20 @@ impl S3BlobStore {
         self.rt.drive(f)
     }
 
+    /// A streaming reader of the object at `key`, `size` bytes long.
+    fn reader(&self, key: ObjectPath, size: u64) -> RangedReader {
+        RangedReader {
+            store: Arc::clone(&self.store),
+            rt: Arc::clone(&self.rt),
+            key,
+            size,
+            pos: 0,
+            buf: Vec::new(),
+            buf_pos: 0,
+            name: self.name.clone(),
+        }
+    }
+
     fn head_exists(&self, key: &ObjectPath) -> Result<bool, Error> {
         self.block_on(async {
             match self.store.head(key).await {
@@ -423,16 +437,7 @@ impl BlobStore for S3BlobStore {
                 other => self.err(other),
             })
         })?;
-        Ok(Box::new(RangedReader {
-            store: Arc::clone(&self.store),
-            rt: Arc::clone(&self.rt),
-            key,
-            size: meta.size,
-            pos: 0,
-            buf: Vec::new(),
-            buf_pos: 0,
-            name: self.name.clone(),
-        }))
+        Ok(Box::new(self.reader(key, meta.size)))
     }
 
     fn size(&self, hash: &BlobHash) -> Result<Option<u64>, Error> {
@@ -501,16 +506,7 @@ impl crate::source::LogSource for S3BlobStore {
                 what: limit.what,
             });
         }
-        Ok(Some(Box::new(RangedReader {
-            store: Arc::clone(&self.store),
-            rt: Arc::clone(&self.rt),
-            key,
-            size: meta.size,
-            pos: 0,
-            buf: Vec::new(),
-            buf_pos: 0,
-            name: self.name.clone(),
-        })))
+        Ok(Some(Box::new(self.reader(key, meta.size))))
     }
 
     fn locate(&self, rel: &str) -> String {

@@ -283,24 +283,13 @@ max_wait_seconds = 5
     )
     .unwrap();
 
-    let start_serve = || {
-        Proc::spawn(
-            glassbox(
-                d,
-                &db,
-                &moto,
-                &[
-                    "serve",
-                    "--no-worker",
-                    "--bind",
-                    &format!("127.0.0.1:{port}"),
-                ],
-            ),
-            d,
-            "serve",
-        )
+    // `glassbox serve --no-worker` with the lab in `host/lab` and the configuration `config`.
+    let start_serve = |host: &Path, config: &Path, name: &str| {
+        let bind = format!("127.0.0.1:{port}");
+        let args = ["serve", "--no-worker", "--bind", &bind];
+        Proc::spawn(glassbox_in(host, config, &db, &moto, &args), host, name)
     };
-    let mut serve = start_serve();
+    let mut serve = start_serve(d, &d.join("lab").join("lab.toml"), "serve");
     wait_for("the server", Duration::from_secs(60), &[&serve], || {
         ureq::get(&format!("{server}/healthz")).call().ok()
     });
@@ -403,20 +392,9 @@ max_wait_seconds = 5
         let _ = std::fs::remove_file(d.join("lab").join(gone));
     }
     std::thread::sleep(Duration::from_millis(1500));
-    serve = Proc::spawn(
-        glassbox_in(
-            &standby,
-            &standby.join("lab").join("lab.toml"),
-            &db,
-            &moto,
-            &[
-                "serve",
-                "--no-worker",
-                "--bind",
-                &format!("127.0.0.1:{port}"),
-            ],
-        ),
+    serve = start_serve(
         &standby,
+        &standby.join("lab").join("lab.toml"),
         "serve-standby",
     );
     wait_for(
