@@ -76,6 +76,8 @@ enum Command {
     Ladder(cli::ladder::LadderArgs),
     /// Re-run a recorded run from the ledger and compare it bitwise (a `reproduction` entry).
     Reproduce(cli::reproduce::ReproduceArgs),
+    /// The leaderboards rebuilt from the log alone: only reproduced runs are ranked.
+    Board(cli::board::BoardArgs),
     /// Datasets: `data import --domain NAME FILE`, `data generate --domain NAME --seed N --bytes N`.
     #[command(subcommand)]
     Data(cli::data::DataCommand),
@@ -139,6 +141,7 @@ fn main() -> ExitCode {
         Command::Data(cmd) => cli::data::run(cmd, &cli.global),
         Command::Ladder(args) => cli::ladder::run(args, &cli.global),
         Command::Reproduce(args) => cli::reproduce::run(args, &cli.global),
+        Command::Board(args) => cli::board::run(args, &cli.global),
         Command::Serve(args) => cli::serve::run(args, &cli.global),
         Command::Quickstart(args) => cli::quickstart::run(args, &cli.global),
     };

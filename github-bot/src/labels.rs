@@ -20,6 +20,12 @@ pub const SUCCEEDED: &str = "succeeded";
 pub const NEGATIVE_RESULT: &str = "negative-result";
 /// The run did not complete.
 pub const FAILED: &str = "failed";
+/// A reproduction of one of the runs did not match its record (a negative result).
+pub const REPRODUCTION_FAILED: &str = "reproduction-failed";
+/// A sweep's promotion gate passed.
+pub const GATE_PASSED: &str = "gate-passed";
+/// A sweep's promotion gate failed (a negative result).
+pub const GATE_FAILED: &str = "gate-failed";
 
 /// The labels a finished run adds.
 pub fn outcome_labels(status: RunStatus, forecast_hit: Option<bool>) -> Vec<&'static str> {

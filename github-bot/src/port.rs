@@ -313,6 +313,50 @@ pub enum LabEvent {
         /// What happened.
         alert: RunAlert,
     },
+    /// A reproduction of a run ended: reproduced, or a mismatch (a negative result).
+    Reproduced {
+        /// The issue.
+        issue: IssueKey,
+        /// The run re-run.
+        run: RunId,
+        /// `reproduced`, `differs`, `failed` or `cancelled`.
+        outcome: String,
+        /// The first difference, or why it could not finish.
+        detail: Option<String>,
+        /// `bitwise` or `tolerance`.
+        comparison: Option<String>,
+        /// The worker that re-ran it.
+        worker: String,
+        /// Queued by the lab's own policy rather than asked for.
+        automatic: bool,
+        /// Index of the `reproduction` entry.
+        ledger_index: u64,
+    },
+    /// A sweep's promotion gate was decided when its children ended.
+    Gate {
+        /// The sweep's issue.
+        issue: IssueKey,
+        /// Whether it passed.
+        passed: bool,
+        /// The numbers, in one sentence.
+        detail: String,
+        /// Index of the `gate` entry.
+        ledger_index: u64,
+    },
+}
+
+impl LabEvent {
+    /// The issue the event is announced on.
+    pub fn issue(&self) -> &IssueKey {
+        match self {
+            LabEvent::RunStarted { issue, .. }
+            | LabEvent::Progress { issue, .. }
+            | LabEvent::Finished { issue, .. }
+            | LabEvent::Alert { issue, .. }
+            | LabEvent::Reproduced { issue, .. }
+            | LabEvent::Gate { issue, .. } => issue,
+        }
+    }
 }
 
 /// An alert about a running run.

@@ -611,6 +611,62 @@ pub fn note_recorded(
     s
 }
 
+/// The comment when a reproduction of a run ends: it matched, it differs (a negative result,
+/// with the first difference), or it could not finish.
+#[allow(clippy::too_many_arguments)]
+pub fn reproduction_result(
+    run: &str,
+    outcome: &str,
+    detail: Option<&str>,
+    comparison: Option<&str>,
+    worker: &str,
+    automatic: bool,
+    ledger_index: u64,
+    dashboard: &str,
+) -> String {
+    let how = match comparison {
+        Some("tolerance") => "within the backend-parity tolerances",
+        _ => "bit for bit",
+    };
+    let who = if automatic {
+        "The lab's independent reproduction"
+    } else {
+        "The reproduction"
+    };
+    let mut s = match outcome {
+        "reproduced" => format!(
+            "✅ {who} of run `{run}` on worker `{worker}` **matched** its record {how}. Recorded as ledger entry {ledger_index}; the run can now be ranked on the lab's leaderboards."
+        ),
+        "differs" => format!(
+            "❌ {who} of run `{run}` on worker `{worker}` **did not match** its record ({how}): {}. This is a negative result, recorded as ledger entry {ledger_index}; the run is listed as \"reproduction failed\" and is not ranked.",
+            detail.unwrap_or("no detail recorded")
+        ),
+        other => format!(
+            "⚠️ {who} of run `{run}` on worker `{worker}` ended **{other}**: {}. Recorded as ledger entry {ledger_index}; the run still awaits reproduction.",
+            detail.unwrap_or("no detail recorded")
+        ),
+    };
+    if !dashboard.is_empty() {
+        let _ = write!(
+            s,
+            " Dashboard: {}/runs/{run}",
+            dashboard.trim_end_matches('/')
+        );
+    }
+    s
+}
+
+/// The comment when a sweep's promotion gate is decided.
+pub fn gate_result(passed: bool, detail: &str, ledger_index: u64) -> String {
+    if passed {
+        format!("🟢 Promotion gate **passed**: {detail}. Recorded as ledger entry {ledger_index}.")
+    } else {
+        format!(
+            "🔴 Promotion gate **failed**: {detail}. This is a negative result, recorded as ledger entry {ledger_index}."
+        )
+    }
+}
+
 /// The alert comment about a running run: its first anomaly, or a stall.
 pub fn run_alert(run: &str, alert: &RunAlert, dashboard: &str) -> String {
     let mut s = match alert {

@@ -15,6 +15,7 @@
 //! max_metric_points = 50000000    # scalar points plus vector components a run may record
 //! max_proposals_per_author_per_day = 20  # proposal entries per GitHub author in any 24 hours
 //! max_notes_per_author_per_hour = 30     # `/note` annotations per GitHub author in any hour
+//! max_flops_per_sweep = 1e16      # the total of a sweep's children one /approve may approve
 //!
 //! [queue]
 //! default_priority = 0            # jobs run by priority (higher first), then age (older first)
@@ -41,6 +42,19 @@
 //! witness_quorum = 1              # cosignatures a checkpoint should carry (default: every witness);
 //!                                 # below it the checkpoint is still published, and says so
 //! witness_timeout_millis = 3000   # the most one witness may delay an append
+//!
+//! [reproduce]
+//! policy = "top"                  # after a run succeeds, queue its independent reproduction:
+//!                                 # "top" (when it would enter a leaderboard's top N), "all", "off"
+//! top = 3                         # the N of "top"
+//! on_other_worker = true          # the reproduction never runs on the worker that made the run
+//!                                 # (nor on its host, while a worker of another host serves)
+//!
+//! [[leaderboard]]                 # boards rank reproduced results only (`/boards/<name>`)
+//! name = "markov-loss"
+//! metric = "eval/markov/loss"
+//! direction = "min"               # or "max"
+//! compute = "flops"               # the compute axis: training "flops" or "tokens"
 //! ```
 //!
 //! Loading reports every problem at once, each naming its key. This module reads the file; the
@@ -76,6 +90,8 @@ pub struct Limits {
     pub max_proposals_per_author_per_day: u32,
     /// `/note` annotations one author may write in any hour.
     pub max_notes_per_author_per_hour: u32,
+    /// Total estimated FLOPs of all a sweep's children that one `/approve` may approve.
+    pub max_flops_per_sweep: f64,
 }
 
 impl Default for Limits {
@@ -89,6 +105,7 @@ impl Default for Limits {
             max_metric_points: 50_000_000,
             max_proposals_per_author_per_day: 20,
             max_notes_per_author_per_hour: 30,
+            max_flops_per_sweep: 1e16,
         }
     }
 }
@@ -271,6 +288,41 @@ impl LedgerSettings {
     }
 }
 
+/// Which successful runs the lab reproduces by itself (`[reproduce]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReproducePolicy {
+    /// None (the default): reproductions are asked for with `/reproduce`.
+    #[default]
+    Off,
+    /// A run that would enter a leaderboard's top `top`.
+    Top,
+    /// Every successful run.
+    All,
+}
+
+/// `[reproduce]`: automatic independent reproduction.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReproduceSettings {
+    /// Which runs.
+    pub policy: ReproducePolicy,
+    /// The N of `top`.
+    pub top: usize,
+    /// Never on the worker (nor, while another host serves the queue, the host) that made it.
+    pub on_other_worker: bool,
+}
+
+impl Default for ReproduceSettings {
+    fn default() -> Self {
+        ReproduceSettings {
+            policy: ReproducePolicy::Off,
+            top: 3,
+            on_other_worker: true,
+        }
+    }
+}
+
 /// The whole lab configuration.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LabConfig {
@@ -284,6 +336,10 @@ pub struct LabConfig {
     pub storage: Storage,
     /// `[ledger]`.
     pub ledger: LedgerSettings,
+    /// `[reproduce]`.
+    pub reproduce: ReproduceSettings,
+    /// `[[leaderboard]]`: the boards, in the file's order.
+    pub leaderboards: Vec<glassbox_ledger::board::BoardDef>,
 }
 
 impl LabConfig {
@@ -322,11 +378,21 @@ impl LabConfig {
                 "worker" => section(key, value, &mut cfg.worker, &mut problems),
                 "storage" => section(key, value, &mut cfg.storage, &mut problems),
                 "ledger" => section(key, value, &mut cfg.ledger, &mut problems),
+                "reproduce" => section(key, value, &mut cfg.reproduce, &mut problems),
+                "leaderboard" => boards(value, &mut cfg.leaderboards, &mut problems),
                 other if others.contains(&other) => {
                     rest.insert(key.clone(), value.clone());
                 }
                 other => {
-                    let mut known = vec!["limits", "queue", "worker", "storage", "ledger"];
+                    let mut known = vec![
+                        "limits",
+                        "queue",
+                        "worker",
+                        "storage",
+                        "ledger",
+                        "reproduce",
+                        "leaderboard",
+                    ];
                     known.extend_from_slice(others);
                     problems.push(format!(
                         "{other}: unknown section (known sections: {})",
@@ -352,6 +418,13 @@ impl LabConfig {
             bad(
                 "limits.max_flops_per_proposal",
                 l.max_flops_per_proposal.to_string(),
+                "must be a positive number",
+            );
+        }
+        if !(l.max_flops_per_sweep.is_finite() && l.max_flops_per_sweep > 0.0) {
+            bad(
+                "limits.max_flops_per_sweep",
+                l.max_flops_per_sweep.to_string(),
                 "must be a positive number",
             );
         }
@@ -437,7 +510,50 @@ impl LabConfig {
                 "must be at least 1",
             );
         }
+        if self.reproduce.top == 0 {
+            bad("reproduce.top", "0".into(), "must be at least 1");
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for b in &self.leaderboards {
+            if let Some(p) = b.problem() {
+                problems.push(p);
+            } else if !names.insert(b.name.clone()) {
+                problems.push(format!(
+                    "leaderboard.name {:?}: two boards have this name; each needs its own",
+                    b.name
+                ));
+            }
+        }
+        if self.reproduce.policy == ReproducePolicy::Top && self.leaderboards.is_empty() {
+            problems.push(
+                "reproduce.policy = \"top\": needs at least one [[leaderboard]] to rank against (or policy = \"all\")".into(),
+            );
+        }
+        let mut bad = |key: &str, value: String, rule: &str| {
+            problems.push(format!("{key} = {value}: {rule}"));
+        };
         self.ledger.check(&mut bad);
+    }
+}
+
+/// Reads `[[leaderboard]]` tables, each problem naming the board and key.
+fn boards(
+    value: &toml::Value,
+    into: &mut Vec<glassbox_ledger::board::BoardDef>,
+    problems: &mut Vec<String>,
+) {
+    let Some(list) = value.as_array() else {
+        problems.push(
+            "leaderboard: must be an array of tables ([[leaderboard]] name = ..., metric = ...)"
+                .into(),
+        );
+        return;
+    };
+    for (i, v) in list.iter().enumerate() {
+        match glassbox_ledger::board::BoardDef::deserialize(v.clone()) {
+            Ok(b) => into.push(b),
+            Err(e) => problems.push(format!("leaderboard[{i}]: {}", e.message())),
+        }
     }
 }
 

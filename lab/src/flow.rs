@@ -83,14 +83,14 @@ pub struct Queued {
 /// The lab's flow; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Flow {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-struct Inner {
-    queue: Queue,
-    recorder: Arc<Recorder>,
-    config: LabConfig,
+pub(crate) struct Inner {
+    pub(crate) queue: Queue,
+    pub(crate) recorder: Arc<Recorder>,
+    pub(crate) config: LabConfig,
     switches: CancelSwitches,
     /// Base URL of the public dashboard, for proof links in comments.
     public_url: String,
@@ -142,15 +142,15 @@ impl Flow {
         proposals::get(self.pool(), experiment).await
     }
 
-    fn pool(&self) -> &sqlx::AnyPool {
+    pub(crate) fn pool(&self) -> &sqlx::AnyPool {
         self.inner.queue.db().pool()
     }
 
-    fn now(&self) -> i64 {
+    pub(crate) fn now(&self) -> i64 {
         self.inner.queue.db().now_ms()
     }
 
-    async fn blocking<T: Send + 'static>(
+    pub(crate) async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Recorder) -> Result<T, LabError> + Send + 'static,
     ) -> Result<T, LabError> {
@@ -164,6 +164,17 @@ impl Flow {
     /// voids a waiting approval of the old one (its job leaves the queue). A rejection is kept
     /// across edits: only an approval lifts it.
     pub async fn propose(&self, p: NewProposal) -> Result<Recorded, LabError> {
+        self.propose_with(p, None).await
+    }
+
+    /// [`Flow::propose`], for a sweep's child when `sweep` links it: the link goes in the entry,
+    /// and the entry is not counted against the author's daily limit (the sweep was, once).
+    pub(crate) async fn propose_with(
+        &self,
+        p: NewProposal,
+        sweep: Option<glassbox_schemas::record::SweepLink>,
+    ) -> Result<Recorded, LabError> {
+        let child = sweep.is_some();
         let spec_hash = glassbox_schemas::spec_hash(&p.spec).map_err(|e| LabError::BadSpec {
             hash: "?".into(),
             reason: e.to_string(),
@@ -180,7 +191,9 @@ impl Flow {
                 voided: None,
             });
         }
-        self.check_proposal(&p).await?;
+        if !child {
+            self.check_proposal(&p).await?;
+        }
         let canonical = glassbox_schemas::canonical::spec_canonical_json(&p.spec).map_err(|e| {
             LabError::BadSpec {
                 hash: spec_hash.to_string(),
@@ -193,6 +206,7 @@ impl Flow {
             author: p.author.clone(),
             title: p.title.clone(),
             issue: p.issue.clone(),
+            sweep,
         };
         let forecast = p.forecast.clone();
         let (entry, forecast_entry) = self
@@ -232,8 +246,10 @@ impl Flow {
         if let (Some(f), Some(fe)) = (&p.forecast, forecast_entry) {
             register_forecast(&self.inner.queue, &spec_hash, f, fe).await?;
         }
-        self.count_proposal_entry(&p.author, &p.experiment, entry)
-            .await?;
+        if !child {
+            self.count_proposal_entry(&p.author, &p.experiment, entry)
+                .await?;
+        }
         let proposed = Proposed {
             experiment: &p.experiment,
             spec_hash: &spec_hash,
@@ -264,7 +280,7 @@ impl Flow {
     }
 
     /// Cancels the experiment's job if it is still waiting (queued or held).
-    async fn drop_waiting_job(
+    pub(crate) async fn drop_waiting_job(
         &self,
         experiment: &ExperimentId,
         why: &str,
@@ -297,6 +313,21 @@ impl Flow {
         spec_hash: &SpecHash,
         approver: &str,
         local: bool,
+    ) -> Result<Queued, LabError> {
+        self.approve_with(experiment, spec_hash, approver, local, None)
+            .await
+    }
+
+    /// [`Flow::approve`], for a sweep's child when `sweep` is the sweep file's hash the set's
+    /// approval is bound to: the hash goes in the entry, and the author's open-job limit is
+    /// not applied per child (the sweep's total is checked instead).
+    pub(crate) async fn approve_with(
+        &self,
+        experiment: &ExperimentId,
+        spec_hash: &SpecHash,
+        approver: &str,
+        local: bool,
+        sweep: Option<SpecHash>,
     ) -> Result<Queued, LabError> {
         let row = self.row(experiment).await?.ok_or_else(|| {
             LabError::Refused(format!("no proposal is recorded for {experiment}"))
@@ -333,8 +364,10 @@ impl Flow {
             }
         }
         let spec = self.spec(spec_hash).await?;
-        self.check_limits(&spec, &row.author, local).await?;
+        self.check_limits(&spec, &row.author, local || sweep.is_some())
+            .await?;
         let body = ApprovalBody {
+            sweep,
             spec_hash: *spec_hash,
             approver: approver.to_string(),
         };
@@ -485,20 +518,25 @@ impl Flow {
         if p.issue.is_none() {
             return Ok(());
         }
+        self.check_daily_proposals(&p.author).await
+    }
+
+    /// Refuses when `author` already caused `limits.max_proposals_per_author_per_day` proposal
+    /// entries in the last 24 hours.
+    pub(crate) async fn check_daily_proposals(&self, author: &str) -> Result<(), LabError> {
         let max = self.inner.config.limits.max_proposals_per_author_per_day;
         let since = self.now() - DAY_MS;
-        let n = proposals::entries_since(self.pool(), &p.author, since).await?;
+        let n = proposals::entries_since(self.pool(), author, since).await?;
         if n >= u64::from(max) {
             return Err(LabError::Refused(format!(
-                "{} has made {n} proposals in the last 24 hours; the limit is {max} (limits.max_proposals_per_author_per_day); try again later",
-                p.author
+                "{author} has made {n} proposals in the last 24 hours; the limit is {max} (limits.max_proposals_per_author_per_day); try again later"
             )));
         }
         Ok(())
     }
 
     /// Counts a proposal entry against its author's daily limit.
-    async fn count_proposal_entry(
+    pub(crate) async fn count_proposal_entry(
         &self,
         author: &str,
         experiment: &ExperimentId,
@@ -627,7 +665,12 @@ impl Flow {
             priority: self.inner.config.queue.priority_of(by),
             max_attempts: limits.max_attempts,
         };
-        let job = match self.inner.queue.enqueue_reproduction(&new, run).await {
+        let job = match self
+            .inner
+            .queue
+            .enqueue_reproduction(&new, run, &Default::default())
+            .await
+        {
             Ok(j) => j,
             Err(crate::queue::QueueError::AlreadyOpen { job, state }) => {
                 return Err(LabError::Refused(format!(
@@ -882,6 +925,39 @@ impl Flow {
                     },
                 },
             },
+            Notice::Reproduced {
+                run,
+                outcome,
+                detail,
+                comparison,
+                worker,
+                automatic,
+                entry,
+                ..
+            } => LabEvent::Reproduced {
+                issue,
+                run: run.clone(),
+                outcome: outcome.clone(),
+                detail: detail.clone(),
+                comparison: comparison.map(|c| match c {
+                    glassbox_schemas::record::Comparison::Bitwise => "bitwise".to_string(),
+                    glassbox_schemas::record::Comparison::Tolerance => "tolerance".to_string(),
+                }),
+                worker: worker.clone(),
+                automatic: *automatic,
+                ledger_index: *entry,
+            },
+            Notice::Gate {
+                outcome,
+                detail,
+                entry,
+                ..
+            } => LabEvent::Gate {
+                issue,
+                passed: *outcome == glassbox_schemas::record::GateOutcome::Passed,
+                detail: detail.clone(),
+                ledger_index: *entry,
+            },
         })
     }
 
@@ -998,9 +1074,14 @@ const HOUR_MS: i64 = 60 * 60 * 1000;
 /// 24 hours in milliseconds (the per-author proposal window).
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
-/// `<owner>/<repo>#<n>` as an issue, when it is one.
+/// `<owner>/<repo>#<n>` as an issue, when it is one; a sweep child `<owner>/<repo>#<n>/<i>`
+/// is announced on its sweep's issue.
 pub fn issue_key(experiment: &ExperimentId) -> Option<IssueKey> {
     let (repo, n) = experiment.0.rsplit_once('#')?;
+    let n = match n.split_once('/') {
+        Some((n, child)) if !child.is_empty() && child.bytes().all(|b| b.is_ascii_digit()) => n,
+        _ => n,
+    };
     Some(IssueKey {
         repo: RepoName::parse(repo)?,
         number: IssueNumber(n.parse().ok()?),

@@ -164,6 +164,8 @@ impl LabHandle {
         );
         opts.settings = self.config.worker.clone();
         opts.limits = self.config.limits.clone();
+        opts.reproduce = self.config.reproduce.clone();
+        opts.leaderboards = self.config.leaderboards.clone();
         opts
     }
 

@@ -17,7 +17,10 @@
 //!   tokenizers and token shards with `tokenizer` and `tokenized` entries, and the runner's
 //!   corpus store over the blob store;
 //! - [`ladder`] — scaling ladders: rungs, the fit, the pre-registered forecast, the target;
-//! - [`reproduce`] — re-running a recorded run from the ledger and comparing bitwise;
+//! - [`reproduce`] — re-running a recorded run from the ledger and comparing it (bitwise, or
+//!   within tolerances for another backend), and the `[reproduce]` policy that queues it on
+//!   another worker by itself;
+//! - [`sweep`] — sweeps: children proposed together, one approval of the set, the gate;
 //! - [`service`] — the running lab (`serve`): bot + webhook route, notice delivery, worker;
 //! - [`config`] — [`LabConfig`]: budgets, quotas, job order, worker timing;
 //! - [`limits`] — the `[limits]` on memory, metric volume and wall time applied to a spec.
@@ -43,6 +46,7 @@ pub mod reproduce;
 pub mod sequencer;
 pub mod service;
 pub mod stall;
+pub mod sweep;
 pub mod tokens;
 pub mod worker;
 

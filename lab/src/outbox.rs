@@ -107,6 +107,36 @@ pub enum Notice {
         /// What happened.
         alert: AlertNotice,
     },
+    /// A reproduction of a run ended (a mismatch is a negative result, announced like one).
+    Reproduced {
+        /// The experiment.
+        experiment: ExperimentId,
+        /// The run re-run.
+        run: RunId,
+        /// `reproduced`, `differs`, `failed` or `cancelled`.
+        outcome: String,
+        /// The first difference, or why it could not finish.
+        detail: Option<String>,
+        /// Bitwise or within tolerances.
+        comparison: Option<glassbox_schemas::record::Comparison>,
+        /// The worker that re-ran it.
+        worker: String,
+        /// Queued by the lab's `[reproduce]` policy.
+        automatic: bool,
+        /// The `reproduction` entry.
+        entry: u64,
+    },
+    /// A sweep's promotion gate was decided.
+    Gate {
+        /// The sweep's experiment.
+        experiment: ExperimentId,
+        /// Passed or failed.
+        outcome: glassbox_schemas::record::GateOutcome,
+        /// The numbers, in one sentence.
+        detail: String,
+        /// The `gate` entry.
+        entry: u64,
+    },
 }
 
 /// What an [`Notice::Alert`] is about.
@@ -147,7 +177,9 @@ impl Notice {
         match self {
             Notice::RunStarted { experiment, .. }
             | Notice::Finished { experiment, .. }
-            | Notice::Alert { experiment, .. } => experiment,
+            | Notice::Alert { experiment, .. }
+            | Notice::Reproduced { experiment, .. }
+            | Notice::Gate { experiment, .. } => experiment,
         }
     }
 }

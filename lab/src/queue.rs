@@ -256,6 +256,23 @@ pub struct Job {
     pub created_at: i64,
     /// Last change (Unix ms).
     pub updated_at: i64,
+    /// A worker that may never take it (the one that made the run a reproduction re-runs).
+    pub avoid_worker: Option<WorkerId>,
+    /// A host whose workers take it only while no other host's worker serves the queue.
+    pub avoid_host: Option<String>,
+    /// Queued by the lab's own policy (`[reproduce]`), not asked for.
+    pub automatic: bool,
+}
+
+/// Where a reproduction job may not run, and whether the lab queued it by itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Avoid {
+    /// Never this worker.
+    pub worker: Option<WorkerId>,
+    /// Not this host while a worker of another host serves the queue.
+    pub host: Option<String>,
+    /// Queued by the `[reproduce]` policy.
+    pub automatic: bool,
 }
 
 impl Job {
@@ -643,6 +660,7 @@ impl Queue {
         &self,
         job: &NewJob,
         run: &RunId,
+        avoid: &Avoid,
     ) -> Result<JobId, QueueError> {
         if let Some(open) = self.open_reproduction_of(run).await? {
             return Err(QueueError::AlreadyOpen {
@@ -650,7 +668,7 @@ impl Queue {
                 state: open.state,
             });
         }
-        match jobs::insert_reproduction(self.db.pool(), job, run, self.now()).await {
+        match jobs::insert_reproduction(self.db.pool(), job, run, avoid, self.now()).await {
             Ok(id) => Ok(id),
             // Two requests at once: the unique index lets one through.
             Err(e) => match self.open_reproduction_of(run).await? {
@@ -661,6 +679,12 @@ impl Queue {
                 None => Err(e.into()),
             },
         }
+    }
+
+    /// Records that `worker` runs on `host` and asks for work now (what [`Avoid::host`] is
+    /// checked against).
+    pub async fn announce(&self, worker: &WorkerId, host: &str) -> Result<(), QueueError> {
+        jobs::announce(self.db.pool(), worker, host, self.now()).await
     }
 
     /// The reproduction job of `run` that is waiting or running, if any.
@@ -912,6 +936,12 @@ impl Queue {
     /// Number of jobs in each state (for `/metrics` and `glassbox jobs`).
     pub async fn counts(&self) -> Result<Vec<(JobState, u64)>, QueueError> {
         jobs::count_by_state(self.db.pool()).await
+    }
+
+    /// Jobs queued, leased or running that `worker` may ever take or is waiting on (a job that
+    /// avoids `worker` is another worker's to run, so it does not keep `worker` busy).
+    pub async fn open_for(&self, worker: &WorkerId) -> Result<u64, QueueError> {
+        jobs::open_for(self.db.pool(), worker).await
     }
 
     fn require_lease(&self, rows: u64, job: JobId, worker: &WorkerId) -> Result<(), QueueError> {

@@ -15,7 +15,17 @@
 //! GitHub is a queued job instead: a worker calls [`compare`] with its threads, the job's cancel
 //! flag and the lab's wall-clock limit, and records the entry itself when the job ends.
 //!
-//! Not here: choosing what to reproduce (the CLI and the bot) or training internals (runner).
+//! A run made on the CPU backend is compared bit for bit (`comparison: bitwise`). A run made on
+//! another backend (CUDA) is re-run here on the CPU and compared within the backend-parity
+//! tolerances (`comparison: tolerance`): every loss and bits-per-byte value within
+//! [`TOL_STEP_LOSS`] relative (bf16 runs: [`TOL_BF16_LOSS`]); parameters are not compared.
+//!
+//! [`queue_by_policy`] is the lab's `[reproduce]` policy: after a run succeeds, its worker
+//! queues a reproduction (`all`, or `top` when the run would enter a leaderboard's top N) that
+//! may not run on that worker, nor on its host while another host's worker serves the queue.
+//!
+//! Not here: choosing what to reproduce by hand (the CLI and the bot) or training internals
+//! (runner).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,8 +44,13 @@ use glassbox_schemas::record::{
 use glassbox_schemas::{Blake3Hash, BlobHash, ExperimentId, ExperimentSpec, RunId, RunStatus};
 use serde::Serialize;
 
+use glassbox_runner::backend::cuda::check::{TOL_BF16_LOSS, TOL_STEP_LOSS};
+use glassbox_schemas::record::{Comparison, RunEnding};
+
+use crate::config::{ReproducePolicy, ReproduceSettings};
 use crate::corpus::BlobCorpusStore;
 use crate::error::LabError;
+use crate::queue::{Avoid, Job, JobId, JobKind, NewJob, Queue, QueueError, WorkerId};
 use crate::recorder::Recorder;
 
 /// What was found.
@@ -299,6 +314,12 @@ pub async fn compare(
     let have = flatten(&got);
     let mut detail = None;
     let mut compared = 0;
+    let comparison = comparison_for(&record.started.backend);
+    let tolerance = if record.started.backend.contains("bf16") {
+        TOL_BF16_LOSS
+    } else {
+        TOL_STEP_LOSS
+    };
     // A re-run stopped from outside (a cancel, the lab's wall-clock limit) did not differ: it
     // did not finish.
     let stopped = match outcome.ending.status {
@@ -318,6 +339,10 @@ pub async fn compare(
             outcome.ending.reason.clone().unwrap_or_default()
         ));
         let body = ReproductionBody {
+            comparison: Some(comparison),
+            worker: None,
+            host: None,
+            automatic: false,
             run: run.clone(),
             outcome: how.into(),
             detail,
@@ -341,9 +366,15 @@ pub async fn compare(
         if is_wall_clock(name) || !w.is_finite() {
             continue;
         }
+        if comparison == Comparison::Tolerance && !is_parity_checked(name) {
+            continue;
+        }
         compared += 1;
         match have.get(&(*step, *eval, name.clone())) {
             Some(g) if g.to_bits() == w.to_bits() => {}
+            Some(g)
+                if comparison == Comparison::Tolerance
+                    && (g - w).abs() <= tolerance * w.abs().max(1e-12) => {}
             Some(g) => {
                 detail = Some(format!(
                     "differs at step {step}: {name}, expected {w}, got {g}"
@@ -365,6 +396,7 @@ pub async fn compare(
         ));
     }
     if detail.is_none()
+        && comparison == Comparison::Bitwise
         && let Some(p) = &record.result.params_blake3
         && *p != outcome.params_blake3
     {
@@ -374,6 +406,10 @@ pub async fn compare(
         ));
     }
     let body = ReproductionBody {
+        comparison: Some(comparison),
+        worker: None,
+        host: None,
+        automatic: false,
         run: run.clone(),
         outcome: if detail.is_none() {
             "reproduced".into()
@@ -396,4 +432,110 @@ pub async fn compare(
         steps: outcome.ending.steps,
         values_compared: compared,
     })
+}
+
+/// Bitwise for a run made on the CPU backend (as this re-run is); within tolerances otherwise.
+fn comparison_for(original_backend: &str) -> Comparison {
+    if original_backend.starts_with("cpu") {
+        Comparison::Bitwise
+    } else {
+        Comparison::Tolerance
+    }
+}
+
+/// The metrics a cross-backend comparison checks: losses and bits per byte (what the backend
+/// parity tolerances are stated for).
+fn is_parity_checked(name: &str) -> bool {
+    name.ends_with("/loss") || name.ends_with("/bpb")
+}
+
+/// The worker that made a run, for [`queue_by_policy`].
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    /// Its id.
+    pub worker: &'a WorkerId,
+    /// Its host.
+    pub host: &'a str,
+    /// Leases the reproduction job gets.
+    pub max_attempts: u32,
+}
+
+/// Queues an independent reproduction of `run` (just succeeded, made by `origin` for `job`)
+/// when `settings` ask for one: `all`, or `top` when one of `boards` would rank its final value
+/// among the top `settings.top`. With `on_other_worker`, the job avoids `origin`'s worker and
+/// host. `None` when the policy asks for nothing (or one already waits).
+#[allow(clippy::too_many_arguments)]
+pub async fn queue_by_policy(
+    queue: &Queue,
+    rec: &Arc<Recorder>,
+    settings: &ReproduceSettings,
+    boards: &[glassbox_ledger::board::BoardDef],
+    job: &Job,
+    run: &RunId,
+    ending: &RunEnding,
+    origin: &Origin<'_>,
+) -> Result<Option<JobId>, LabError> {
+    let wanted = match settings.policy {
+        ReproducePolicy::Off => false,
+        ReproducePolicy::All => true,
+        ReproducePolicy::Top => {
+            let relevant: Vec<_> = boards
+                .iter()
+                .filter(|b| ending.final_metrics.contains_key(&b.metric))
+                .cloned()
+                .collect();
+            if relevant.is_empty() {
+                false
+            } else {
+                let rec2 = rec.clone();
+                let defs = relevant.clone();
+                let derived = tokio::task::spawn_blocking(move || derive_boards(&rec2, &defs))
+                    .await
+                    .map_err(|e| LabError::Task(e.to_string()))??;
+                derived.iter().any(|b| {
+                    ending
+                        .final_metrics
+                        .get(&b.def.metric)
+                        .is_some_and(|v| b.would_enter_top(*v, settings.top))
+                })
+            }
+        }
+    };
+    if !wanted {
+        return Ok(None);
+    }
+    let avoid = Avoid {
+        worker: settings.on_other_worker.then(|| origin.worker.clone()),
+        host: settings.on_other_worker.then(|| origin.host.to_string()),
+        automatic: true,
+    };
+    let new = NewJob {
+        kind: JobKind::Reproduction,
+        experiment: job.experiment.clone(),
+        spec_hash: job.spec_hash,
+        author: job.author.clone(),
+        proposal_entry: job.proposal_entry,
+        approval_entry: None,
+        priority: job.priority,
+        max_attempts: origin.max_attempts.max(1),
+    };
+    match queue.enqueue_reproduction(&new, run, &avoid).await {
+        Ok(j) => Ok(Some(j)),
+        Err(QueueError::AlreadyOpen { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The boards of `defs` over the lab's record as the sequencer holds it.
+pub fn derive_boards(
+    rec: &Recorder,
+    defs: &[glassbox_ledger::board::BoardDef],
+) -> Result<Vec<glassbox_ledger::board::Board>, LabError> {
+    let mut builder = glassbox_ledger::board::BoardBuilder::new();
+    rec.for_each_entry(|i, e| builder.add(i, &e))?;
+    Ok(builder.finish(defs, |h| {
+        rec.get_bytes(&BlobHash(h.0))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+    }))
 }

@@ -52,15 +52,16 @@ use glassbox_schemas::{
 };
 use tokio::runtime::Handle;
 
-use crate::config::{Limits, WorkerSettings};
+use crate::config::{Limits, ReproduceSettings, WorkerSettings};
 use crate::error::LabError;
 use crate::outbox::{self, AlertNotice, Notice};
 use crate::queue::{
-    ABANDONED_CANCELLED_REASON, ABANDONED_REASON, Ending, Job, JobId, JobKind, JobState, Queue,
-    QueueError, WorkerId,
+    ABANDONED_CANCELLED_REASON, ABANDONED_REASON, Ending, Job, JobId, JobKind, Queue, QueueError,
+    WorkerId,
 };
 use crate::recorder::{Recorder, one_ref};
 use crate::stall::StallWatch;
+use glassbox_ledger::board::BoardDef;
 
 mod recording;
 pub mod run_log;
@@ -141,6 +142,26 @@ pub struct WorkerOptions {
     /// The lab's limits this worker applies: memory (checked before allocating) and wall time
     /// (every run, beside the spec's own budget).
     pub limits: Limits,
+    /// This worker's host name, recorded in `run_started` and `reproduction` entries and
+    /// checked by jobs that avoid a host. Default: the machine's host name.
+    pub host: String,
+    /// The lab's `[reproduce]` policy, applied when a run this worker made succeeds.
+    pub reproduce: ReproduceSettings,
+    /// The lab's leaderboards (what `reproduce.policy = "top"` ranks against).
+    pub leaderboards: Vec<BoardDef>,
+    /// Test only: train with a seed the spec does not state, as a nondeterministic backend
+    /// would, so that a reproduction differs.
+    #[cfg(feature = "test-backend")]
+    pub nondeterministic: bool,
+}
+
+/// The machine's host name (`worker` when it cannot be read).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".into())
 }
 
 impl WorkerOptions {
@@ -155,6 +176,11 @@ impl WorkerOptions {
             code_revision,
             peak: None,
             limits: Limits::default(),
+            host: host_name(),
+            reproduce: ReproduceSettings::default(),
+            leaderboards: Vec::new(),
+            #[cfg(feature = "test-backend")]
+            nondeterministic: false,
         }
     }
 }
@@ -217,7 +243,13 @@ pub struct Worker {
     next: Mutex<Option<Job>>,
     /// This program's identity, hashed once at the first job.
     build: OnceLock<Option<BuildIdentity>>,
+    /// When this worker last told the queue its host.
+    announced: Mutex<Option<std::time::Instant>>,
 }
+
+/// How often a polling worker renews its host in the queue (well inside the minute a job that
+/// avoids a host waits for another host's worker).
+const ANNOUNCE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// BLAKE3 of the running executable, read once per process (a binary replaced on disk while
 /// it runs is still named by the bytes it started from, as far as the first read saw them).
@@ -271,6 +303,23 @@ impl Worker {
             switches: CancelSwitches::default(),
             peak,
             build: OnceLock::new(),
+            announced: Mutex::new(None),
+        }
+    }
+
+    /// Tells the queue which host this worker is on, at most every few seconds (what jobs that
+    /// avoid a host are checked against). A failure is only logged: leasing goes on.
+    async fn announce_host(&self) {
+        let now = std::time::Instant::now();
+        {
+            let mut last = self.announced.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|t| now.duration_since(t) < ANNOUNCE_EVERY) {
+                return;
+            }
+            *last = Some(now);
+        }
+        if let Err(e) = self.queue.announce(&self.opts.id, &self.opts.host).await {
+            tracing::warn!(worker = %self.opts.id, error = %e, "cannot announce this worker's host");
         }
     }
 
@@ -305,6 +354,7 @@ impl Worker {
         let job = match self.take_next() {
             Some(job) => job,
             None => {
+                self.announce_host().await;
                 let lease = self.opts.settings.lease();
                 if let Some(job) = self.queue.claim_abandoned(&self.opts.id, lease).await? {
                     return Ok(Some(self.end_abandoned(job).await?));
@@ -434,16 +484,10 @@ impl Worker {
     }
 
     /// Nothing queued and nothing leased or running (a job whose worker died still counts
-    /// until its lease runs out and someone takes it over).
+    /// until its lease runs out and someone takes it over), except jobs that never run on this
+    /// worker (a reproduction of its own run is another worker's).
     async fn queue_is_drained(&self) -> Result<bool, LabError> {
-        let counts = self.queue.counts().await?;
-        Ok(counts.iter().all(|(state, n)| {
-            *n == 0
-                || !matches!(
-                    state,
-                    JobState::Queued | JobState::Leased | JobState::Running
-                )
-        }))
+        Ok(self.queue.open_for(&self.opts.id).await? == 0)
     }
 
     async fn execute(&self, job: Job) -> Result<JobEnd, LabError> {
@@ -687,10 +731,23 @@ impl Worker {
             crate::corpus::BlobCorpusStore::new(self.recorder.blobs().clone()).with_shards(shards);
         // Setting up allocates the run's big buffers: a panic there (or on the training thread
         // below) ends this run `failed`, never the process.
+        #[cfg(feature = "test-backend")]
+        let trained_spec = {
+            let mut s = spec.clone();
+            if self.opts.nondeterministic {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.subsec_nanos() as u64 | 1);
+                s.train.seed ^= nanos;
+            }
+            s
+        };
+        #[cfg(not(feature = "test-backend"))]
+        let trained_spec = spec.clone();
         let set_up = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let data = DataPipeline::new(&spec, &store)?;
             let run_data = data.run_data(&spec);
-            Trainer::new(be, spec.clone(), data, &opts).map(|t| (t, run_data))
+            Trainer::new(be, trained_spec, data, &opts).map(|t| (t, run_data))
         }));
         let (mut trainer, run_data) = match set_up {
             Ok(Ok(t)) => t,
@@ -949,6 +1006,8 @@ impl Worker {
             })
             .collect();
         let body = RunStartedBody {
+            worker: Some(self.opts.id.0.clone()),
+            host: Some(self.opts.host.clone()),
             run: run.clone(),
             spec_hash: job.spec_hash,
             code_revision: self.opts.code_revision.clone(),
@@ -1041,8 +1100,28 @@ impl Worker {
             forecast,
             entry,
         };
+        self.announce_notice(job, &notice).await?;
+        if let Some(live) = &self.live {
+            live.status(&job.experiment, run, ending.status.as_str());
+        }
+        if ending.status == RunStatus::Succeeded && matches!(recorded, Fenced::Appended(..)) {
+            self.reproduce_by_policy(job, run, &ending).await;
+        }
+        self.after_sweep_child(job).await;
+        Ok(JobEnd::Recorded(Box::new(Finished {
+            job: job.id,
+            run: run.clone(),
+            experiment: job.experiment.clone(),
+            ending,
+            result_entry: entry,
+            outcome: None,
+        })))
+    }
+
+    /// Puts `notice` in the outbox (retrying a database that blinks for up to a lease).
+    async fn announce_notice(&self, job: &Job, notice: &Notice) -> Result<(), LabError> {
         retry_db(self.opts.settings.lease(), || async {
-            outbox::push(&self.queue, &notice)
+            outbox::push(&self.queue, notice)
                 .await
                 .map_err(|e| match e {
                     LabError::Queue(q) => q,
@@ -1053,17 +1132,44 @@ impl Worker {
                 })
         })
         .await?;
-        if let Some(live) = &self.live {
-            live.status(&job.experiment, run, ending.status.as_str());
-        }
-        Ok(JobEnd::Recorded(Box::new(Finished {
-            job: job.id,
-            run: run.clone(),
-            experiment: job.experiment.clone(),
+        Ok(())
+    }
+
+    /// After `run` succeeded: queues its independent reproduction when the lab's `[reproduce]`
+    /// policy asks for one. A failure here is logged; the run's record stands.
+    async fn reproduce_by_policy(&self, job: &Job, run: &RunId, ending: &RunEnding) {
+        let ctx = crate::reproduce::Origin {
+            worker: &self.opts.id,
+            host: &self.opts.host,
+            max_attempts: self.opts.limits.max_attempts,
+        };
+        match crate::reproduce::queue_by_policy(
+            &self.queue,
+            &self.recorder,
+            &self.opts.reproduce,
+            &self.opts.leaderboards,
+            job,
+            run,
             ending,
-            result_entry: entry,
-            outcome: None,
-        })))
+            &ctx,
+        )
+        .await
+        {
+            Ok(Some(j)) => tracing::info!(%run, job = %j, "queued an automatic reproduction"),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(%run, error = %e, "cannot queue the automatic reproduction")
+            }
+        }
+    }
+
+    /// After a job of a sweep child ended: decides the sweep's gate when every child has.
+    async fn after_sweep_child(&self, job: &Job) {
+        if let Err(e) =
+            crate::sweep::decide_gate(&self.queue, &self.recorder, &job.experiment).await
+        {
+            tracing::warn!(experiment = %job.experiment, error = %e, "cannot decide the sweep's gate");
+        }
     }
 
     /// The run's log as a blob with its `artifact` entry, followed by the entry that ends the
@@ -1285,7 +1391,11 @@ impl Worker {
         // A reproduction job always names its run; were it not to, the entry still records
         // the ending, under the job's own run id.
         let target = job.reproduces.clone().unwrap_or_else(|| job.run());
-        let body = body.unwrap_or_else(|| ReproductionBody {
+        let mut body = body.unwrap_or_else(|| ReproductionBody {
+            comparison: None,
+            worker: None,
+            host: None,
+            automatic: false,
             run: target.clone(),
             outcome: outcome.to_string(),
             detail,
@@ -1293,6 +1403,9 @@ impl Worker {
             binary: None,
             build: self.build(),
         });
+        body.worker = Some(self.opts.id.0.clone());
+        body.host = Some(self.opts.host.clone());
+        body.automatic = job.automatic;
         let status = match body.outcome.as_str() {
             "reproduced" => RunStatus::Succeeded,
             "cancelled" => RunStatus::Cancelled,
@@ -1315,6 +1428,23 @@ impl Worker {
         let entry = self
             .end_in_queue(job, held, &recorded, status, reason.as_deref())
             .await?;
+        self.announce_notice(
+            job,
+            &Notice::Reproduced {
+                experiment: job.experiment.clone(),
+                run: target.clone(),
+                outcome: body.outcome.clone(),
+                detail: body.detail.clone(),
+                comparison: body.comparison,
+                worker: self.opts.id.0.clone(),
+                automatic: job.automatic,
+                entry,
+            },
+        )
+        .await?;
+        if body.outcome == "reproduced" || body.outcome == "differs" {
+            self.after_sweep_child(job).await;
+        }
         Ok(JobEnd::Recorded(Box::new(Finished {
             job: job.id,
             run: target,

@@ -13,7 +13,8 @@
 //!   [`monitor`] — following a live log, checking only what is new;
 //! - [`archive`] — every checkpoint the writer installed; [`precedence`] — proof that one
 //!   entry was published (signed, cosigned) before another was sequenced;
-//! - [`index`] — the derived sqlx index (SQLite or PostgreSQL);
+//! - [`index`] — the derived sqlx index (SQLite or PostgreSQL); [`board`] — leaderboards
+//!   derived from the entries alone, ranking only reproduced runs;
 //! - [`bucket`] — the public layout in an object-store bucket, and [`bucket::Mirror`] copying
 //!   the log there; [`publish`] — git mirroring; [`lab`] — the lab directory layout;
 //! - [`private_runtime`] — a component's own Tokio runtime, driven from synchronous code.
@@ -27,6 +28,7 @@
 pub mod archive;
 pub mod audit;
 pub mod blob;
+pub mod board;
 pub mod bucket;
 pub mod checkpoint;
 pub mod cosignature;

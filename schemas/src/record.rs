@@ -120,11 +120,15 @@ pub enum EntryKind {
     Annotation,
     /// The lab's detector flagged something in a run while it trained.
     Anomaly,
+    /// A sweep was proposed: its children, each an ordinary experiment.
+    Sweep,
+    /// A promotion gate was decided when a sweep's children ended.
+    Gate,
 }
 
 impl EntryKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EntryKind; 14] = [
+    pub const ALL: [EntryKind; 16] = [
         EntryKind::Dataset,
         EntryKind::Proposal,
         EntryKind::Approval,
@@ -139,6 +143,8 @@ impl EntryKind {
         EntryKind::Tokenized,
         EntryKind::Annotation,
         EntryKind::Anomaly,
+        EntryKind::Sweep,
+        EntryKind::Gate,
     ];
 
     /// The kind's name as written in entries (`run_started`).
@@ -158,6 +164,8 @@ impl EntryKind {
             EntryKind::Tokenized => "tokenized",
             EntryKind::Annotation => "annotation",
             EntryKind::Anomaly => "anomaly",
+            EntryKind::Sweep => "sweep",
+            EntryKind::Gate => "gate",
         }
     }
 }
@@ -282,6 +290,10 @@ entry_bodies! {
     Annotation(AnnotationBody),
     /// A flag the lab's detector raised while a run trained.
     Anomaly(AnomalyBody),
+    /// A sweep and its children.
+    Sweep(SweepBody),
+    /// A promotion gate's decision.
+    Gate(GateBody),
 }
 
 impl EntryBody {
@@ -301,7 +313,9 @@ impl EntryBody {
             | EntryBody::Rejection(_)
             | EntryBody::Forecast(_)
             | EntryBody::Tokenizer(_)
-            | EntryBody::Tokenized(_) => None,
+            | EntryBody::Tokenized(_)
+            | EntryBody::Sweep(_)
+            | EntryBody::Gate(_) => None,
         }
     }
 
@@ -321,6 +335,8 @@ impl EntryBody {
             | EntryBody::Tokenizer(_)
             | EntryBody::Tokenized(_) => None,
             EntryBody::Annotation(_) | EntryBody::Anomaly(_) => None,
+            EntryBody::Sweep(b) => Some(&b.parent_hash),
+            EntryBody::Gate(_) => None,
         }
     }
 }
@@ -545,6 +561,23 @@ pub struct ProposalBody {
     /// The issue, when it came from GitHub.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issue: Option<IssueRef>,
+    /// When the experiment is a child of a sweep: which sweep, and which child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<SweepLink>,
+}
+
+/// A sweep child's link to its sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepLink {
+    /// The sweep's experiment (the issue it was proposed in).
+    pub parent: ExperimentId,
+    /// The sweep file's hash, to which the set's approval is bound.
+    pub parent_hash: SpecHash,
+    /// The child's position, from 0.
+    pub index: u32,
+    /// The swept fields' values, `n_experts=4, lr=0.001`.
+    pub values: String,
 }
 
 /// Body of an `approval` entry: bound to the exact spec hash the approver saw.
@@ -554,6 +587,101 @@ pub struct ApprovalBody {
     pub spec_hash: SpecHash,
     /// Who approved.
     pub approver: String,
+    /// For a sweep child: the sweep file's hash the one approval of the set was bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<SpecHash>,
+}
+
+/// Body of a `sweep` entry (`refs.sweep_toml` is the file as written): the set of children one
+/// approval covers, each then proposed as an ordinary experiment linked back by [`SweepLink`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepBody {
+    /// The whole file's hash (base and `[sweep]`).
+    pub parent_hash: SpecHash,
+    /// Who proposed it.
+    pub author: String,
+    /// Title of the proposal.
+    pub title: String,
+    /// `grid` or `list`.
+    pub mode: crate::sweep::SweepMode,
+    /// The metric that picks the best child, if named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<String>,
+    /// Which way the metric is better.
+    pub direction: crate::sweep::Direction,
+    /// The promotion gate, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<crate::sweep::Gate>,
+    /// The children, in order.
+    pub children: Vec<SweepMember>,
+    /// Total training-plus-evaluation FLOPs of all children (the cost model's).
+    pub total_flops: f64,
+}
+
+/// One child as the `sweep` entry lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepMember {
+    /// The child's experiment.
+    pub experiment: ExperimentId,
+    /// Its spec's hash.
+    pub spec_hash: SpecHash,
+    /// Its values, `n_experts=4, lr=0.001`.
+    pub values: String,
+    /// Its training-plus-evaluation FLOPs.
+    pub flops: f64,
+}
+
+/// Body of a `gate` entry: whether a sweep's best child beat the baseline by the margin, with
+/// the numbers. A failed gate is a negative result, recorded like any other.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateBody {
+    /// The sweep's experiment.
+    pub sweep: ExperimentId,
+    /// The sweep file's hash.
+    pub parent_hash: SpecHash,
+    /// The metric compared.
+    pub metric: String,
+    /// Which way it is better.
+    pub direction: crate::sweep::Direction,
+    /// The baseline's slug, as the gate names it.
+    pub beats: String,
+    /// The margin the best child had to beat the baseline by (in the metric's units).
+    pub by: f64,
+    /// `passed` or `failed`.
+    pub outcome: GateOutcome,
+    /// The baseline's run and value, when one was found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<GateSide>,
+    /// The best child's run and value, when any child reported the metric.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best: Option<GateSide>,
+    /// Why, in one sentence with the numbers.
+    pub detail: String,
+}
+
+/// A gate's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateOutcome {
+    /// The best child beat the baseline by the margin.
+    Passed,
+    /// It did not (or there was nothing to compare).
+    Failed,
+}
+
+/// One side of a gate's comparison.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateSide {
+    /// The experiment.
+    pub experiment: ExperimentId,
+    /// Its run.
+    pub run: RunId,
+    /// Its final value of the gate's metric.
+    pub value: f64,
 }
 
 /// Body of a `rejection` entry.
@@ -613,6 +741,12 @@ pub struct RunStartedBody {
     /// The tokenizer and the exact token shards trained on, for a run with a stored tokenizer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<RunData>,
+    /// The queue worker that trained it (absent for entries from before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// The host name of that worker's machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// Exactly which program wrote a record: what it was built from and the bytes that ran.
@@ -801,6 +935,31 @@ pub struct ReproductionBody {
     /// The re-run's program.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<BuildIdentity>,
+    /// How the re-run was compared: bitwise, or within the stated parity tolerances (a run
+    /// made on another backend or device model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comparison: Option<Comparison>,
+    /// The queue worker that re-ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// The host name of that worker's machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Queued by the lab's `[reproduce]` policy rather than asked for (`/reproduce`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub automatic: bool,
+}
+
+/// How a reproduction compared the re-run with the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Comparison {
+    /// Every deterministic metric and the final parameters, bit for bit (same backend and
+    /// device model).
+    Bitwise,
+    /// Every deterministic metric within the backend-parity tolerances (another backend or
+    /// device model); parameters are not compared.
+    Tolerance,
 }
 
 /// Longest annotation text, in characters (a note is a sentence or a paragraph; evidence goes

@@ -54,6 +54,25 @@ pub enum Direction {
     Max,
 }
 
+/// A promotion gate: when every child has ended, the best child's final `metric` must beat the
+/// final value of the experiment whose slug is `beats` by at least `by` (in the metric's units,
+/// in the sweep's direction). The lab records the decision as a `gate` entry.
+///
+/// ```toml
+/// [sweep]
+/// gate = { metric = "eval/markov/loss", beats = "baseline-moe", by = 0.01 }
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gate {
+    /// The metric compared (defaults to the sweep's `metric`).
+    pub metric: String,
+    /// The baseline experiment's slug.
+    pub beats: String,
+    /// The margin, at least 0.
+    pub by: f64,
+}
+
 /// One field swept: its dotted path and its values, in the file's order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Axis {
@@ -83,6 +102,8 @@ pub struct Sweep {
     pub metric: Option<String>,
     /// Which way it is better.
     pub direction: Direction,
+    /// The promotion gate, if any.
+    pub gate: Option<Gate>,
     /// The fields swept, by path (sorted).
     pub axes: Vec<Axis>,
     /// The children, in order.
@@ -154,6 +175,17 @@ pub fn parse_sweep_toml(text: &str) -> Result<Sweep, SpecError> {
                 "sweep.direction",
                 Some(v.to_string()),
                 "must be \"min\" (lower is better) or \"max\"".into(),
+            ));
+        }
+    };
+    let gate = match sweep.remove("gate") {
+        None => None,
+        Some(toml::Value::Table(t)) => Some(parse_gate(t, metric.as_deref())?),
+        Some(v) => {
+            return Err(invalid(
+                "sweep.gate",
+                Some(v.to_string()),
+                "must be a table: gate = { metric = \"eval/<domain>/loss\", beats = \"baseline-slug\", by = 0.01 }".into(),
             ));
         }
     };
@@ -242,11 +274,30 @@ pub fn parse_sweep_toml(text: &str) -> Result<Sweep, SpecError> {
             rule: "must be a metric the children report, e.g. eval/<domain>/loss".into(),
         });
     }
+    if errors.is_empty()
+        && let Some(g) = &gate
+        && !crate::metrics::is_known_metric(
+            &g.metric,
+            children[0]
+                .spec
+                .data
+                .mixture
+                .iter()
+                .map(|c| c.domain.as_str()),
+        )
+    {
+        errors.push(FieldError {
+            path: "sweep.gate.metric".into(),
+            value: Some(format!("{:?}", g.metric)),
+            rule: "must be a metric the children report, e.g. eval/<domain>/loss".into(),
+        });
+    }
     if errors.is_empty() {
         Ok(Sweep {
             mode,
             metric,
             direction,
+            gate,
             axes,
             children,
             parent_hash,
@@ -254,6 +305,75 @@ pub fn parse_sweep_toml(text: &str) -> Result<Sweep, SpecError> {
     } else {
         Err(SpecError::Invalid(errors))
     }
+}
+
+/// Reads `[sweep] gate = { metric, beats, by }`; `metric` defaults to the sweep's.
+fn parse_gate(mut t: toml::Table, sweep_metric: Option<&str>) -> Result<Gate, SpecError> {
+    let err = |path: &str, value: Option<String>, rule: &str| {
+        SpecError::Invalid(vec![FieldError {
+            path: format!("sweep.gate.{path}"),
+            value,
+            rule: rule.to_string(),
+        }])
+    };
+    let metric = match t.remove("metric") {
+        Some(toml::Value::String(s)) => s,
+        None => match sweep_metric {
+            Some(m) => m.to_string(),
+            None => {
+                return Err(err(
+                    "metric",
+                    None,
+                    "is required when the sweep names no `metric`",
+                ));
+            }
+        },
+        Some(v) => return Err(err("metric", Some(v.to_string()), "must be a metric name")),
+    };
+    let beats = match t.remove("beats") {
+        Some(toml::Value::String(s))
+            if !s.is_empty()
+                && s.len() <= 64
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') =>
+        {
+            s
+        }
+        Some(v) => {
+            return Err(err(
+                "beats",
+                Some(v.to_string()),
+                "must be the baseline experiment's slug (lowercase letters, digits and -, at most 64)",
+            ));
+        }
+        None => {
+            return Err(err(
+                "beats",
+                None,
+                "is required: the slug of the experiment to beat",
+            ));
+        }
+    };
+    let by = match t.remove("by") {
+        None => 0.0,
+        Some(toml::Value::Float(f)) if f.is_finite() && f >= 0.0 => f,
+        Some(toml::Value::Integer(i)) if i >= 0 => i as f64,
+        Some(v) => {
+            return Err(err(
+                "by",
+                Some(v.to_string()),
+                "must be a finite number at least 0 (the margin, in the metric's units)",
+            ));
+        }
+    };
+    if let Some((k, v)) = t.into_iter().next() {
+        return Err(err(
+            &k,
+            Some(v.to_string()),
+            "is not a gate field; expected metric, beats or by",
+        ));
+    }
+    Ok(Gate { metric, beats, by })
 }
 
 /// `n_experts=4, lr=0.001`: a child's values, by the last part of each path.

@@ -1,6 +1,7 @@
 //! One module per subcommand group. Each exposes a clap type and a `run` function that returns
 //! the process exit code; operational errors bubble up as `anyhow::Error` and exit 3.
 
+pub mod board;
 pub mod bot;
 pub mod data;
 pub mod jobs;

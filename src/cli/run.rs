@@ -92,6 +92,9 @@ impl From<BackendArg> for BackendRequest {
 pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
+    if glassbox_schemas::sweep::is_sweep(&text) {
+        return enqueue_sweep(args, global, text);
+    }
     let spec = match glassbox_schemas::parse_toml(&text) {
         Ok(s) => s,
         Err(e) => {
@@ -199,6 +202,99 @@ fn train_on<B: Backend>(
         print_summary(&outcome, &out_dir, peak_rss);
     }
     Ok(exit::code(status_code(outcome.ending.status)))
+}
+
+/// `glassbox run --enqueue SWEEP`: the sweep is proposed as `local/<slug>`, its children
+/// approved at once by the local user and queued for `glassbox worker`s.
+fn enqueue_sweep(args: RunArgs, global: &GlobalOpts, text: String) -> anyhow::Result<ExitCode> {
+    let sweep = match glassbox_schemas::sweep::parse_sweep_toml(&text) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{}: invalid sweep:\n{e}", args.file.display());
+            return Ok(exit::code(exit::CHECK_FAILED));
+        }
+    };
+    if !args.enqueue {
+        eprintln!(
+            "error: {} is a sweep; queue its {} children with `glassbox run --enqueue {}` and train them with `glassbox worker`",
+            args.file.display(),
+            sweep.children.len(),
+            args.file.display()
+        );
+        return Ok(exit::code(exit::CHECK_FAILED));
+    }
+    lab_context::runtime()?.block_on(async {
+        let ctx = lab_context::open(global, &args.lab, true).await?;
+        let user = std::env::var("USER").unwrap_or_else(|_| "local".into());
+        let base = &sweep.children[0].spec.experiment;
+        // Children are `<slug>-s<i>`: the sweep is the base slug.
+        let slug = base
+            .slug
+            .rsplit_once("-s")
+            .map_or(base.slug.as_str(), |(b, _)| b);
+        let experiment = glassbox_schemas::ExperimentId(format!("local/{slug}"));
+        let new = glassbox_lab::sweep::NewSweep {
+            experiment: experiment.clone(),
+            author: user.clone(),
+            title: base.name.clone(),
+            issue: None,
+            sweep,
+            toml: text,
+        };
+        let recorded = ctx.flow.propose_sweep(new).await;
+        let queued = match recorded {
+            Ok(r) => ctx
+                .flow
+                .approve_sweep(&experiment, &r.parent_hash, &user)
+                .await
+                .map(|q| (r, q)),
+            Err(e) => Err(e),
+        };
+        let (recorded, queued) = match queued {
+            Ok(x) => x,
+            Err(LabError::Refused(m)) => {
+                eprintln!("error: {m}");
+                return Ok(exit::code(exit::CHECK_FAILED));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if args.json {
+            let children: Vec<_> = recorded
+                .children
+                .iter()
+                .zip(&queued)
+                .map(|(c, q)| {
+                    serde_json::json!({
+                        "experiment": c.experiment,
+                        "values": c.values,
+                        "spec_hash": c.spec_hash,
+                        "job": q.job,
+                        "approval_entry": q.approval_entry,
+                    })
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({
+                    "sweep": experiment,
+                    "parent_hash": recorded.parent_hash,
+                    "sweep_entry": recorded.entry,
+                    "total_flops": recorded.total_flops,
+                    "children": children,
+                })
+            );
+        } else {
+            println!(
+                "sweep {experiment} ({}): {} children queued; `glassbox worker` trains them",
+                recorded.parent_hash,
+                queued.len()
+            );
+            for (c, q) in recorded.children.iter().zip(&queued) {
+                println!("  job {:<6} {}  {}", q.job, c.experiment, c.values);
+            }
+        }
+        Ok(exit::code(exit::OK))
+    })
 }
 
 /// `glassbox run` through the lab: the spec is proposed and approved by the local user, queued,

@@ -503,6 +503,7 @@ pub async fn start(
         .with_blobs(ctx.recorder.blobs().clone())
         .with_metrics(Arc::new(QueueMetrics(ctx.queue.clone())))
         .with_queue(Arc::new(QueueJobs(ctx.queue.clone())))
+        .with_boards(ctx.config.leaderboards.clone())
         .with_extra(router);
     let addr = listener.local_addr()?;
     let (stop, mut stop_rx) = tokio::sync::watch::channel(false);

@@ -27,6 +27,10 @@ pub struct WorkerArgs {
     /// This worker's id in the queue. Default: `<hostname>-<pid>`.
     #[arg(long)]
     pub id: Option<String>,
+    /// This worker's host name, as recorded and as jobs that avoid a host see it.
+    /// Default: the machine's host name.
+    #[arg(long)]
+    pub host: Option<String>,
     /// Exit once the queue has no job to lease.
     #[arg(long)]
     pub exit_when_idle: bool,
@@ -38,13 +42,16 @@ pub struct WorkerArgs {
 pub fn run(args: WorkerArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     lab_context::runtime()?.block_on(async {
         let ctx = lab_context::open(global, &args.lab, false).await?;
-        let id = args.id.clone().unwrap_or_else(|| {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_string())
-                .unwrap_or_else(|_| "worker".into());
-            format!("{host}-{}", std::process::id())
-        });
+        let host = args
+            .host
+            .clone()
+            .unwrap_or_else(glassbox_lab::worker::host_name);
+        let id = args
+            .id
+            .clone()
+            .unwrap_or_else(|| format!("{host}-{}", std::process::id()));
         let mut opts = ctx.worker_options(&id, crate::GIT_REVISION);
+        opts.host = host;
         opts.backend = args.backend.into();
         if let Some(t) = args.threads {
             opts.threads = t.max(1);

@@ -13,6 +13,7 @@ mod ladder_reproduce;
 mod ledger_cli;
 mod multi_machine;
 mod quickstart;
+mod research;
 mod run_record;
 mod run_resume;
 mod witness;

@@ -136,6 +136,7 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (LabDir, In
         batch.push(e(
             refs([("spec", blob)]),
             EntryBody::Proposal(ProposalBody {
+                sweep: None,
                 spec_hash,
                 author: format!("user{}", k % 97),
                 title: format!("Load experiment {k}"),
@@ -145,6 +146,8 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (LabDir, In
         batch.push(e(
             BTreeMap::new(),
             EntryBody::RunStarted(RunStartedBody {
+                worker: None,
+                host: None,
                 run: RunId(run_id(k)),
                 spec_hash,
                 code_revision: "load".into(),

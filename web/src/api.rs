@@ -1,6 +1,6 @@
 //! The JSON API under `/api/v1`: everything the pages show (experiments, runs, metric series
 //! with a step range and downsampling, entries, inclusion proofs, datasets, the ladder,
-//! negative results, comparisons, the checkpoint), the live stream of a run as Server-Sent
+//! leaderboards, sweeps, negative results, comparisons, the checkpoint), the live stream of a run as Server-Sent
 //! Events, and the OpenAPI document (utoipa) at `/api/v1/openapi.json`.
 //!
 //! Handlers are thin: they read through `catalog`, `series` and the page modules' loaders, so
@@ -25,17 +25,20 @@ use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use crate::WebState;
 use crate::catalog::{
-    DatasetRow, ExperimentFilter, ExperimentRow, ForecastCheck, ForecastRow, ListPage, ListRow,
-    MixtureRow, RunRow, SpecFacts, SpecForecast, TokenizedRow, TokenizerRow,
+    DatasetRow, ExperimentFilter, ExperimentRow, ForecastCheck, ForecastRow, GateRow, GateRule,
+    GateSideRow, ListPage, ListRow, MixtureRow, RunRow, SpecFacts, SpecForecast, SweepLinkRow,
+    SweepMemberRow, SweepRow, TokenizedRow, TokenizerRow,
 };
 use crate::error::WebError;
 use crate::live::LiveEvent;
+use crate::pages::boards::BoardSummary;
 use crate::pages::compare::{self, CompareRun};
 use crate::pages::data::{
     self as data_pages, DatasetDetail, DocQuery, DocumentView, DomainUse, RunConsumption, TokenSpan,
 };
 use crate::pages::ladder::{self, Ladder, Law, Rung};
 use crate::pages::ledger::{self, LedgerSummary};
+use crate::pages::sweeps::{self, SweepChild, SweepFilter, SweepSummary, SweepView};
 use crate::series::{self, MAX_POINTS_PER_LINE};
 
 /// The API's routes.
@@ -63,6 +66,10 @@ pub fn routes() -> Router<WebState> {
         .route("/api/v1/tokenizers", get(tokenizers))
         .route("/api/v1/runs/{run}/data", get(run_data))
         .route("/api/v1/ladder", get(ladders))
+        .route("/api/v1/boards", get(boards))
+        .route("/api/v1/boards/{name}", get(board))
+        .route("/api/v1/sweeps", get(sweep_list))
+        .route("/api/v1/sweeps/{*id}", get(sweep))
         .route("/api/v1/negative", get(negative))
         .route("/api/v1/compare", get(compare_runs))
         .route("/api/v1/ledger", get(ledger_summary))
@@ -95,6 +102,10 @@ pub fn routes() -> Router<WebState> {
         tokenizers,
         run_data,
         ladders,
+        boards,
+        board,
+        sweep_list,
+        sweep,
         negative,
         compare_runs,
         ledger_summary,
@@ -127,6 +138,16 @@ pub fn routes() -> Router<WebState> {
         Ladder,
         Rung,
         Law,
+        BoardSummary,
+        SweepSummary,
+        SweepView,
+        SweepChild,
+        SweepRow,
+        SweepMemberRow,
+        SweepLinkRow,
+        GateRule,
+        GateRow,
+        GateSideRow,
         CompareRun,
         LedgerSummary,
         LiveEvent,
@@ -720,6 +741,51 @@ async fn run_data(
 async fn ladders(State(st): State<WebState>) -> Result<Json<Vec<Ladder>>, WebError> {
     let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
     Ok(Json(ladder::ladders(&cat)))
+}
+
+/// The lab's leaderboards, with how many runs each ranks, awaits and lists as failed.
+#[utoipa::path(get, path = "/api/v1/boards", responses((status = 200, body = Vec<BoardSummary>)))]
+async fn boards(State(st): State<WebState>) -> Result<Json<Vec<BoardSummary>>, WebError> {
+    let boards = st.leaderboards.boards(&st).await?;
+    Ok(Json(boards.iter().map(BoardSummary::of).collect()))
+}
+
+/// One leaderboard as derived from the log (`glassbox_ledger::board::Board`): `name`, `metric`,
+/// `direction`, `compute`, `log_size`, and the rows `ranked` (best first, each with `rank`),
+/// `awaiting` and `failed` (newest first). A row: `standing`, `experiment`, `title`, `author`,
+/// `value`, `compute` (absent when the spec could not be read), `run`, `result_entry`,
+/// `reproductions` (`entry`, `outcome`, `worker`, `comparison`, `detail`) and `pareto`.
+#[utoipa::path(get, path = "/api/v1/boards/{name}", params(("name" = String, Path, description = "board name")),
+    responses((status = 200, body = Object, description = "the board, as `glassbox board --ledger` derives it from a copy of the log"),
+        (status = 404, description = "the lab has no board of that name")))]
+async fn board(
+    State(st): State<WebState>,
+    Path(name): Path<String>,
+) -> Result<Json<glassbox_ledger::board::Board>, WebError> {
+    Ok(Json(st.leaderboards.board(&st, &name).await?))
+}
+
+/// Sweeps, newest first, with their gate's state (`?gate=failed` lists the negative results).
+#[utoipa::path(get, path = "/api/v1/sweeps", params(SweepFilter),
+    responses((status = 200, body = Vec<SweepSummary>), (status = 400, description = "an unknown gate state")))]
+async fn sweep_list(
+    State(st): State<WebState>,
+    Query(f): Query<SweepFilter>,
+) -> Result<Json<Vec<SweepSummary>>, WebError> {
+    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    Ok(Json(sweeps::sweep_list(&cat, &f)?))
+}
+
+/// One sweep: its children with their status and value, the best child, and its gate's
+/// decision (the id may contain `/` and `#`, percent-encode `#`).
+#[utoipa::path(get, path = "/api/v1/sweeps/{id}", params(("id" = String, Path, description = "the sweep's experiment id")),
+    responses((status = 200, body = SweepView), (status = 404)))]
+async fn sweep(
+    State(st): State<WebState>,
+    Path(id): Path<String>,
+) -> Result<Json<SweepView>, WebError> {
+    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    Ok(Json(sweeps::sweep_view(&cat, &id)?))
 }
 
 /// Diverged, failed, over-budget and refuted-forecast runs.

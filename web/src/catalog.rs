@@ -1,6 +1,6 @@
-//! The catalog: experiments, runs, datasets, tokenizers, token shards and forecasts as the
-//! dashboard lists them, folded
-//! from the index's `entries` table and kept in memory.
+//! The catalog: experiments, runs, sweeps (with their gate decisions), datasets, tokenizers,
+//! token shards and forecasts as the dashboard lists them, folded from the index's `entries`
+//! table and kept in memory, together with the leaderboards' [`BoardBuilder`] fed in log order.
 //!
 //! Listing 10,000 experiments with their author, tags, status and final loss would otherwise
 //! parse every proposal, result and spec on each request. The catalog reads each entry once:
@@ -9,6 +9,12 @@
 //! read from their blobs once per blob hash. The catalog is derived from the index, which is
 //! derived from the log; it is never written back anywhere.
 //!
+//! A `sweep` entry becomes a [`SweepRow`] (a new entry for the same experiment replaces it,
+//! and a decision recorded for an older version of the file is not shown against the new one);
+//! a `gate` entry becomes that sweep's [`GateRow`]; a child's `proposal` carries its link to the
+//! sweep ([`ExperimentRow::sweep`]). Boards are only *fed* here: ranking them needs the specs
+//! (`crate::leaderboards`).
+//!
 //! This module does not render anything and does not read metric curves (that is `series`).
 
 use std::borrow::Cow;
@@ -16,10 +22,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use glassbox_ledger::BlobStore;
+use glassbox_ledger::board::BoardBuilder;
 use glassbox_schemas::data::{CorpusFormat, TokenizedBody, TokenizerBody};
 use glassbox_schemas::record::{
-    AnomalyBody, ApprovalBody, DatasetBody, ForecastBody, IssueRef, ProposalBody, RejectionBody,
-    ResultBody, RunStartedBody,
+    AnomalyBody, ApprovalBody, DatasetBody, ForecastBody, GateBody, GateSide, IssueRef,
+    ProposalBody, RejectionBody, ResultBody, RunStartedBody, SweepBody,
 };
 use glassbox_schemas::{BlobHash, EntryKind, ExperimentSpec, LedgerEntry};
 use serde::Serialize;
@@ -184,6 +191,154 @@ pub struct ExperimentRow {
     pub last_entry: u64,
     /// Time of the last entry.
     pub updated: String,
+    /// The sweep it is a child of (from its proposal).
+    pub sweep: Option<SweepLinkRow>,
+}
+
+/// A sweep child's link to its sweep, as its proposal states it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SweepLinkRow {
+    /// The sweep's experiment.
+    pub parent: String,
+    /// The sweep file's hash.
+    pub parent_hash: String,
+    /// The child's position, from 0.
+    pub index: u32,
+    /// The swept fields' values, `n_experts=4, lr=0.001`.
+    pub values: String,
+}
+
+/// A sweep's promotion gate as the `sweep` entry declares it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct GateRule {
+    /// The metric compared.
+    pub metric: String,
+    /// The baseline experiment's slug.
+    pub beats: String,
+    /// The margin the best child must beat it by (in the metric's units).
+    pub by: f64,
+}
+
+/// One side of a gate's comparison.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct GateSideRow {
+    /// The experiment.
+    pub experiment: String,
+    /// Its run.
+    pub run: String,
+    /// Its final value of the gate's metric.
+    pub value: f64,
+}
+
+/// A `gate` entry: the decision of a sweep's promotion gate.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct GateRow {
+    /// Its entry index.
+    pub entry: u64,
+    /// RFC 3339 time.
+    pub time: String,
+    /// `passed` or `failed`.
+    pub outcome: String,
+    /// The metric compared.
+    pub metric: String,
+    /// `min` or `max`.
+    pub direction: String,
+    /// The baseline's slug.
+    pub beats: String,
+    /// The margin.
+    pub by: f64,
+    /// The baseline's run and value, when one was found.
+    pub baseline: Option<GateSideRow>,
+    /// The best child's run and value, when any child reported the metric.
+    pub best: Option<GateSideRow>,
+    /// Why, with the numbers.
+    pub detail: String,
+}
+
+impl GateRow {
+    /// Whether the gate passed.
+    pub fn passed(&self) -> bool {
+        self.outcome == "passed"
+    }
+}
+
+/// One child as the `sweep` entry lists it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SweepMemberRow {
+    /// The child's experiment.
+    pub experiment: String,
+    /// Its spec's hash.
+    pub spec_hash: String,
+    /// Its values.
+    pub values: String,
+    /// Its training-plus-evaluation FLOPs (the cost model's).
+    pub flops: f64,
+}
+
+/// A sweep: its latest `sweep` entry and the gate decided for that version of it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SweepRow {
+    /// The sweep's experiment (the issue it was proposed in).
+    pub id: String,
+    /// The `sweep` entry.
+    pub entry: u64,
+    /// Its time.
+    pub time: String,
+    /// The sweep file's hash (the one approval of the set is bound to it).
+    pub parent_hash: String,
+    /// Who proposed it.
+    pub author: String,
+    /// Its title.
+    pub title: String,
+    /// `grid` or `list`.
+    pub mode: String,
+    /// The metric that picks the best child, if named.
+    pub metric: Option<String>,
+    /// `min` (lower is better) or `max`.
+    pub direction: String,
+    /// The promotion gate, if any.
+    pub gate: Option<GateRule>,
+    /// The children, in order.
+    pub children: Vec<SweepMemberRow>,
+    /// Total FLOPs of all children.
+    pub total_flops: f64,
+    /// The gate's decision for this version of the sweep, once recorded.
+    pub decision: Option<GateRow>,
+}
+
+impl SweepRow {
+    /// The metric the best child is picked by: the sweep's, else its gate's.
+    pub fn ranking_metric(&self) -> Option<&str> {
+        self.metric
+            .as_deref()
+            .or(self.gate.as_ref().map(|g| g.metric.as_str()))
+    }
+
+    /// `passed`, `failed`, `pending` (a gate not decided yet) or `none`.
+    pub fn gate_state(&self) -> &'static str {
+        match (&self.decision, &self.gate) {
+            (Some(d), _) if d.passed() => "passed",
+            (Some(_), _) => "failed",
+            (None, Some(_)) => "pending",
+            (None, None) => "none",
+        }
+    }
+}
+
+/// The snake_case name serde gives a unit variant (`grid`, `min`, `passed`).
+fn serde_name(v: impl Serialize) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn gate_side(s: GateSide) -> GateSideRow {
+    GateSideRow {
+        experiment: s.experiment.0,
+        run: s.run.0,
+        value: s.value,
+    }
 }
 
 /// A dataset entry.
@@ -274,6 +429,11 @@ pub struct CatalogData {
     pub tokenizers: Vec<TokenizerRow>,
     /// In log order.
     pub tokenized: Vec<TokenizedRow>,
+    /// Sweeps by their experiment id.
+    pub sweeps: BTreeMap<String, SweepRow>,
+    /// Every `proposal`, `result` and `reproduction` folded so far, in log order: what the
+    /// leaderboards are derived from (`crate::leaderboards`).
+    pub board: BoardBuilder,
     /// By entry index.
     pub forecasts: BTreeMap<u64, ForecastRow>,
     /// The last entry about each experiment or one of its runs, of any kind (metric chunks,
@@ -363,7 +523,7 @@ impl Catalog {
             let rows = sqlx::query(
                 "SELECT idx, experiment, run, CASE WHEN kind IN \
                  ('dataset', 'proposal', 'approval', 'rejection', 'forecast', 'run_started', 'result', \
-                 'tokenizer', 'tokenized', 'anomaly') \
+                 'tokenizer', 'tokenized', 'anomaly', 'reproduction', 'sweep', 'gate') \
                  THEN entry ELSE NULL END AS entry FROM entries WHERE idx >= $1 \
                  ORDER BY idx LIMIT $2",
             )
@@ -539,6 +699,7 @@ impl CatalogData {
                 first_entry: idx,
                 last_entry: idx,
                 updated: time.to_string(),
+                sweep: None,
             });
         e.last_entry = idx;
         e.updated = time.to_string();
@@ -573,6 +734,7 @@ impl CatalogData {
     }
 
     fn fold(&mut self, idx: u64, e: &LedgerEntry) {
+        self.board.add(idx, e);
         let time = rfc3339(&e.time);
         let exp_id = e.experiment.as_ref().map(|x| x.0.clone());
         if let Some(x) = &exp_id {
@@ -599,6 +761,80 @@ impl CatalogData {
                 exp.issue_url = p.issue.map(|IssueRef { url, .. }| url);
                 exp.spec_blob = spec_blob;
                 exp.spec = facts.map(|f| (*f).clone());
+                exp.sweep = p.sweep.map(|l| SweepLinkRow {
+                    parent: l.parent.0,
+                    parent_hash: l.parent_hash.to_string(),
+                    index: l.index,
+                    values: l.values,
+                });
+            }
+            EntryKind::Sweep => {
+                let (Some(x), Ok(b)) = (&exp_id, e.body_as::<SweepBody>()) else {
+                    return;
+                };
+                let exp = self.experiment(x, idx, &time);
+                exp.title.get_or_insert_with(|| b.title.clone());
+                exp.author.get_or_insert_with(|| b.author.clone());
+                let parent_hash = b.parent_hash.to_string();
+                // A decision about an earlier version of the file does not hold for this one.
+                let decision = self
+                    .sweeps
+                    .remove(x)
+                    .and_then(|old| old.decision.filter(|_| old.parent_hash == parent_hash));
+                self.sweeps.insert(
+                    x.clone(),
+                    SweepRow {
+                        id: x.clone(),
+                        entry: idx,
+                        time,
+                        parent_hash,
+                        author: b.author,
+                        title: b.title,
+                        mode: serde_name(b.mode),
+                        metric: b.metric,
+                        direction: serde_name(b.direction),
+                        gate: b.gate.map(|g| GateRule {
+                            metric: g.metric,
+                            beats: g.beats,
+                            by: g.by,
+                        }),
+                        children: b
+                            .children
+                            .into_iter()
+                            .map(|c| SweepMemberRow {
+                                experiment: c.experiment.0,
+                                spec_hash: c.spec_hash.to_string(),
+                                values: c.values,
+                                flops: c.flops,
+                            })
+                            .collect(),
+                        total_flops: b.total_flops,
+                        decision,
+                    },
+                );
+            }
+            EntryKind::Gate => {
+                let Ok(g) = e.body_as::<GateBody>() else {
+                    return;
+                };
+                let Some(sweep) = self.sweeps.get_mut(&g.sweep.0) else {
+                    return;
+                };
+                if sweep.parent_hash != g.parent_hash.to_string() {
+                    return;
+                }
+                sweep.decision = Some(GateRow {
+                    entry: idx,
+                    time,
+                    outcome: serde_name(g.outcome),
+                    metric: g.metric,
+                    direction: serde_name(g.direction),
+                    beats: g.beats,
+                    by: g.by,
+                    baseline: g.baseline.map(gate_side),
+                    best: g.best.map(gate_side),
+                    detail: g.detail,
+                });
             }
             EntryKind::Approval => {
                 if let (Some(x), Ok(a)) = (&exp_id, e.body_as::<ApprovalBody>()) {
@@ -952,6 +1188,17 @@ impl CatalogData {
             anomalies: latest.map_or(0, |r| r.anomalies),
             updated: e.updated.clone(),
         }
+    }
+
+    /// Sweeps whose promotion gate failed (a negative result), newest decision first.
+    pub fn failed_gates(&self) -> Vec<&SweepRow> {
+        let mut v: Vec<&SweepRow> = self
+            .sweeps
+            .values()
+            .filter(|s| s.gate_state() == "failed")
+            .collect();
+        v.sort_by_key(|s| std::cmp::Reverse(s.decision.as_ref().map(|d| d.entry)));
+        v
     }
 
     /// Runs that diverged, failed, ran out of budget, or missed their forecast, newest first.

@@ -1,7 +1,8 @@
 //! Server-side charts: plotters draws each chart as an SVG string that pages inline.
 //!
-//! [`line_chart`] overlays several lines (already downsampled by the caller); [`heatmap`] draws
-//! a matrix such as expert load over steps. Hover: after plotters has drawn the chart, up to
+//! [`line_chart`] overlays several lines (already downsampled by the caller); [`scatter_chart`]
+//! draws labelled points, a series either connected in x order (a Pareto frontier) or not;
+//! [`heatmap`] draws a matrix such as expert load over steps. Hover: after plotters has drawn the chart, up to
 //! [`HOVER_POINTS`] points per line get an invisible circle at the position plotters mapped them
 //! to, with an SVG `<title>` giving the line, step and value, which browsers show as a tooltip
 //! without any script. Logarithmic axes plot `log10` of the values on a linear axis and label
@@ -310,6 +311,126 @@ pub fn line_chart(title: &str, lines: &[Line], axes: &Axes) -> String {
     with_hover(svg, &hover)
 }
 
+/// One series of a [`scatter_chart`]: points that each say what they are.
+#[derive(Debug, Clone)]
+pub struct Scatter {
+    /// Legend text.
+    pub label: String,
+    /// (x, y, what the point is: its hover text's start), in any order.
+    pub points: Vec<(f64, f64, String)>,
+    /// Join the points in x order with a line (a frontier), or draw them alone (hollow).
+    pub connect: bool,
+}
+
+/// Draws labelled points; returns the SVG text. Each point's hover title reads
+/// `{point}: {x_desc} x, {y_desc} y`.
+pub fn scatter_chart(title: &str, series: &[Scatter], axes: &Axes) -> String {
+    let tx = |x: f64| if axes.log_x { x.log10() } else { x };
+    let ty = |y: f64| if axes.log_y { y.log10() } else { y };
+    // (series, its transformed points with their hover text)
+    type Drawn<'a> = (&'a Scatter, Vec<(f64, f64, &'a str)>);
+    let series: Vec<Drawn> = series
+        .iter()
+        .map(|s| {
+            let mut pts: Vec<(f64, f64, &str)> = s
+                .points
+                .iter()
+                .map(|(x, y, l)| (tx(*x), ty(*y), l.as_str()))
+                .filter(|(x, y, _)| x.is_finite() && y.is_finite())
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (s, pts)
+        })
+        .filter(|(_, pts)| !pts.is_empty())
+        .collect();
+    if series.is_empty() {
+        return placeholder(title, "no points yet");
+    }
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for (_, pts) in &series {
+        for &(x, y, _) in pts {
+            x0 = x0.min(x);
+            x1 = x1.max(x);
+            y0 = y0.min(y);
+            y1 = y1.max(y);
+        }
+    }
+    // Points sit inside the frame, never on its edge.
+    let (x0, x1) = padded(x0, x1);
+    let (y0, y1) = padded(y0, y1);
+    let mut svg = String::new();
+    let mut hover = String::new();
+    let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
+        let root = SVGBackend::with_string(&mut svg, LINE_SIZE).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(escape_xml(title), ("sans-serif", 15))
+            .margin(8)
+            .x_label_area_size(34)
+            .y_label_area_size(64)
+            .build_cartesian_2d(x0..x1, y0..y1)?;
+        let (lx, ly) = (axes.log_x, axes.log_y);
+        chart
+            .configure_mesh()
+            .x_max_light_lines(0)
+            .y_max_light_lines(0)
+            .bold_line_style(RGBColor(225, 225, 225))
+            .x_desc(escape_xml(&axes.x_desc))
+            .y_desc(escape_xml(&axes.y_desc))
+            .x_labels(8)
+            .y_labels(6)
+            .x_label_formatter(&|v| fmt_tick(*v, lx))
+            .y_label_formatter(&|v| fmt_tick(*v, ly))
+            .label_style(("sans-serif", 11))
+            .draw()?;
+        for (i, (s, pts)) in series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let xy = || pts.iter().map(|&(x, y, _)| (x, y));
+            if s.connect {
+                chart
+                    .draw_series(LineSeries::new(xy(), color.stroke_width(2)))?
+                    .label(escape_xml(&s.label))
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                    });
+                chart.draw_series(xy().map(|p| Circle::new(p, 5, color.filled())))?;
+            } else {
+                chart
+                    .draw_series(xy().map(|p| Circle::new(p, 5, color.stroke_width(2))))?
+                    .label(escape_xml(&s.label))
+                    .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.stroke_width(2)));
+            }
+            for &(x, y, what) in pts {
+                let (px, py) = chart.backend_coord(&(x, y));
+                let xv = if lx { 10f64.powf(x) } else { x };
+                let yv = if ly { 10f64.powf(y) } else { y };
+                let _ = write!(
+                    hover,
+                    "<circle class=\"hp\" cx=\"{px}\" cy=\"{py}\" r=\"6\"><title>{}: {} {}, {} {}</title></circle>",
+                    escape_xml(what),
+                    escape_xml(&axes.x_desc),
+                    fmt_value(xv),
+                    escape_xml(&axes.y_desc),
+                    fmt_value(yv)
+                );
+            }
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(200, 200, 200))
+            .label_font(("sans-serif", 11))
+            .draw()?;
+        root.present()?;
+        Ok(())
+    })();
+    if let Err(e) = drawn {
+        return placeholder(title, &format!("chart could not be drawn: {e}"));
+    }
+    with_hover(svg, &hover)
+}
+
 fn with_hover(mut svg: String, hover: &str) -> String {
     if let Some(end) = svg.rfind("</svg>") {
         svg.insert_str(end, &format!("<g class=\"hover\">{hover}</g>"));
@@ -489,6 +610,43 @@ mod tests {
             h.contains("<title>layer 2, expert 1, steps 0-10: load 0.75000</title>"),
             "{h}"
         );
+    }
+
+    #[test]
+    fn scatter_chart_connects_a_frontier_and_labels_every_point() {
+        let svg = scatter_chart(
+            "board <b>",
+            &[
+                Scatter {
+                    label: "frontier".into(),
+                    points: vec![(1e9, 2.0, "a<x>".into()), (1e8, 3.0, "b".into())],
+                    connect: true,
+                },
+                Scatter {
+                    label: "others".into(),
+                    points: vec![(5e9, 2.5, "c".into()), (0.0, 1.0, "zero compute".into())],
+                    connect: false,
+                },
+            ],
+            &Axes {
+                x_desc: "FLOPs".into(),
+                y_desc: "loss".into(),
+                log_x: true,
+                ..Axes::default()
+            },
+        );
+        assert!(svg.starts_with("<svg"), "{}", &svg[..80]);
+        assert!(
+            svg.contains("<title>a&lt;x&gt;: FLOPs 1.0000e9, loss 2.00000</title>"),
+            "{svg}"
+        );
+        assert!(svg.contains("<title>c: FLOPs"));
+        assert!(
+            !svg.contains("zero compute"),
+            "a point at 0 has no place on a log axis"
+        );
+        assert!(!svg.contains("<b>"));
+        assert!(scatter_chart("x", &[], &Axes::default()).contains("no points yet"));
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //! - [`WebState`] — what the server reads: the lab directory ([`glassbox_ledger::LabDir`]: the
 //!   static log and blobs), the index database ([`glassbox_ledger::index::Index`]), the
 //!   [`LiveHub`] of live metric points, and what the binary adds: routes (the GitHub webhook)
-//!   [`ops::MetricsSource`]s (the job queue's gauges) and a [`queue::QueueSource`] (the jobs,
-//!   for the public queue page);
+//!   [`ops::MetricsSource`]s (the job queue's gauges), a [`queue::QueueSource`] (the jobs,
+//!   for the public queue page) and the lab's leaderboard definitions
+//!   ([`WebState::with_boards`]; the boards themselves are derived from the log,
+//!   [`leaderboards`]);
 //! - [`app`] — the axum router: HTML pages (`pages`), the JSON API under `/api/v1` with its
 //!   OpenAPI document (`api`), the log's static read API `/log/...`, `/vkey`, `/blobs/...`
 //!   (`static_log`), and operations `/healthz`, `/metrics` (`ops`);
@@ -34,6 +36,7 @@ pub mod api;
 pub mod catalog;
 pub mod chart;
 pub mod error;
+pub mod leaderboards;
 pub mod listener;
 pub mod live;
 pub mod lttb;
@@ -54,6 +57,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
+use glassbox_ledger::board::BoardDef;
 use glassbox_ledger::index::Index;
 use glassbox_ledger::{BlobStore, LabDir};
 use glassbox_schemas::BlobHash;
@@ -85,6 +89,10 @@ pub struct WebState {
     pub live: LiveHub,
     /// Routes merged into [`app`] as they are (the GitHub webhook).
     pub extra: Option<Router>,
+    /// The lab's leaderboards (`/boards`), as its config declares them; none by default.
+    pub boards: Arc<Vec<BoardDef>>,
+    /// The boards derived from the log, kept until it grows (see [`leaderboards`]).
+    pub(crate) leaderboards: Arc<leaderboards::Leaderboards>,
     pub(crate) catalog: Arc<catalog::Catalog>,
     /// Rendered experiment pages and live charts (bounded; see [`render_cache`]).
     pub(crate) renders: Arc<render_cache::RenderCache>,
@@ -109,6 +117,10 @@ impl std::fmt::Debug for WebState {
             .field("metric_sources", &self.metric_sources.len())
             .field("queue", &self.queue.is_some())
             .field("extra", &self.extra.is_some())
+            .field(
+                "boards",
+                &self.boards.iter().map(|b| &b.name).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -132,6 +144,8 @@ impl WebState {
             queue: None,
             live,
             extra: None,
+            boards: Arc::new(Vec::new()),
+            leaderboards: Arc::new(leaderboards::Leaderboards::default()),
             catalog: Arc::new(catalog::Catalog::default()),
             renders: Arc::new(render_cache::RenderCache::new(
                 render_cache::DEFAULT_MAX_BYTES,
@@ -193,6 +207,14 @@ impl WebState {
     /// Shows the lab's job queue on `/queue` and `/api/v1/queue`.
     pub fn with_queue(mut self, source: Arc<dyn queue::QueueSource>) -> Self {
         self.queue = Some(source);
+        self
+    }
+
+    /// Serves the lab's leaderboards `boards` on `/boards` and `/api/v1/boards` (the lab
+    /// config's `[[leaderboard]]`s).
+    pub fn with_boards(mut self, boards: Vec<BoardDef>) -> Self {
+        self.boards = Arc::new(boards);
+        self.leaderboards = Arc::new(leaderboards::Leaderboards::default());
         self
     }
 

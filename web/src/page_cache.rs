@@ -20,8 +20,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use axum::body::Bytes;
 use glassbox_schemas::Blake3Hash;
 
-/// The first line of every stored page: this, a space, the index position, a newline.
-const MAGIC: &str = "glassbox-page-v1";
+/// The first line of every stored page: this, a space, the index position, a newline. Bumped
+/// when what every page shows changes, so pages drawn by an older server are drawn again
+/// (v2: Boards and Sweeps in the navigation, a sweep child's link to its sweep).
+const MAGIC: &str = "glassbox-page-v2";
 
 /// Rendered pages on disk.
 #[derive(Debug)]
@@ -174,6 +176,11 @@ mod tests {
     fn malformed_files_are_misses() {
         assert_eq!(split(Bytes::from_static(b"no newline"), 1), None);
         assert_eq!(split(Bytes::from_static(b"other-magic 1\nx"), 1), None);
-        assert_eq!(split(Bytes::from_static(b"glassbox-page-v1 x\nx"), 1), None);
+        assert_eq!(split(Bytes::from_static(b"glassbox-page-v2 x\nx"), 1), None);
+        assert_eq!(
+            split(Bytes::from_static(b"glassbox-page-v1 1\nx"), 1),
+            None,
+            "an older server's page"
+        );
     }
 }

@@ -284,6 +284,7 @@ mod tests {
             first_entry: 0,
             last_entry: 0,
             updated: String::new(),
+            sweep: None,
         }
     }
 

@@ -2,7 +2,9 @@
 //! progresses, with the live dashboard link), and a result comment when it ends, whatever the
 //! ending, with the final metrics, forecast vs outcome, ledger index and inclusion proof link.
 //! Alerts — a run's first anomaly, a stalled run, and a run that diverged or was stopped by
-//! its budget — get a comment each, one per (alert kind, run).
+//! its budget — get a comment each, one per (alert kind, run). A reproduction's end gets a
+//! comment per `reproduction` entry (a mismatch also the `reproduction-failed` label), and a
+//! sweep's promotion gate one comment and a `gate-passed` / `gate-failed` label.
 //!
 //! Each is safe to deliver again: every comment is found by its marker before one is posted
 //! (at most one result comment and one alert of each kind per run, even across a lost store
@@ -10,7 +12,7 @@
 
 use crate::bot::Bot;
 use crate::error::BotError;
-use crate::labels::{RUNNING, outcome_labels};
+use crate::labels::{GATE_FAILED, GATE_PASSED, REPRODUCTION_FAILED, RUNNING, outcome_labels};
 use crate::port::{LabEvent, LabPort};
 use crate::render;
 use glassbox_schemas::RunStatus;
@@ -59,6 +61,54 @@ pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, event: LabEvent) -> Result<
                 &render::run_alert(&run.0, &alert, dashboard),
             )
             .await?;
+        }
+        LabEvent::Reproduced {
+            issue,
+            run,
+            outcome,
+            detail,
+            comparison,
+            worker,
+            automatic,
+            ledger_index,
+        } => {
+            bot.upsert_comment(
+                &issue,
+                &format!("reproduction:{ledger_index}"),
+                &render::reproduction_result(
+                    &run.0,
+                    &outcome,
+                    detail.as_deref(),
+                    comparison.as_deref(),
+                    &worker,
+                    automatic,
+                    ledger_index,
+                    dashboard,
+                ),
+            )
+            .await?;
+            if outcome == "differs" {
+                bot.github
+                    .add_labels(&issue.repo, issue.number, &[REPRODUCTION_FAILED])
+                    .await?;
+            }
+        }
+        LabEvent::Gate {
+            issue,
+            passed,
+            detail,
+            ledger_index,
+        } => {
+            bot.upsert_comment(
+                &issue,
+                "gate",
+                &render::gate_result(passed, &detail, ledger_index),
+            )
+            .await?;
+            let label = if passed { GATE_PASSED } else { GATE_FAILED };
+            bot.github
+                .add_labels(&issue.repo, issue.number, &[label])
+                .await?;
         }
         LabEvent::Finished { issue, result } => {
             bot.upsert_comment(

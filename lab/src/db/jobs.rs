@@ -21,7 +21,18 @@ use crate::queue::{Job, JobState, NewJob, QueueError, WorkerId};
 /// Every column of a job, in the order [`decode`] reads them.
 pub(crate) const COLUMNS: &str = "id, kind, experiment, spec_hash, author, proposal_entry, approval_entry, priority, \
     state, attempts, max_attempts, lease_owner, lease_expires_at, cancel_requested, \
-    checkpoint_step, checkpoint_blob, run_id, reproduces, reason, created_at, updated_at";
+    checkpoint_step, checkpoint_blob, run_id, reproduces, reason, created_at, updated_at, \
+    avoid_worker, avoid_host, automatic";
+
+/// A worker may not take a job that avoids it: never its own id, and not its host while a worker
+/// of another host asked for work in the last minute (60,000 ms). Uses only `$1` (the worker)
+/// and `$3` (now), so every lease statement can include it.
+const AVOIDS: &str = " AND (avoid_worker IS NULL OR avoid_worker <> $1) \
+    AND (avoid_host IS NULL \
+         OR NOT EXISTS (SELECT 1 FROM worker_hosts mine \
+                        WHERE mine.worker = $1 AND mine.host = jobs.avoid_host) \
+         OR NOT EXISTS (SELECT 1 FROM worker_hosts other \
+                        WHERE other.host <> jobs.avoid_host AND other.seen_at > $3 - 60000))";
 
 /// The states in which a job is not over, as SQL.
 const OPEN: &str = "('queued', 'held', 'leased', 'running')";
@@ -61,18 +72,22 @@ pub(crate) async fn insert<'e>(
     Ok(JobId(row.try_get::<i64, _>("id")?))
 }
 
-/// Adds a queued reproduction of `run`. The unique index `jobs_one_reproduction` refuses a
-/// second open one (the database error is returned as it is; the queue reads it).
+/// Adds a queued reproduction of `run`, kept off the workers `avoid` names. The unique index
+/// `jobs_one_reproduction` refuses a second open one (the database error is returned as it is;
+/// the queue reads it).
 pub(crate) async fn insert_reproduction<'e>(
     db: impl Executor<'e, Database = Any>,
     job: &NewJob,
     run: &RunId,
+    avoid: &crate::queue::Avoid,
     now: i64,
 ) -> Result<JobId, sqlx::Error> {
     let row = sqlx::query(
         "INSERT INTO jobs (experiment, spec_hash, author, proposal_entry, approval_entry, \
-         priority, state, max_attempts, created_at, updated_at, kind, reproduces) \
-         VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $8, 'reproduction', $9) RETURNING id",
+         priority, state, max_attempts, created_at, updated_at, kind, reproduces, \
+         avoid_worker, avoid_host, automatic) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $8, 'reproduction', $9, $10, $11, $12) \
+         RETURNING id",
     )
     .bind(job.experiment.0.clone())
     .bind(job.spec_hash.to_string())
@@ -83,9 +98,46 @@ pub(crate) async fn insert_reproduction<'e>(
     .bind(i64::from(job.max_attempts.max(1)))
     .bind(now)
     .bind(run.0.clone())
+    .bind(avoid.worker.as_ref().map(|w| w.0.clone()))
+    .bind(avoid.host.clone())
+    .bind(i64::from(avoid.automatic))
     .fetch_one(db)
     .await?;
     Ok(JobId(row.try_get::<i64, _>("id")?))
+}
+
+/// Jobs queued, leased or running, less those that never run on `worker`.
+pub(crate) async fn open_for<'e>(
+    db: impl Executor<'e, Database = Any>,
+    worker: &WorkerId,
+) -> Result<u64, QueueError> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'leased', 'running') \
+         AND (avoid_worker IS NULL OR avoid_worker <> $1)",
+    )
+    .bind(worker.0.clone())
+    .fetch_one(db)
+    .await?;
+    Ok(n as u64)
+}
+
+/// Records that `worker` runs on `host` and is asking for work now.
+pub(crate) async fn announce<'e>(
+    db: impl Executor<'e, Database = Any>,
+    worker: &WorkerId,
+    host: &str,
+    now: i64,
+) -> Result<(), QueueError> {
+    sqlx::query(
+        "INSERT INTO worker_hosts (worker, host, seen_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (worker) DO UPDATE SET host = excluded.host, seen_at = excluded.seen_at",
+    )
+    .bind(worker.0.clone())
+    .bind(host.to_string())
+    .bind(now)
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 /// The claiming `UPDATE`: the highest-priority, oldest job that is queued or whose lease ran
@@ -99,7 +151,7 @@ pub(crate) fn lease_sql(engine: Engine, except: bool) -> String {
          WHERE id = (SELECT id FROM jobs \
              WHERE state IN ('queued', 'leased', 'running') \
                AND (state = 'queued' OR lease_expires_at < $3) \
-               AND attempts < max_attempts AND cancel_requested = 0{except} \
+               AND attempts < max_attempts AND cancel_requested = 0{except}{AVOIDS} \
              ORDER BY priority DESC, id ASC LIMIT 1{skip_locked}) \
          RETURNING {COLUMNS}"
     )
@@ -133,7 +185,7 @@ pub(crate) async fn lease_one<'e>(
     let row = sqlx::query(&format!(
         "UPDATE jobs SET state = 'leased', lease_owner = $1, lease_expires_at = $2, \
          attempts = attempts + 1, updated_at = $3 \
-         WHERE id = $4 AND state = 'queued' AND attempts < max_attempts \
+         WHERE id = $4 AND state = 'queued' AND attempts < max_attempts{AVOIDS} \
          RETURNING {COLUMNS}"
     ))
     .bind(worker.0.clone())
@@ -625,6 +677,11 @@ pub(crate) fn decode(r: &AnyRow) -> Result<Job, QueueError> {
         reason: r.try_get("reason")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
+        avoid_worker: r
+            .try_get::<Option<String>, _>("avoid_worker")?
+            .map(WorkerId),
+        avoid_host: r.try_get("avoid_host")?,
+        automatic: r.try_get::<i64, _>("automatic")? != 0,
     })
 }
 
@@ -684,7 +741,7 @@ mod tests {
                 .unwrap();
             let plan = plan.join("\n");
             assert!(plan.contains("jobs_open"), "{plan}");
-            assert!(!plan.contains("Seq Scan"), "{plan}");
+            assert!(!plan.contains("Seq Scan on jobs"), "{plan}");
         }
         drop(conn);
         q.close().await;

@@ -3,9 +3,11 @@
 //! migrations and its durability; each table family has one module holding every statement
 //! on it as a function:
 //!
-//! - [`jobs`] — the job queue's rows (the rules of a job's life are [`crate::queue`]'s);
+//! - [`jobs`] — the job queue's rows (the rules of a job's life are [`crate::queue`]'s) and
+//!   `worker_hosts` (which host each worker is on, for jobs that avoid a host);
 //! - [`proposals`] — the flow's state per experiment (`proposals`) and the per-author count
 //!   of proposal entries (`proposal_entries`);
+//! - [`sweeps`] — a sweep's current file hash, children, set approval and gate claim;
 //! - [`forecasts`] — forecasts registered for a spec hash, for the worker to score;
 //! - [`notifications`] — the outbox (what [`crate::outbox`] delivers to the bot);
 //! - [`annotations`] — notes written through `/note` (rate limit, superseding);
@@ -25,6 +27,7 @@ pub mod jobs;
 pub mod notifications;
 pub mod proposals;
 pub mod sequence;
+pub mod sweeps;
 
 use std::time::Duration;
 

@@ -97,7 +97,7 @@ impl Setup {
     }
 
     /// [`Setup::worker`] with its options changed by `edit`.
-    fn worker_with(&self, name: &str, edit: impl FnOnce(&mut WorkerOptions)) -> Worker {
+    pub(crate) fn worker_with(&self, name: &str, edit: impl FnOnce(&mut WorkerOptions)) -> Worker {
         let mut opts = WorkerOptions::new(
             WorkerId(name.into()),
             self.dir.path().join("scratch").join(name),
@@ -111,6 +111,8 @@ impl Setup {
         opts.settings.heartbeat_seconds = 0.2;
         opts.settings.metrics_flush_steps = 3;
         opts.limits = self.flow.config().limits.clone();
+        opts.reproduce = self.flow.config().reproduce.clone();
+        opts.leaderboards = self.flow.config().leaderboards.clone();
         edit(&mut opts);
         Worker::new(self.queue.clone(), self.recorder.clone(), opts)
             .with_switches(self.flow.switches())
@@ -823,10 +825,7 @@ async fn a_failing_notice_backs_off_and_the_others_go_out(engine: &str) {
         .await
         .unwrap();
     }
-    let number = |e: &LabEvent| match e {
-        LabEvent::RunStarted { issue, .. } | LabEvent::Finished { issue, .. } => issue.number.0,
-        LabEvent::Progress { issue, .. } | LabEvent::Alert { issue, .. } => issue.number.0,
-    };
+    let number = |e: &LabEvent| e.issue().number.0;
     // #1 fails (GitHub down), #3 cannot succeed (GitHub refused it); #2 still goes out.
     let tried = std::sync::Mutex::new(Vec::new());
     let sent = s
@@ -1644,6 +1643,7 @@ async fn a_redelivered_approve_after_a_crash_makes_no_second_job(engine: &str) {
             Some(&id2),
             Default::default(),
             glassbox_schemas::record::ApprovalBody {
+                sweep: None,
                 spec_hash: r2.spec_hash,
                 approver: "maint".into(),
             },

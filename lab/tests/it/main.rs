@@ -4,4 +4,5 @@
 mod debugging;
 mod flow;
 mod queue;
+mod research;
 mod sequencing;

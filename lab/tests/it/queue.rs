@@ -700,7 +700,11 @@ async fn one_reproduction_per_run_at_a_time(engine: &str, name: &str) {
     r.kind = JobKind::Reproduction;
     r.approval_entry = None;
     let first = q
-        .enqueue_reproduction(&r, &glassbox_schemas::RunId::from("run-000001"))
+        .enqueue_reproduction(
+            &r,
+            &glassbox_schemas::RunId::from("run-000001"),
+            &Default::default(),
+        )
         .await
         .unwrap();
     let j = q.get(first).await.unwrap();
@@ -709,7 +713,11 @@ async fn one_reproduction_per_run_at_a_time(engine: &str, name: &str) {
         (JobKind::Reproduction, Some("run-000001"))
     );
     match q
-        .enqueue_reproduction(&r, &glassbox_schemas::RunId::from("run-000001"))
+        .enqueue_reproduction(
+            &r,
+            &glassbox_schemas::RunId::from("run-000001"),
+            &Default::default(),
+        )
         .await
     {
         Err(QueueError::AlreadyOpen { job, state }) => {
@@ -718,16 +726,24 @@ async fn one_reproduction_per_run_at_a_time(engine: &str, name: &str) {
         other => panic!("expected AlreadyOpen, got {other:?}"),
     }
     // Another run's reproduction is fine, and reproductions are not the experiment's state.
-    q.enqueue_reproduction(&r, &glassbox_schemas::RunId::from("run-000002"))
-        .await
-        .unwrap();
+    q.enqueue_reproduction(
+        &r,
+        &glassbox_schemas::RunId::from("run-000002"),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
     assert!(
         q.latest_job_of(&r.experiment).await.unwrap().is_none(),
         "latest_job_of is the experiment's run job"
     );
     q.cancel(first, "by @maint").await.unwrap();
     let again = q
-        .enqueue_reproduction(&r, &glassbox_schemas::RunId::from("run-000001"))
+        .enqueue_reproduction(
+            &r,
+            &glassbox_schemas::RunId::from("run-000001"),
+            &Default::default(),
+        )
         .await
         .unwrap();
     assert_ne!(again, first);

@@ -33,6 +33,7 @@ fn lab_with_a_run() -> (tempfile::TempDir, LabDir) {
     let mut batch = vec![e(
         exp.clone(),
         EntryBody::from(ProposalBody {
+            sweep: None,
             spec_hash: spec,
             author: "ada".into(),
             title: "tiny moe".into(),
@@ -42,6 +43,8 @@ fn lab_with_a_run() -> (tempfile::TempDir, LabDir) {
     batch.push(e(
         exp.clone(),
         EntryBody::from(RunStartedBody {
+            worker: None,
+            host: None,
             run: RunId::from("run-000001"),
             spec_hash: spec,
             code_revision: "abc".into(),

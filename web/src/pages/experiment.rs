@@ -530,7 +530,7 @@ pub async fn page(
     Path(id): Path<String>,
     Query(q): Query<RunQuery>,
 ) -> Result<Html<Bytes>, WebError> {
-    let (exp, runs, forecasts, status, touched) = {
+    let (exp, runs, forecasts, status, touched, is_sweep) = {
         let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
         let exp = cat
             .experiments
@@ -549,7 +549,8 @@ pub async fn page(
             .collect();
         let status = exp.status(&cat);
         let touched = cat.touched(&id);
-        (exp, runs, forecasts, status, touched)
+        let is_sweep = cat.sweeps.contains_key(&id);
+        (exp, runs, forecasts, status, touched, is_sweep)
     };
     let view = q.view.view()?;
     let selected = match &q.run {
@@ -658,6 +659,15 @@ pub async fn page(
             @if let Some(u) = &exp.issue_url { " · issue " (safe_link(u)) }
             @if let Some(a) = &exp.approved_by { " · approved by " (a) }
             @if let Some(r) = &exp.rejected { " · rejected: " (r) }
+        }
+        @if let Some(l) = &exp.sweep {
+            p.meta #sweep-link {
+                "Child " (l.index) " of sweep " a href=(super::sweeps::sweep_href(&l.parent)) { (l.parent) }
+                ": " code { (l.values) }
+            }
+        }
+        @if is_sweep {
+            p.meta #sweep-link { "This is a sweep: " a href=(super::sweeps::sweep_href(&exp.id)) { "its children and gate" } }
         }
         @if let Some(s) = &exp.spec {
             section.hypothesis {

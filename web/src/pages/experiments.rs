@@ -366,13 +366,36 @@ pub async fn negative_page(
     Query(p): Query<PageQuery>,
 ) -> Result<Markup, WebError> {
     let page = p.page.unwrap_or(1).max(1);
-    let rows = {
+    let (rows, gates) = {
         let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
-        negative_rows(&cat, page - 1, 200)
+        let gates: Vec<(String, String, String)> = cat
+            .failed_gates()
+            .into_iter()
+            .map(|s| {
+                (
+                    s.id.clone(),
+                    s.title.clone(),
+                    s.decision
+                        .as_ref()
+                        .map(|d| d.detail.clone())
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        (negative_rows(&cat, page - 1, 200), gates)
     };
     let body = html! {
         h1 { "Negative results" }
         p.lead { "What did not work is recorded like what did: each run below has a signed result entry." }
+        @if page == 1 && !gates.is_empty() {
+            section #failed-gates {
+                h2 { "Sweeps whose promotion gate failed" }
+                ul { @for (id, title, detail) in &gates {
+                    li { a href=(super::sweeps::sweep_href(id)) { (id) } " " (title) " " (super::sweeps::gate_badge("failed")) br; small { (detail) } }
+                } }
+                p.meta { a href="/sweeps?gate=failed" { "All failed gates" } }
+            }
+        }
         (rows)
         nav.pager {
             @if page > 1 { a href={ "/negative?page=" (page - 1) } { "← previous" } }

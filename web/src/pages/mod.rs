@@ -2,14 +2,15 @@
 //! interpolated value, so a hypothesis containing `<script>` is shown as text).
 //!
 //! One file per page family: `experiments` (the list and negative results), `experiment`
-//! (one experiment, its charts, and the Live page), `compare`, `ladder`, `data`, `ledger`,
-//! `queue`.
+//! (one experiment, its charts, and the Live page), `compare`, `ladder`, `boards`
+//! (leaderboards), `sweeps`, `data`, `ledger`, `queue`.
 //! This file holds the page frame, the routes and the small formatting pieces pages share; the
 //! stylesheet and scripts are in `assets` (served from `/assets/`, so the
 //! Content-Security-Policy can forbid inline code). Pages read through `catalog` and `series`;
 //! they never write.
 
 pub mod assets;
+pub mod boards;
 pub mod compare;
 pub mod controls;
 pub mod data;
@@ -19,6 +20,7 @@ pub mod ladder;
 pub mod ledger;
 pub mod queue;
 pub mod run_log;
+pub mod sweeps;
 
 use axum::Router;
 use axum::routing::get;
@@ -38,6 +40,10 @@ pub fn routes() -> Router<WebState> {
         .route("/runs/{run}/heatmap/{layer}", get(experiment::heatmap_svg))
         .route("/compare", get(compare::page))
         .route("/ladder", get(ladder::page))
+        .route("/boards", get(boards::list_page))
+        .route("/boards/{name}", get(boards::page))
+        .route("/sweeps", get(sweeps::list_page))
+        .route("/sweeps/{*id}", get(sweeps::page))
         .route("/data", get(data::page))
         .route("/data/corpora/{hash}", get(data::corpus_page))
         .route("/data/runs/{run}", get(data::run_page))
@@ -82,6 +88,10 @@ pub enum Nav {
     Compare,
     /// Ladder.
     Ladder,
+    /// Leaderboards.
+    Boards,
+    /// Sweeps.
+    Sweeps,
     /// Data.
     Data,
     /// Negative results.
@@ -133,6 +143,8 @@ pub fn frame_with(title: &str, nav: Nav, scripts: Scripts, body: Markup) -> Mark
                         (item(Nav::Experiments, "/experiments", "Experiments"))
                         (item(Nav::Compare, "/compare", "Compare"))
                         (item(Nav::Ladder, "/ladder", "Ladder"))
+                        (item(Nav::Boards, "/boards", "Boards"))
+                        (item(Nav::Sweeps, "/sweeps", "Sweeps"))
                         (item(Nav::Data, "/data", "Data"))
                         (item(Nav::Negative, "/negative", "Negative results"))
                         (item(Nav::Queue, "/queue", "Queue"))

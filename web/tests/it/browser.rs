@@ -1,7 +1,8 @@
 //! Real-browser end-to-end test: headless Chromium driven over WebDriver (fantoccini) against a
 //! real server on 127.0.0.1: load the experiments page, open an experiment, see the loss chart
 //! drawn (uPlot over the server's SVG), watch a live run add points over Server-Sent Events
-//! while the test publishes into the `LiveHub`, and open a compare view by ticking runs.
+//! while the test publishes into the `LiveHub`, and open a compare view by ticking runs; then
+//! (issue 22) a sweep page with its gate and a leaderboard with its Pareto chart.
 //! Screenshots of each page go to `target/screenshots/*.png`. The harness here ([`Browser`])
 //! is shared with the interactive-chart suite (`charts`).
 //!
@@ -403,6 +404,127 @@ async fn browser_follows_experiments_charts_live_updates_and_compare() {
         }
         shot(&c, name).await;
     }
+
+    c.close().await.unwrap();
+    browser.stop().await;
+}
+
+/// Issue 22: the sweep page (children, the best one, the failed gate) and a leaderboard (the
+/// ranked rows, the Pareto chart, the runs awaiting reproduction and the failed one), reached
+/// through the site's navigation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_shows_a_sweep_and_a_leaderboard() {
+    let fx = crate::fixture::build().await;
+    crate::fixture::sweep::add(&fx).await;
+    let state = fx
+        .state()
+        .with_boards(vec![crate::fixture::sweep::board_def()]);
+    let browser = Browser::start(state).await;
+    let base = browser.base.clone();
+    let c = browser.session(true).await;
+
+    // The sweeps list, from the navigation: the failed gate is listed.
+    c.goto(&format!("{base}/experiments")).await.unwrap();
+    c.find(Locator::Css("header nav a[href='/sweeps']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let row = eventually("the sweeps list", || async {
+        text_of(&c, "#sweeps tbody tr:first-child").await
+    })
+    .await;
+    assert!(
+        row.contains("acme/lab#7") && row.contains("gate failed"),
+        "{row}"
+    );
+    shot(&c, "sweeps").await;
+
+    // The sweep page.
+    c.find(Locator::Css("#sweeps a[href='/sweeps/acme/lab%237']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let title = eventually("the sweep page", || async { text_of(&c, "h1").await }).await;
+    assert!(
+        title.contains("Width sweep <i>wider</i>"),
+        "the title is text: {title}"
+    );
+    let gate = text_of(&c, "#gate h2").await.unwrap();
+    assert!(gate.contains("gate failed"), "{gate}");
+    let best = text_of(&c, "#children tr.best").await.unwrap();
+    assert!(
+        best.contains("acme/lab#7/1") && best.contains("1.3000"),
+        "{best}"
+    );
+    let (_, _, w, _) = c
+        .find(Locator::Css("#gate"))
+        .await
+        .unwrap()
+        .rectangle()
+        .await
+        .unwrap();
+    assert!(w > 300.0, "the gate's box is laid out: {w}");
+    shot(&c, "sweep").await;
+
+    // The board, from the navigation.
+    c.find(Locator::Css("header nav a[href='/boards']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    eventually("the boards list", || async {
+        c.find(Locator::Css("#boards a[href='/boards/markov-loss']"))
+            .await
+            .ok()
+    })
+    .await
+    .click()
+    .await
+    .unwrap();
+    let first = eventually("the ranked rows", || async {
+        text_of(&c, "#ranked tbody tr:first-child").await
+    })
+    .await;
+    assert!(
+        first.contains("acme/lab#7/0") && first.contains("reproduced"),
+        "{first}"
+    );
+    let awaiting = text_of(&c, "#awaiting").await.unwrap();
+    assert!(
+        awaiting.contains("Awaiting reproduction") && awaiting.contains("run-7-1"),
+        "{awaiting}"
+    );
+    let failed = text_of(&c, "#failed").await.unwrap();
+    assert!(
+        failed.contains("run-8") && failed.contains("differs"),
+        "{failed}"
+    );
+    let (_, _, w, h) = c
+        .find(Locator::Css("figure.pareto svg"))
+        .await
+        .unwrap()
+        .rectangle()
+        .await
+        .unwrap();
+    assert!(
+        w > 300.0 && h > 100.0,
+        "the Pareto chart is laid out: {w}x{h}"
+    );
+    let points = c
+        .find_all(Locator::Css("figure.pareto circle.hp"))
+        .await
+        .unwrap();
+    assert_eq!(
+        points.len(),
+        2,
+        "the two ranked runs are plotted, nothing else"
+    );
+    shot(&c, "board").await;
 
     c.close().await.unwrap();
     browser.stop().await;

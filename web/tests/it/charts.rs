@@ -46,6 +46,7 @@ async fn add_long_run(fx: &Fixture) {
         x,
         refs([("spec", blob)]),
         ProposalBody {
+            sweep: None,
             spec_hash,
             author: "carol".into(),
             title: "Medium rung".into(),
@@ -57,6 +58,8 @@ async fn add_long_run(fx: &Fixture) {
             x,
             BTreeMap::new(),
             RunStartedBody {
+                worker: None,
+                host: None,
                 run: RunId::from(run),
                 spec_hash,
                 code_revision: "abc123".into(),

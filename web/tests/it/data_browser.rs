@@ -174,6 +174,7 @@ lr = 0.001
             Some("data-browser"),
             refs([("spec", spec_blob.0)]),
             ProposalBody {
+                sweep: None,
                 spec_hash,
                 author: "alice".into(),
                 title: "data browser".into(),
@@ -185,6 +186,8 @@ lr = 0.001
             Some("data-browser"),
             BTreeMap::new(),
             RunStartedBody {
+                worker: None,
+                host: None,
                 run: RunId::from("run-000001"),
                 spec_hash,
                 code_revision: "abc".into(),

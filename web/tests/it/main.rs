@@ -4,6 +4,7 @@
 mod fixture;
 
 mod annotations;
+mod boards;
 mod browser;
 mod charts;
 mod data_browser;

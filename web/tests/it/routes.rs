@@ -33,7 +33,7 @@ pub(crate) async fn get(
     )
 }
 
-async fn ok(state: &glassbox_web::WebState, uri: &str) -> String {
+pub(crate) async fn ok(state: &glassbox_web::WebState, uri: &str) -> String {
     let (status, headers, body) = get(state, uri).await;
     assert_eq!(status, StatusCode::OK, "{uri}: {body}");
     assert!(
@@ -46,7 +46,7 @@ async fn ok(state: &glassbox_web::WebState, uri: &str) -> String {
     body
 }
 
-async fn json(state: &glassbox_web::WebState, uri: &str) -> serde_json::Value {
+pub(crate) async fn json(state: &glassbox_web::WebState, uri: &str) -> serde_json::Value {
     let body = ok(state, uri).await;
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{uri}: {e}: {body}"))
 }
@@ -242,7 +242,7 @@ async fn pages_render_and_escape_proposer_text() {
 }
 
 /// Every attribute name of every tag in `html` (a small scanner: quotes respected).
-fn tags(html: &str) -> Vec<(String, Vec<(String, String)>)> {
+pub(crate) fn tags(html: &str) -> Vec<(String, Vec<(String, String)>)> {
     let b = html.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -314,6 +314,8 @@ async fn no_page_has_inline_script_or_style() {
         "/negative",
         "/ledger",
         "/runs/run-1/heatmap/0",
+        "/boards",
+        "/sweeps",
     ] {
         let body = ok(&st, uri).await;
         let tags = tags(&body);
@@ -514,10 +516,15 @@ async fn openapi_lists_every_api_route() {
         "/api/v1/negative",
         "/api/v1/compare",
         "/api/v1/ledger",
+        "/api/v1/boards",
+        "/api/v1/boards/{name}",
+        "/api/v1/sweeps",
+        "/api/v1/sweeps/{id}",
     ] {
         assert!(paths.contains_key(p), "OpenAPI lacks {p}");
     }
     assert!(doc["components"]["schemas"]["ExperimentRow"].is_object());
+    assert!(doc["components"]["schemas"]["SweepView"].is_object());
 }
 
 #[tokio::test]

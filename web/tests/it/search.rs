@@ -87,6 +87,7 @@ async fn fixture_lab(dir: &std::path::Path, url: &str) -> (LabDir, Index) {
             &id,
             refs([("spec", put(json.as_bytes()))]),
             ProposalBody {
+                sweep: None,
                 spec_hash: hash,
                 author: author.into(),
                 title: title.into(),
@@ -116,6 +117,7 @@ async fn fixture_lab(dir: &std::path::Path, url: &str) -> (LabDir, Index) {
                 &id,
                 BTreeMap::new(),
                 ApprovalBody {
+                    sweep: None,
                     spec_hash: hash,
                     approver: "maint".into(),
                 }
@@ -157,6 +159,8 @@ async fn fixture_lab(dir: &std::path::Path, url: &str) -> (LabDir, Index) {
             &id,
             BTreeMap::new(),
             RunStartedBody {
+                worker: None,
+                host: None,
                 run: RunId::from(run),
                 spec_hash: hashes[&n],
                 code_revision: "abc".into(),
