@@ -28,7 +28,7 @@ use crate::form::{FormProblem, ProposalForm, parse_issue_form};
 use crate::github::{GitHub, GitHubError};
 use crate::ids::{CommentId, IssueKey};
 use crate::labels::EXPERIMENT_LABEL;
-use crate::port::{LabEvent, LabPort, Proposal};
+use crate::port::{LabEvent, LabPort, Proposal, SweepProposal};
 use crate::render;
 use crate::store::Store;
 
@@ -77,6 +77,13 @@ pub enum ProposalCheck {
         problems: Vec<FormProblem>,
         /// The spec's errors, if the spec was there to parse.
         spec_error: Option<SpecError>,
+    },
+    /// A valid sweep (`[sweep]` in the spec), every child within budget.
+    Sweep {
+        /// The sweep, ready for the lab.
+        sweep: Box<SweepProposal>,
+        /// Each child's cost, in order.
+        costs: Vec<CostEstimate>,
     },
     /// Valid, but over the lab's budget.
     OverBudget {
@@ -177,6 +184,11 @@ impl<L: LabPort> Bot<L> {
     pub fn check_proposal(&self, issue: &IssueData) -> ProposalCheck {
         let form: ProposalForm = parse_issue_form(&issue.body);
         let problems = form.problems();
+        if let Some(text) = form.spec_toml.as_deref()
+            && glassbox_schemas::sweep::is_sweep(text)
+        {
+            return self.check_sweep(issue, text, problems);
+        }
         let parsed: Option<Result<ExperimentSpec, SpecError>> =
             form.spec_toml.as_deref().map(glassbox_schemas::parse_toml);
         let (spec, spec_error) = match parsed {
@@ -226,6 +238,61 @@ impl<L: LabPort> Bot<L> {
         ProposalCheck::Valid {
             proposal: Box::new(proposal),
             cost,
+        }
+    }
+
+    /// [`Bot::check_proposal`] for a sweep: the file expands into valid children, and every
+    /// child is within the per-proposal budget (the first child over it is reported).
+    fn check_sweep(
+        &self,
+        issue: &IssueData,
+        text: &str,
+        problems: Vec<FormProblem>,
+    ) -> ProposalCheck {
+        let sweep = match glassbox_schemas::sweep::parse_sweep_toml(text) {
+            Ok(s) => s,
+            Err(e) => {
+                return ProposalCheck::Invalid {
+                    problems,
+                    spec_error: Some(e),
+                };
+            }
+        };
+        if !problems.is_empty() {
+            return ProposalCheck::Invalid {
+                problems,
+                spec_error: None,
+            };
+        }
+        let costs: Vec<CostEstimate> = sweep
+            .children
+            .iter()
+            .map(|c| glassbox_schemas::estimate(&c.spec))
+            .collect();
+        if let Some(breaches) = costs
+            .iter()
+            .map(|c| self.budget_breaches(c))
+            .find(|b| !b.is_empty())
+        {
+            return ProposalCheck::OverBudget {
+                hash: sweep.parent_hash,
+                breaches,
+            };
+        }
+        ProposalCheck::Sweep {
+            sweep: Box::new(SweepProposal {
+                experiment: experiment_id(&issue.key),
+                issue: IssueRef {
+                    repo: issue.key.repo.to_string(),
+                    number: issue.key.number.0,
+                    url: issue.html_url.clone(),
+                },
+                author: issue.author.clone(),
+                title: issue.title.clone(),
+                sweep,
+                toml: text.to_string(),
+            }),
+            costs,
         }
     }
 

@@ -46,6 +46,31 @@ pub struct Proposal {
     pub issue_body: String,
 }
 
+/// A valid sweep from an issue (`[sweep]` in the spec): its children become experiments
+/// `<issue>/<i>`, approved together by one `/approve` bound to the sweep file's hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepProposal {
+    /// `<owner>/<repo>#<number>`: the sweep's own experiment.
+    pub experiment: ExperimentId,
+    /// The issue it came from.
+    pub issue: IssueRef,
+    /// Who filed the issue.
+    pub author: Login,
+    /// The issue title.
+    pub title: String,
+    /// The expanded, validated sweep.
+    pub sweep: glassbox_schemas::sweep::Sweep,
+    /// The file as written.
+    pub toml: String,
+}
+
+/// What the lab did with a sweep.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SweepRecorded {
+    /// Waiting child jobs that the edit took out of the queue (their approval is void).
+    pub voided: Vec<ExperimentId>,
+}
+
 /// What the lab did with a proposal.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ProposalRecorded {
@@ -210,6 +235,20 @@ pub trait LabPort: Send + Sync + 'static {
         &self,
         experiment: &ExperimentId,
     ) -> impl Future<Output = Result<Option<ApprovalInfo>, LabError>> + Send;
+    /// Records a valid sweep (a `sweep` entry and one `proposal` per child). The same file again
+    /// is a no-op; an edit voids the set's approval and takes waiting children out of the queue.
+    fn record_sweep(
+        &self,
+        sweep: SweepProposal,
+    ) -> impl Future<Output = Result<SweepRecorded, LabError>> + Send;
+    /// Approves every child of the sweep, bound to `parent_hash` (refused with
+    /// [`LabError::StaleHash`] when the file changed); returns how many children are queued.
+    fn approve_sweep(
+        &self,
+        experiment: &ExperimentId,
+        parent_hash: &SpecHash,
+        approver: &Login,
+    ) -> impl Future<Output = Result<u32, LabError>> + Send;
     /// Records an approval bound to `spec_hash` and queues the job; returns the queue position.
     /// An approval lifts a rejection (the `approval` entry is the record of it).
     fn approve(&self, approval: Approval) -> impl Future<Output = Result<u32, LabError>> + Send;
@@ -467,6 +506,8 @@ pub struct LabModel {
     /// What the lab says is over its limits for every proposal (see
     /// [`ProposalRecorded::over_limits`]); `/approve` is refused while it is not empty.
     pub over_limits: Vec<String>,
+    /// Sweeps by their experiment: the current file hash and how many children it has.
+    pub sweeps: HashMap<ExperimentId, (SpecHash, u32)>,
 }
 
 /// One experiment in the in-memory lab.
@@ -547,6 +588,61 @@ impl InMemoryLab {
 }
 
 impl LabPort for InMemoryLab {
+    async fn record_sweep(&self, sweep: SweepProposal) -> Result<SweepRecorded, LabError> {
+        let mut m = self.lock();
+        if let Some(reason) = &m.refuse_proposals {
+            return Err(LabError::InvalidState(reason.clone()));
+        }
+        let hash = sweep.sweep.parent_hash;
+        let children = sweep.sweep.children.len() as u32;
+        let old = m.sweeps.insert(sweep.experiment.clone(), (hash, children));
+        let mut voided = Vec::new();
+        if let Some((old_hash, n)) = old
+            && old_hash != hash
+        {
+            for i in 0..n {
+                let child = ExperimentId(format!("{}/{i}", sweep.experiment.0));
+                if m.queue.contains(&child) {
+                    m.queue.retain(|e| e != &child);
+                    voided.push(child);
+                }
+            }
+        }
+        m.journal.push(format!(
+            "sweep {} {hash} ({children} children)",
+            sweep.experiment
+        ));
+        Ok(SweepRecorded { voided })
+    }
+
+    async fn approve_sweep(
+        &self,
+        experiment: &ExperimentId,
+        parent_hash: &SpecHash,
+        approver: &Login,
+    ) -> Result<u32, LabError> {
+        let mut m = self.lock();
+        let Some((current, n)) = m.sweeps.get(experiment).copied() else {
+            return Err(LabError::UnknownExperiment(experiment.clone()));
+        };
+        if current != *parent_hash {
+            return Err(LabError::StaleHash {
+                seen: *parent_hash,
+                current,
+            });
+        }
+        for i in 0..n {
+            let child = ExperimentId(format!("{}/{i}", experiment.0));
+            if !m.queue.contains(&child) {
+                m.queue.push(child);
+            }
+        }
+        m.journal.push(format!(
+            "approval {experiment} {parent_hash} by {approver} ({n} children)"
+        ));
+        Ok(n)
+    }
+
     async fn record_proposal(&self, proposal: Proposal) -> Result<ProposalRecorded, LabError> {
         let mut m = self.lock();
         if let Some(reason) = &m.refuse_proposals {

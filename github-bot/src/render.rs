@@ -611,6 +611,82 @@ pub fn note_recorded(
     s
 }
 
+/// The validation comment of a sweep: one row per child (values, hash, cost, time), the total,
+/// the best-child metric and the gate, and what one `/approve` does.
+pub fn valid_sweep(
+    sweep: &crate::port::SweepProposal,
+    costs: &[CostEstimate],
+    flops_per_second: f64,
+    recorded: &crate::port::SweepRecorded,
+) -> String {
+    let sw = &sweep.sweep;
+    let mut s = format!(
+        "{VALIDATION_MARKER}\n### ✅ Valid sweep: {} children\n\nSweep hash `{}` ({} mode). One `/approve` approves every child, bound to this hash; any edit voids it.\n\n",
+        sw.children.len(),
+        sw.parent_hash,
+        match sw.mode {
+            glassbox_schemas::sweep::SweepMode::Grid => "grid",
+            glassbox_schemas::sweep::SweepMode::List => "list",
+        }
+    );
+    let _ = writeln!(s, "| # | values | spec hash | compute | estimated time |");
+    let _ = writeln!(s, "|---|---|---|---|---|");
+    let mut total = 0.0;
+    for (c, cost) in sw.children.iter().zip(costs) {
+        total += cost.total_flops;
+        let hash = glassbox_schemas::spec_hash(&c.spec)
+            .map(|h| format!("`{h}`"))
+            .unwrap_or_else(|_| "?".into());
+        let _ = writeln!(
+            s,
+            "| {} | {} | {hash} | {} FLOPs | {} |",
+            c.index,
+            glassbox_schemas::sweep::describe(&c.values).replace('|', "\\|"),
+            flops(cost.total_flops),
+            duration(cost.seconds_at(flops_per_second))
+        );
+    }
+    let _ = writeln!(
+        s,
+        "| | **total** | | **{} FLOPs** | **{}** |",
+        flops(total),
+        duration(total / flops_per_second)
+    );
+    if let Some(m) = &sw.metric {
+        let _ = write!(s, "\nBest child by `{m}`");
+        let _ = writeln!(
+            s,
+            " ({}).",
+            match sw.direction {
+                glassbox_schemas::sweep::Direction::Min => "lower is better",
+                glassbox_schemas::sweep::Direction::Max => "higher is better",
+            }
+        );
+    }
+    if let Some(g) = &sw.gate {
+        let _ = writeln!(
+            s,
+            "\nPromotion gate: the best child's `{}` must beat `{}` by {} when every child has ended.",
+            g.metric, g.beats, g.by
+        );
+    }
+    if !recorded.voided.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n⚠️ The sweep changed after approval; {} waiting children left the queue. A maintainer must `/approve` the new hash.",
+            recorded.voided.len()
+        );
+    }
+    s
+}
+
+/// The reply to `/approve` on a sweep.
+pub fn sweep_approved(actor: &Login, hash: &SpecHash, children: u32) -> String {
+    format!(
+        "✅ Approved by @{actor} for sweep `{hash}`: {children} children queued, each with its own approval entry bound to this hash. Editing the sweep voids this approval."
+    )
+}
+
 /// The comment when a reproduction of a run ends: it matched, it differs (a negative result,
 /// with the first difference), or it could not finish.
 #[allow(clippy::too_many_arguments)]

@@ -1106,6 +1106,48 @@ fn port_error(e: LabError) -> PortError {
 }
 
 impl LabPort for Flow {
+    async fn record_sweep(
+        &self,
+        s: glassbox_github_bot::port::SweepProposal,
+    ) -> Result<glassbox_github_bot::port::SweepRecorded, PortError> {
+        let recorded = self
+            .propose_sweep(crate::sweep::NewSweep {
+                experiment: s.experiment,
+                author: s.author.as_str().to_string(),
+                title: s.title,
+                issue: Some(s.issue),
+                sweep: s.sweep,
+                toml: s.toml,
+            })
+            .await
+            .map_err(port_error)?;
+        Ok(glassbox_github_bot::port::SweepRecorded {
+            voided: recorded.voided,
+        })
+    }
+
+    async fn approve_sweep(
+        &self,
+        experiment: &ExperimentId,
+        parent_hash: &SpecHash,
+        approver: &Login,
+    ) -> Result<u32, PortError> {
+        match self.sweep(experiment).await.map_err(port_error)? {
+            None => return Err(PortError::UnknownExperiment(experiment.clone())),
+            Some((body, _, _)) if body.parent_hash != *parent_hash => {
+                return Err(PortError::StaleHash {
+                    seen: *parent_hash,
+                    current: body.parent_hash,
+                });
+            }
+            Some(_) => {}
+        }
+        let queued = Flow::approve_sweep(self, experiment, parent_hash, approver.as_str())
+            .await
+            .map_err(port_error)?;
+        Ok(queued.len() as u32)
+    }
+
     async fn record_proposal(&self, p: Proposal) -> Result<ProposalRecorded, PortError> {
         let forecast = p.forecast.as_ref().map(|f| Forecast {
             metric: f.metric.clone(),

@@ -1,7 +1,8 @@
 //! `/approve [blake3:<hex>]`: approve the spec hash in the issue as it is now, within the
 //! author's quota, and queue the job. The approval names the hash, so a later edit cannot ride
 //! on it; with a pin, it approves only if the current hash is the pinned one (what the
-//! maintainer reviewed), else it answers with both hashes. An approval lifts a rejection.
+//! maintainer reviewed), else it answers with both hashes. An approval lifts a rejection. On a
+//! sweep it approves every child at once, bound to the sweep file's hash.
 
 use crate::bot::{Bot, ProposalCheck};
 use crate::command::HashPin;
@@ -19,6 +20,9 @@ pub(crate) async fn handle<L: LabPort>(
     let key = &ctx.issue.key;
     let hash = match bot.check_proposal(&ctx.issue) {
         ProposalCheck::Valid { proposal, .. } => proposal.spec_hash,
+        ProposalCheck::Sweep { sweep, .. } => {
+            return approve_sweep(bot, ctx, pin, sweep.sweep.parent_hash).await;
+        }
         ProposalCheck::Invalid { .. } => {
             bot.reply(key, &render::approve_invalid(&ctx.actor)).await?;
             return Ok(());
@@ -71,6 +75,39 @@ pub(crate) async fn handle<L: LabPort>(
             .await?;
             // Refresh the validation comment so it shows the queue position.
             proposal::handle(bot, &ctx.issue).await
+        }
+        Err(e) => reply_lab_refusal(bot, ctx, "approve", e).await,
+    }
+}
+
+/// `/approve` on a sweep: one approval of every child, bound to the sweep file's hash (a pin
+/// must name that hash).
+async fn approve_sweep<L: LabPort>(
+    bot: &Bot<L>,
+    ctx: &CommandContext,
+    pin: Option<&HashPin>,
+    hash: glassbox_schemas::SpecHash,
+) -> Result<(), BotError> {
+    let key = &ctx.issue.key;
+    if let Some(pin) = pin
+        && !pin.matches(&hash)
+    {
+        bot.reply(key, &render::approve_pin_mismatch(&ctx.actor, pin, &hash))
+            .await?;
+        return Ok(());
+    }
+    match bot
+        .lab
+        .approve_sweep(&ctx.experiment, &hash, &ctx.actor)
+        .await
+    {
+        Ok(children) => {
+            bot.github
+                .add_labels(&key.repo, key.number, &[APPROVED])
+                .await?;
+            bot.reply(key, &render::sweep_approved(&ctx.actor, &hash, children))
+                .await?;
+            Ok(())
         }
         Err(e) => reply_lab_refusal(bot, ctx, "approve", e).await,
     }

@@ -4,6 +4,8 @@
 //! When the lab reports that the new spec hash voided an approval, the bot says so in a
 //! separate comment (so it notifies) and removes the `approved` label. An edit that makes the
 //! proposal invalid or over budget withdraws it, which voids a waiting approval the same way.
+//! A sweep (`[sweep]` in the spec) is recorded as a set of children and commented as a table:
+//! each child's values, hash and cost, and the total one `/approve` would approve.
 
 use crate::bot::{Bot, ProposalCheck, experiment_id};
 use crate::error::BotError;
@@ -17,7 +19,10 @@ pub const VALIDATION_COMMENT: &str = "validation";
 
 pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, issue: &IssueData) -> Result<(), BotError> {
     let check = bot.check_proposal(issue);
-    if !matches!(check, ProposalCheck::Valid { .. }) {
+    if !matches!(
+        check,
+        ProposalCheck::Valid { .. } | ProposalCheck::Sweep { .. }
+    ) {
         withdraw(bot, issue).await?;
     }
     let body = match check {
@@ -26,6 +31,22 @@ pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, issue: &IssueData) -> Resul
             spec_error,
         } => render::invalid_proposal(&problems, spec_error.as_ref()),
         ProposalCheck::OverBudget { hash, breaches } => render::over_budget(&hash, &breaches),
+        ProposalCheck::Sweep { sweep, costs } => {
+            let hash = sweep.sweep.parent_hash;
+            let table = (*sweep).clone();
+            match bot.lab.record_sweep(*sweep).await {
+                Ok(recorded) => {
+                    if !recorded.voided.is_empty() {
+                        bot.github
+                            .remove_label(&issue.key.repo, issue.key.number, APPROVED)
+                            .await?;
+                    }
+                    render::valid_sweep(&table, &costs, bot.config.flops_per_second, &recorded)
+                }
+                Err(LabError::InvalidState(reason)) => render::proposal_refused(&hash, &reason),
+                Err(e) => return Err(e.into()),
+            }
+        }
         ProposalCheck::Valid { proposal, cost } => {
             let hash = proposal.spec_hash;
             let experiment = proposal.experiment.clone();

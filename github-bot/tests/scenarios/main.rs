@@ -13,6 +13,7 @@ mod debugging;
 mod fake_github;
 mod fuzz_parsers;
 mod harness;
+mod sweeps;
 mod trust;
 
 use std::collections::BTreeMap;
