@@ -13,7 +13,8 @@
 //!   [`monitor`] — following a live log, checking only what is new;
 //! - [`archive`] — every checkpoint the writer installed; [`precedence`] — proof that one
 //!   entry was published (signed, cosigned) before another was sequenced;
-//! - [`index`] — the derived sqlx index (SQLite or PostgreSQL); [`board`] — leaderboards
+//! - [`index`] — the derived sqlx index (SQLite or PostgreSQL), with each finished run's curves
+//!   downsampled once ([`lttb`]) for a dashboard's first view; [`board`] — leaderboards
 //!   derived from the entries alone, ranking only reproduced runs;
 //! - [`bucket`] — the public layout in an object-store bucket, and [`bucket::Mirror`] copying
 //!   the log there; [`publish`] — git mirroring; [`lab`] — the lab directory layout;
@@ -37,6 +38,7 @@ pub mod error;
 pub mod index;
 pub mod lab;
 pub mod log;
+pub mod lttb;
 pub mod merkle;
 pub mod monitor;
 pub mod precedence;

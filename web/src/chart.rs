@@ -17,6 +17,10 @@ use plotters::prelude::*;
 
 /// Size of a line chart in pixels.
 pub const LINE_SIZE: (u32, u32) = (720, 260);
+/// Points a server-drawn line keeps at most: two per horizontal pixel, where a line through
+/// LTTB's choice looks like the line through every point (the chart script draws the API's
+/// points on top once it runs).
+pub const SVG_POINTS_PER_LINE: usize = 2 * LINE_SIZE.0 as usize;
 /// Hover targets per line at most.
 pub const HOVER_POINTS: usize = 120;
 

@@ -16,7 +16,7 @@
 //!   (`glassbox witness serve`), whose state is its own, not the lab's.
 //!
 //! Pages are rendered on the server (maud templates escape everything interpolated) with charts
-//! drawn by plotters as inline SVG, each line downsampled by [`lttb`], so every chart shows
+//! drawn by plotters as inline SVG, each line downsampled by [`glassbox_ledger::lttb`], so every chart shows
 //! without JavaScript. With it, `/assets/charts.js` redraws each line chart with the vendored
 //! uPlot from the metric API (zoom to full resolution, smoothing, log-y, x by tokens, FLOPs or
 //! time, live points over Server-Sent Events). A strict Content-Security-Policy forbids inline
@@ -39,7 +39,6 @@ pub mod error;
 pub mod leaderboards;
 pub mod listener;
 pub mod live;
-pub mod lttb;
 pub mod ops;
 pub mod page_cache;
 pub mod pages;

@@ -9,12 +9,12 @@
 
 use std::collections::BTreeMap;
 
-use glassbox_ledger::index::Index;
+use glassbox_ledger::index::{CurveNames, Index};
 use sqlx::{AnyPool, Row};
 
 use crate::error::WebError;
 use crate::live::LiveHub;
-use crate::lttb;
+use glassbox_ledger::lttb;
 
 /// Points drawn per line at most (the issue's "~2,000 points per line").
 pub const MAX_POINTS_PER_LINE: usize = 2000;
@@ -52,7 +52,7 @@ pub async fn run_series(
     from: u64,
     to: u64,
 ) -> Result<RunSeries, WebError> {
-    let mut out = packed_series(index, run, Names::All, from, to).await?;
+    let mut out = index.curves(run, CurveNames::All, from, to).await?;
     merge_live(&mut out, live, run, from, to);
     Ok(out)
 }
@@ -67,7 +67,9 @@ pub async fn prefixed_series(
     from: u64,
     to: u64,
 ) -> Result<RunSeries, WebError> {
-    let mut out = packed_series(index, run, Names::Prefix(prefix), from, to).await?;
+    let mut out = index
+        .curves(run, CurveNames::Prefix(prefix), from, to)
+        .await?;
     merge_live(&mut out, live, run, from, to);
     out.retain(|n, _| n.starts_with(prefix));
     Ok(out)
@@ -82,103 +84,9 @@ pub async fn one_series(
     from: u64,
     to: u64,
 ) -> Result<Vec<(u64, f64)>, WebError> {
-    let mut one = packed_series(index, run, Names::One(name), from, to).await?;
+    let mut one = index.curves(run, CurveNames::One(name), from, to).await?;
     merge_live(&mut one, live, run, from, to);
     Ok(one.remove(name).unwrap_or_default())
-}
-
-/// Reads the points of `run` (of one metric, or all) with one row per metric: its points packed
-/// as `step:value;step:value;...`, returned sorted by step.
-///
-/// Why packed: sqlx hands SQLite rows from the connection's thread to the async task one at a
-/// time, and a page's 1,000 points as 1,000 rows cost ~4 ms of CPU in that hand-off (thread
-/// wake-ups and per-row conversions, measured with `perf` under `web_load`), several times the
-/// cost of drawing the charts. `string_agg` is in both PostgreSQL and SQLite (3.44+).
-///
-/// Values travel as text that reads back as the same `f64`. PostgreSQL prints floats in their
-/// shortest exact form (sqlx sets `extra_float_digits`). SQLite's `CAST(value AS TEXT)` keeps
-/// only 15 digits, so SQLite prints 17 significant digits, enough for any `f64` (the tests below
-/// check the round trip on both, on 5,000 values, random bit patterns, subnormals and extremes).
-async fn packed_series(
-    index: &Index,
-    run: &str,
-    names: Names<'_>,
-    from: u64,
-    to: u64,
-) -> Result<RunSeries, WebError> {
-    let value = if index.is_postgres() {
-        "CAST(value AS TEXT)"
-    } else {
-        "printf('%!.17g', value)"
-    };
-    // A prefix is a range of the primary key (run, name, step): names >= the prefix and below
-    // the prefix with its last byte incremented.
-    let one = match names {
-        Names::All => "",
-        Names::One(_) => "AND name = $4 ",
-        Names::Prefix(_) => "AND name >= $4 AND name < $5 ",
-    };
-    let sql = format!(
-        "SELECT name, string_agg(CAST(step AS TEXT) || ':' || {value}, ';') AS pts \
-         FROM metric_points WHERE run = $1 AND step >= $2 AND step <= $3 {one}\
-         GROUP BY name ORDER BY name"
-    );
-    let mut query = sqlx::query(&sql)
-        .bind(run.to_string())
-        .bind(from.min(i64::MAX as u64) as i64)
-        .bind(to.min(i64::MAX as u64) as i64);
-    match names {
-        Names::All => {}
-        Names::One(n) => query = query.bind(n.to_string()),
-        Names::Prefix(p) => {
-            let mut end = p.as_bytes().to_vec();
-            match end.last_mut() {
-                // ASCII below 0x7F (our names); anything else is a full scan of the run.
-                Some(b) if *b < 0x7F => *b += 1,
-                _ => end = vec![0x7F],
-            }
-            query = query
-                .bind(p.to_string())
-                .bind(String::from_utf8(end).unwrap_or_default());
-        }
-    }
-    let rows = query.fetch_all(index.pool()).await?;
-    let mut out = RunSeries::new();
-    for r in &rows {
-        let name: String = r.try_get("name")?;
-        let packed: String = r.try_get("pts")?;
-        let mut pts = unpack(&packed).ok_or_else(|| {
-            WebError::Index(sqlx::Error::Decode(
-                format!("metric {name:?} of run {run:?}: unreadable packed points").into(),
-            ))
-        })?;
-        // Sorted here rather than with `ORDER BY` in the aggregate, which costs SQLite a sort
-        // per series although the primary key (run, name, step) already yields step order;
-        // on sorted input this is one pass.
-        pts.sort_by_key(|p| p.0);
-        out.insert(name, pts);
-    }
-    Ok(out)
-}
-
-/// Which series of a run [`packed_series`] reads.
-#[derive(Debug, Clone, Copy)]
-enum Names<'a> {
-    All,
-    One(&'a str),
-    Prefix(&'a str),
-}
-
-/// Parses `step:value;step:value;...` (see [`packed_series`]); `None` if any part is malformed.
-fn unpack(packed: &str) -> Option<Vec<(u64, f64)>> {
-    packed
-        .split(';')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (s, v) = p.split_once(':')?;
-            Some((s.parse().ok()?, v.parse().ok()?))
-        })
-        .collect()
 }
 
 /// Appends the hub's points that are newer than the last indexed step of each series.
@@ -197,8 +105,11 @@ fn merge_live(out: &mut RunSeries, live: &LiveHub, run: &str, from: u64, to: u64
 }
 
 /// Each of `names` of `run` with `from <= step <= to`: (points in the range, the range
-/// downsampled to at most `max`). A finished run's series is read whole once and kept in the
-/// [`crate::series_cache`] (zooming asks for many ranges of it); a running run's range is read
+/// downsampled to at most `max`). A finished run answers from its overview (drawn once when
+/// the run was indexed, see [`glassbox_ledger::index::curves`]) when that is the whole curve,
+/// or when the request spans the whole curve at no more than the overview's resolution (a
+/// page's first draw); otherwise its series is read whole once and kept in the
+/// [`crate::series_cache`] (zooming asks for many ranges of it). A running run's range is read
 /// from the index and the live hub each time.
 pub async fn ranges(
     st: &crate::WebState,
@@ -215,28 +126,47 @@ pub async fn ranges(
             .filter(|r| r.status != "running")
             .map(|_| cat.touched_runs.get(run).copied().unwrap_or(0))
     };
+    let mut overviews = None;
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        out.push(match finished {
-            Some(touched) => {
-                let whole = match st.series.get(run, name, touched) {
-                    Some(p) => p,
-                    None => {
-                        let p = std::sync::Arc::new(
-                            one_series(&st.index, &st.live, run, name, 0, u64::MAX).await?,
-                        );
-                        st.series.put(run, name, touched, p.clone());
-                        p
-                    }
+        let Some(touched) = finished else {
+            let pts = one_series(&st.index, &st.live, run, name, from, to).await?;
+            out.push((pts.len(), downsample(&pts, max)));
+            continue;
+        };
+        let cached = st.series.get(run, name, touched);
+        if cached.is_none() {
+            if overviews.is_none() {
+                overviews = Some(st.index.overviews(run).await?);
+            }
+            if let Some(o) = overviews.as_ref().and_then(|o| o.get(name)) {
+                if o.is_whole() {
+                    let pts = crate::series_cache::range(&o.points, from, to);
+                    out.push((pts.len(), downsample(pts, max)));
+                    continue;
+                }
+                let spans = match (o.points.first(), o.points.last()) {
+                    (Some(a), Some(b)) => from <= a.0 && to >= b.0,
+                    _ => false,
                 };
-                let pts = crate::series_cache::range(&whole, from, to);
-                (pts.len(), downsample(pts, max))
+                if spans && max <= o.points.len() {
+                    out.push((o.total as usize, downsample(&o.points, max)));
+                    continue;
+                }
             }
+        }
+        let whole = match cached {
+            Some(p) => p,
             None => {
-                let pts = one_series(&st.index, &st.live, run, name, from, to).await?;
-                (pts.len(), downsample(&pts, max))
+                let p = std::sync::Arc::new(
+                    one_series(&st.index, &st.live, run, name, 0, u64::MAX).await?,
+                );
+                st.series.put(run, name, touched, p.clone());
+                p
             }
-        });
+        };
+        let pts = crate::series_cache::range(&whole, from, to);
+        out.push((pts.len(), downsample(pts, max)));
     }
     Ok(out)
 }
@@ -368,13 +298,5 @@ mod tests {
             .execute(&mut admin)
             .await
             .unwrap();
-    }
-
-    #[test]
-    fn malformed_packed_points_are_refused() {
-        assert_eq!(unpack("1:2.5;3:-1e-7"), Some(vec![(1, 2.5), (3, -1e-7)]));
-        assert_eq!(unpack(""), Some(vec![]));
-        assert_eq!(unpack("1:2.5;x:1"), None);
-        assert_eq!(unpack("1"), None);
     }
 }

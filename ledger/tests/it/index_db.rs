@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use glassbox_ledger::index::{Index, IndexMismatch, METRICS_REF};
+use glassbox_ledger::index::{CurveNames, Index, IndexMismatch, METRICS_REF, OVERVIEW_POINTS};
 use glassbox_ledger::{BlobStore, DirSource, LabDir, LockMode, LogReader};
 use glassbox_schemas::record::{ArtifactBody, EntryBody, ProposalBody, ResultBody, RunStartedBody};
 use glassbox_schemas::{
@@ -161,6 +161,27 @@ async fn exercise(url: &str, lab: &LabDir) {
     );
     assert_eq!(at("train/loss", 7), Some(0.07));
     assert_eq!(at("load/2", 129), Some(3.0));
+    // The run has ended: its overviews are drawn, each curve whole (fewer points than an
+    // overview keeps), the same points the curve reads give.
+    let overviews = idx.overviews("run-000001").await.unwrap();
+    assert_eq!(
+        overviews.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "grad/norm/total",
+            "load/0",
+            "load/1",
+            "load/2",
+            "load/3",
+            "train/loss"
+        ]
+    );
+    let loss = idx
+        .curves("run-000001", CurveNames::One("train/loss"), 0, u64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(overviews["train/loss"].points, loss["train/loss"]);
+    assert!(overviews.values().all(|o| o.is_whole()));
+    assert_eq!(overviews["load/3"].total, 130);
     // Reindex rebuilds the same rows; migrations are idempotent on reconnect.
     idx.close().await;
     let idx = Index::connect(url).await.unwrap();
@@ -172,6 +193,11 @@ async fn exercise(url: &str, lab: &LabDir) {
         idx.metric_points("run-000001").await.unwrap(),
         points,
         "reindexing rebuilds the metric curves too"
+    );
+    assert_eq!(
+        idx.overviews("run-000001").await.unwrap(),
+        overviews,
+        "and their overviews"
     );
     idx.check(&reader).await.unwrap().unwrap();
     idx.close().await;
@@ -361,6 +387,132 @@ fn a_long_chunk_is_indexed_in_batches_and_whole() {
                 .iter()
                 .any(|(n, s, v)| n == "load/7" && *s == 12_000 && *v == 8.0)
         );
+        idx.close().await;
+    });
+}
+
+/// Appends `entries` to the lab's log and syncs the index at `url` with the lab's blobs.
+async fn append_and_sync(lab: &LabDir, url: &str, entries: Vec<LedgerEntry>) -> Index {
+    if !entries.is_empty() {
+        let w = lab.writer(LockMode::FailFast).unwrap();
+        w.append_batch(
+            entries
+                .iter()
+                .map(|e| e.to_canonical_bytes().unwrap())
+                .collect(),
+        )
+        .unwrap();
+    }
+    let src = DirSource {
+        root: lab.root().to_path_buf(),
+    };
+    let reader = LogReader::open(&src, &lab.verifier_key().unwrap()).unwrap();
+    let idx = Index::connect(url).await.unwrap();
+    idx.sync_with_blobs(&reader, Some(&lab.blobs()))
+        .await
+        .unwrap();
+    idx
+}
+
+/// A metric-chunk `artifact` entry of `run-000002` with `train/loss` = `f(step)` for `steps`.
+fn chunk_entry(
+    lab: &LabDir,
+    steps: std::ops::RangeInclusive<u64>,
+    f: impl Fn(u64) -> f64,
+) -> LedgerEntry {
+    let mut chunk = String::new();
+    for step in steps {
+        chunk.push_str(&format!(
+            "{{\"step\":{step},\"kind\":\"train\",\"scalars\":{{\"train/loss\":{}}}}}\n",
+            f(step)
+        ));
+    }
+    let put = lab.blobs().put(&mut chunk.as_bytes()).unwrap();
+    LedgerEntry::new(
+        Some(ExperimentId::from("glassbox-lab/glassbox#8")),
+        BTreeMap::from([(METRICS_REF.to_string(), put.hash.0)]),
+        ArtifactBody {
+            name: "metrics.jsonl".into(),
+            bytes: put.bytes,
+            run: Some(RunId::from("run-000002")),
+        },
+    )
+}
+
+/// Issue 20: a run's overviews appear when its `result` is indexed (not while it runs), keep
+/// a one-step spike of a long curve, are drawn again when a later chunk changes the curve, and
+/// an index made before overviews existed gets them from its migration at the next sync.
+#[test]
+fn overviews_are_drawn_when_a_run_ends_and_again_when_its_points_change() {
+    let (_d, lab) = lab_with_a_chunk(b"");
+    let url = lab.index_path().display().to_string();
+    let loss = |s: u64| {
+        if s == 4_321 {
+            50.0
+        } else {
+            1.0 + 1.0 / s as f64
+        }
+    };
+    runtime().block_on(async {
+        let idx = append_and_sync(&lab, &url, vec![chunk_entry(&lab, 1..=10_000, loss)]).await;
+        assert!(
+            idx.overviews("run-000002").await.unwrap().is_empty(),
+            "a run without a result has no overview"
+        );
+        idx.close().await;
+        let result = LedgerEntry::new(
+            Some(ExperimentId::from("glassbox-lab/glassbox#8")),
+            BTreeMap::new(),
+            ResultBody {
+                run: RunId::from("run-000002"),
+                spec_hash: SpecHash(Blake3Hash::of(b"spec")),
+                ending: glassbox_schemas::record::RunEnding {
+                    status: RunStatus::Succeeded,
+                    steps: 10_000,
+                    final_metrics: BTreeMap::from([("train/loss".to_string(), loss(10_000))]),
+                    reason: None,
+                },
+                forecast: None,
+                params_blake3: None,
+            },
+        );
+        let idx = append_and_sync(&lab, &url, vec![result]).await;
+        let o = idx
+            .overviews("run-000002")
+            .await
+            .unwrap()
+            .remove("train/loss")
+            .unwrap();
+        assert_eq!((o.total, o.points.len()), (10_000, OVERVIEW_POINTS));
+        assert_eq!(o.points.first(), Some(&(1, 2.0)));
+        assert_eq!(o.points.last(), Some(&(10_000, loss(10_000))));
+        assert!(o.points.contains(&(4_321, 50.0)), "the spike is kept");
+        idx.close().await;
+
+        // A chunk indexed after the result (steps 10,001 to 12,000) is in the overview.
+        let idx = append_and_sync(&lab, &url, vec![chunk_entry(&lab, 10_001..=12_000, loss)]).await;
+        let o = idx
+            .overviews("run-000002")
+            .await
+            .unwrap()
+            .remove("train/loss")
+            .unwrap();
+        assert_eq!(o.total, 12_000);
+        assert_eq!(o.points.last(), Some(&(12_000, loss(12_000))));
+
+        // An index from before the overview migration: its migration marks every ended run,
+        // and the next sync (with nothing new in the log) draws their overviews.
+        let before = idx.overviews("run-000002").await.unwrap();
+        for sql in [
+            "DROP TABLE metric_overview",
+            "DROP TABLE overview_pending",
+            "DELETE FROM _sqlx_migrations WHERE version = 3",
+        ] {
+            sqlx::query(sql).execute(idx.write_pool()).await.unwrap();
+        }
+        idx.close().await;
+        let idx = append_and_sync(&lab, &url, vec![]).await;
+        assert_eq!(idx.overviews("run-000002").await.unwrap(), before);
         idx.close().await;
     });
 }

@@ -23,7 +23,7 @@ use crate::WebState;
 use crate::catalog::parse_spec_text;
 use crate::chart::{self, Axes, Line};
 use crate::error::WebError;
-use crate::series::{self, MAX_POINTS_PER_LINE};
+use crate::series;
 
 /// Most runs one comparison overlays.
 pub const MAX_COMPARE: usize = 8;
@@ -362,14 +362,22 @@ pub async fn page(State(st): State<WebState>, RawQuery(raw): RawQuery) -> Result
     for metric in &q.metrics {
         let mut lines = Vec::new();
         for r in &runs {
-            let pts = series::one_series(&st.index, &st.live, &r.run, metric, from, to).await?;
+            // Through the overviews and the series cache, as the chart script's requests.
+            let (total, pts) = series::ranges(
+                &st,
+                &r.run,
+                std::slice::from_ref(metric),
+                from,
+                to,
+                chart::SVG_POINTS_PER_LINE,
+            )
+            .await?
+            .pop()
+            .unwrap_or_default();
             lines.push(Line {
                 label: r.run.clone(),
-                points: series::downsample(&pts, MAX_POINTS_PER_LINE)
-                    .into_iter()
-                    .map(|(s, v)| (s as f64, v))
-                    .collect(),
-                markers: pts.len() == 1,
+                points: pts.into_iter().map(|(s, v)| (s as f64, v)).collect(),
+                markers: total == 1,
             });
         }
         let svg = chart::line_chart(

@@ -33,7 +33,7 @@ use crate::chart::{self, Axes, Line};
 use crate::error::WebError;
 use crate::pages::controls::{self, LineRef, View, ViewQuery, line_figure};
 use crate::render_cache::Stamp;
-use crate::series::{self, MAX_POINTS_PER_LINE, RunSeries};
+use crate::series::{self, RunSeries};
 
 /// Columns of an expert-load heatmap at most.
 const HEATMAP_COLUMNS: usize = 150;
@@ -196,7 +196,7 @@ pub fn charts(
                 let pts = &all[*n];
                 Line {
                     label: (*n).clone(),
-                    points: series::downsample(pts, MAX_POINTS_PER_LINE)
+                    points: series::downsample(pts, chart::SVG_POINTS_PER_LINE)
                         .into_iter()
                         .map(|(s, v)| (s as f64, v))
                         .collect(),
@@ -243,6 +243,50 @@ pub fn charts(
         }
         @for figure in &out { (figure) }
     }
+}
+
+/// The curves a page of `run` draws. A finished run seen over all its steps is drawn from its
+/// overviews (each curve at most [`glassbox_ledger::index::OVERVIEW_POINTS`] points, chosen
+/// once when the run was indexed), except a layer's expert loads whose overview is not the
+/// whole curve: the heatmap averages every point, so those are read whole. Anything else (a
+/// step range, a running run, a run whose overviews are not drawn yet) reads the points in the
+/// view's range.
+async fn page_series(
+    st: &WebState,
+    run: &str,
+    finished: bool,
+    view: &View,
+) -> Result<RunSeries, WebError> {
+    if finished && view.from.is_none() && view.to.is_none() {
+        let overviews = st.index.overviews(run).await?;
+        if !overviews.is_empty() {
+            let mut read_whole = std::collections::BTreeSet::new();
+            let mut all = RunSeries::new();
+            for (name, o) in overviews {
+                if let Some((layer, _)) = expert_load_component(&name)
+                    && !o.is_whole()
+                {
+                    read_whole.insert(layer);
+                }
+                all.insert(name, o.points);
+            }
+            for layer in read_whole {
+                let prefix = format!("train/router/layer_{layer}/expert_load/");
+                all.extend(
+                    series::prefixed_series(&st.index, &st.live, run, &prefix, 0, u64::MAX).await?,
+                );
+            }
+            return Ok(all);
+        }
+    }
+    series::run_series(
+        &st.index,
+        &st.live,
+        run,
+        view.from.unwrap_or(0),
+        view.to.unwrap_or(u64::MAX),
+    )
+    .await
 }
 
 /// One layer's expert-load heatmap, in the figure the chart script redraws on zoom.
@@ -590,33 +634,8 @@ pub async fn page(
     let flops_per_token = exp.spec.as_ref().map(|s| s.flops_per_token);
     let charts_markup = match selected {
         Some(r) => {
-            // Read before the points, so a series kept below is never newer than its stamp.
-            let run_touched = match r.status.as_str() {
-                "running" => None,
-                _ => st
-                    .catalog
-                    .read(st.index.pool(), st.blobs.as_ref())
-                    .await?
-                    .touched_runs
-                    .get(&r.id)
-                    .copied(),
-            };
-            let all = series::run_series(
-                &st.index,
-                &st.live,
-                &r.id,
-                view.from.unwrap_or(0),
-                view.to.unwrap_or(u64::MAX),
-            )
-            .await?;
-            // The whole series of a finished run, just read: the page's script asks for them
-            // next (through the series cache).
-            if let (Some(t), None, None) = (run_touched, view.from, view.to) {
-                for (name, pts) in &all {
-                    st.series
-                        .put(&r.id, name, t, std::sync::Arc::new(pts.clone()));
-                }
-            }
+            let finished = r.status != "running" && st.live.version(&r.id).is_none();
+            let all = page_series(&st, &r.id, finished, &view).await?;
             let marks = crate::annotations::run_marks(&st, &r.id).await?;
             let drawn = charts(
                 &r.id,
@@ -785,29 +804,22 @@ async fn live_markup(
     flops_per_token: Option<f64>,
 ) -> Result<Bytes, WebError> {
     let key = format!("live\n{run}\n{}", view.key());
+    let (indexed, finished) = {
+        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        (
+            cat.touched_runs.get(run).copied().unwrap_or(0),
+            cat.runs.get(run).is_some_and(|r| r.status != "running"),
+        )
+    };
     let stamp = Stamp {
-        indexed: st
-            .catalog
-            .read(st.index.pool(), st.blobs.as_ref())
-            .await?
-            .touched_runs
-            .get(run)
-            .copied()
-            .unwrap_or(0),
+        indexed,
         live: st.live.version(run),
     };
     if let Some(body) = fresh(st, key.as_str(), stamp) {
         return Ok(body);
     }
     st.renders.count(false);
-    let all = series::run_series(
-        &st.index,
-        &st.live,
-        run,
-        view.from.unwrap_or(0),
-        view.to.unwrap_or(u64::MAX),
-    )
-    .await?;
+    let all = page_series(st, run, finished && stamp.live.is_none(), view).await?;
     let marks = crate::annotations::run_marks(st, run).await?;
     let marks = crate::annotations::chart_marks(&marks);
     let last_step = all.values().filter_map(|p| p.last().map(|x| x.0)).max();

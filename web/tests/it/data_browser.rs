@@ -237,6 +237,8 @@ lr = 0.001
         }
     }
     tx.commit().await.unwrap();
+    // Written past the indexer: the overviews the pages draw first are drawn again.
+    index.rebuild_overviews().await.unwrap();
     DataLab {
         _dir: dir,
         lab,

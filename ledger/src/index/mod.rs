@@ -6,7 +6,8 @@
 //! by row with the log (by leaf hash). Nothing is written here that the log does not say; the
 //! index is never the source of truth. Metric points come from `result` entries' final
 //! metrics (step = steps completed) and, with [`Index::sync_with_blobs`], from the metric-chunk
-//! blobs that runs record as `artifact` entries (the full curves the dashboard draws).
+//! blobs that runs record as `artifact` entries (the full curves the dashboard draws), and each
+//! finished run's curves are downsampled once into overviews ([`curves`]) for a first view.
 //!
 //! Connections: this type's methods write through one connection ([`Index::write_pool`]; SQLite
 //! allows one writer at a time anyway). Readers that live with their callers (the dashboard's
@@ -32,22 +33,39 @@ use crate::log::LogReader;
 use crate::merkle::leaf_hash;
 use crate::tiles::TILE_WIDTH;
 
+pub mod curves;
+pub use curves::{CurveNames, Curves, OVERVIEW_POINTS, Overview};
+
 /// The embedded migrations, in order.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (1, "index", include_str!("../migrations/0001_index.sql")),
-    (2, "search", include_str!("../migrations/0002_search.sql")),
+    (1, "index", include_str!("../../migrations/0001_index.sql")),
+    (
+        2,
+        "search",
+        include_str!("../../migrations/0002_search.sql"),
+    ),
+    (
+        3,
+        "overview",
+        include_str!("../../migrations/0003_overview.sql"),
+    ),
 ];
 
-#[derive(Debug)]
-struct Embedded;
+/// Migrations compiled into the binary: `(version, description, SQL)` in order. The index's
+/// own, and the lab's queue database's (`glassbox-lab`), without sqlx's `migrate!` macro and
+/// the compile-time build of every database driver it brings. The checksum sqlx stores is the
+/// SQL's, as the macro's is, so a database migrated either way accepts the other.
+#[derive(Debug, Clone, Copy)]
+pub struct EmbeddedMigrations(pub &'static [(i64, &'static str, &'static str)]);
 
-impl<'s> MigrationSource<'s> for Embedded {
+impl<'s> MigrationSource<'s> for EmbeddedMigrations {
     fn resolve(
         self,
     ) -> Pin<Box<dyn Future<Output = Result<Vec<Migration>, sqlx::error::BoxDynError>> + Send + 's>>
     {
-        Box::pin(async {
-            Ok(MIGRATIONS
+        Box::pin(async move {
+            Ok(self
+                .0
                 .iter()
                 .map(|(v, d, sql)| {
                     Migration::new(
@@ -174,7 +192,9 @@ impl Index {
             .connect(&full)
             .await
             .map_err(|e| err(&e))?;
-        let migrator = Migrator::new(Embedded).await.map_err(|e| err(&e))?;
+        let migrator = Migrator::new(EmbeddedMigrations(MIGRATIONS))
+            .await
+            .map_err(|e| err(&e))?;
         migrator.run(&pool).await.map_err(|e| err(&e))?;
         let in_memory = full.contains(":memory:") || full.contains("mode=memory");
         let readers = if is_pg || in_memory {
@@ -284,6 +304,19 @@ impl Index {
                 log: size,
             }));
         }
+        // Overviews left to draw (runs indexed before the overview table existed, or rows a
+        // bulk loader marked) are drawn before anything new.
+        let pending = sqlx::query("SELECT run FROM overview_pending LIMIT 1")
+            .fetch_optional(&self.writer)
+            .await
+            .map_err(|e| self.err(e))?;
+        if pending.is_some() {
+            let mut tx = self.writer.begin().await.map_err(|e| self.err(e))?;
+            curves::refresh_pending(&mut tx, self.is_pg)
+                .await
+                .map_err(|e| self.err(e))?;
+            tx.commit().await.map_err(|e| self.err(e))?;
+        }
         let mut i = from;
         while i < size {
             let t = i / TILE_WIDTH;
@@ -302,6 +335,9 @@ impl Index {
                     self.insert_spec_fields(&mut tx, bytes, store).await?;
                 }
             }
+            curves::refresh_pending(&mut tx, self.is_pg)
+                .await
+                .map_err(|e| self.err(e))?;
             tx.commit().await.map_err(|e| self.err(e))?;
             i = (t + 1) * TILE_WIDTH;
         }
@@ -447,6 +483,8 @@ impl Index {
     ) -> Result<u64, Error> {
         let mut tx = self.writer.begin().await.map_err(|e| self.err(e))?;
         for t in [
+            "metric_overview",
+            "overview_pending",
             "metric_points",
             "final_metrics",
             "spec_fields",
@@ -564,6 +602,49 @@ impl Index {
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()
             .map_err(|e| self.err(e))
+    }
+
+    /// The curves of `run` (every metric, one, or those under a prefix) with
+    /// `from <= step <= to`, each sorted by step, read through the read-only pool.
+    pub async fn curves(
+        &self,
+        run: &str,
+        names: CurveNames<'_>,
+        from: u64,
+        to: u64,
+    ) -> Result<Curves, Error> {
+        let mut conn = self.readers.acquire().await.map_err(|e| self.err(e))?;
+        curves::read_packed(&mut conn, self.is_pg, run, names, from, to)
+            .await
+            .map_err(|e| self.err(e))
+    }
+
+    /// The overviews of `run`'s curves by metric name ([`Overview`]): empty for a run that has
+    /// not ended, has no points, or whose overviews are not drawn yet (the next sync draws them).
+    pub async fn overviews(
+        &self,
+        run: &str,
+    ) -> Result<std::collections::BTreeMap<String, Overview>, Error> {
+        let mut conn = self.readers.acquire().await.map_err(|e| self.err(e))?;
+        curves::read_overviews(&mut conn, run)
+            .await
+            .map_err(|e| self.err(e))
+    }
+
+    /// Draws the overviews of every run that has ended again, from the points now in the
+    /// index; returns how many runs. For tools that write `metric_points` directly through
+    /// [`Index::write_pool`] (load generators, test fixtures): the indexer's own writes keep
+    /// the overviews current by themselves.
+    pub async fn rebuild_overviews(&self) -> Result<u64, Error> {
+        let mut tx = self.writer.begin().await.map_err(|e| self.err(e))?;
+        curves::mark_all_ended(&mut tx)
+            .await
+            .map_err(|e| self.err(e))?;
+        let n = curves::refresh_pending(&mut tx, self.is_pg)
+            .await
+            .map_err(|e| self.err(e))?;
+        tx.commit().await.map_err(|e| self.err(e))?;
+        Ok(n)
     }
 
     /// A run's status and steps.
@@ -825,6 +906,9 @@ async fn insert_points(
         last.insert((name, step), value);
     }
     let rows: Vec<((String, u64), f64)> = last.into_iter().collect();
+    if !rows.is_empty() {
+        curves::mark(tx, run).await?;
+    }
     // PostgreSQL numbers its parameters; SQLite gets anonymous `?`s, because the driver maps
     // each numbered one by name, a scan of every name per parameter (quadratic per statement).
     let numbered = (**tx).backend_name() == "PostgreSQL";
