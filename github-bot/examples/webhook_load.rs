@@ -1,6 +1,6 @@
 //! Load test of the webhook intake: signed deliveries over loopback HTTP/1.1 into the real
 //! router and durable SQLite queue, then drained by the real worker. Not a unit test: run it
-//! with `cargo run --release -p glassbox-github-bot --example webhook_load [-- N CONNECTIONS]`;
+//! with `cargo run --release -p glassbox-github-bot --features bench --example webhook_load [-- N CONNECTIONS]`;
 //! `GLASSBOX_BOT_DURABILITY=process` opens the queue with `Durability::ProcessCrash` instead of
 //! the default `PowerLoss` (fsync per commit).
 //!

@@ -35,11 +35,92 @@ use serde::Deserialize;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Row};
 
+use glassbox_ledger::index::EmbeddedMigrations;
+
 use crate::clock::Clock;
 use crate::queue::QueueError;
 
-static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
-static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+/// The queue database's migrations on SQLite, in order (`migrations/sqlite/`).
+const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "jobs",
+        include_str!("../../migrations/sqlite/0001_jobs.sql"),
+    ),
+    (
+        2,
+        "flow",
+        include_str!("../../migrations/sqlite/0002_flow.sql"),
+    ),
+    (
+        3,
+        "notice retries",
+        include_str!("../../migrations/sqlite/0003_notice_retries.sql"),
+    ),
+    (
+        4,
+        "trust",
+        include_str!("../../migrations/sqlite/0004_trust.sql"),
+    ),
+    (
+        5,
+        "debugging",
+        include_str!("../../migrations/sqlite/0005_debugging.sql"),
+    ),
+    (
+        6,
+        "sequence",
+        include_str!("../../migrations/sqlite/0006_sequence.sql"),
+    ),
+    (
+        7,
+        "reproduce",
+        include_str!("../../migrations/sqlite/0007_reproduce.sql"),
+    ),
+];
+/// The same on PostgreSQL (`migrations/postgres/`).
+const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "jobs",
+        include_str!("../../migrations/postgres/0001_jobs.sql"),
+    ),
+    (
+        2,
+        "flow",
+        include_str!("../../migrations/postgres/0002_flow.sql"),
+    ),
+    (
+        3,
+        "jobs open",
+        include_str!("../../migrations/postgres/0003_jobs_open.sql"),
+    ),
+    (
+        4,
+        "notice retries",
+        include_str!("../../migrations/postgres/0004_notice_retries.sql"),
+    ),
+    (
+        5,
+        "trust",
+        include_str!("../../migrations/postgres/0005_trust.sql"),
+    ),
+    (
+        6,
+        "debugging",
+        include_str!("../../migrations/postgres/0006_debugging.sql"),
+    ),
+    (
+        7,
+        "sequence",
+        include_str!("../../migrations/postgres/0007_sequence.sql"),
+    ),
+    (
+        8,
+        "reproduce",
+        include_str!("../../migrations/postgres/0008_reproduce.sql"),
+    ),
+];
 
 /// Which engine the lab's database runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,10 +236,14 @@ impl Db {
                 })
             });
         let pool = options.connect(&url).await?;
-        match engine {
-            Engine::Sqlite => SQLITE_MIGRATOR.run(&pool).await?,
-            Engine::Postgres => POSTGRES_MIGRATOR.run(&pool).await?,
-        }
+        let migrations = match engine {
+            Engine::Sqlite => SQLITE_MIGRATIONS,
+            Engine::Postgres => POSTGRES_MIGRATIONS,
+        };
+        sqlx::migrate::Migrator::new(EmbeddedMigrations(migrations))
+            .await?
+            .run(&pool)
+            .await?;
         Ok(Self {
             pool,
             engine,
@@ -223,5 +308,36 @@ impl Db {
     /// Closes the pool.
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every file under `migrations/<engine>/` is listed, in order, under its own version: a
+    /// migration added to the directory and not to the list would never run.
+    #[test]
+    fn the_embedded_migrations_are_the_directories() {
+        for (engine, listed) in [
+            ("sqlite", SQLITE_MIGRATIONS),
+            ("postgres", POSTGRES_MIGRATIONS),
+        ] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("migrations")
+                .join(engine);
+            let mut files: Vec<(i64, String)> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .map(|f| (f[..4].parse().unwrap(), f))
+                .collect();
+            files.sort();
+            assert_eq!(files.len(), listed.len(), "{engine}: {files:?}");
+            for ((version, file), (v, _, sql)) in files.iter().zip(listed) {
+                assert_eq!(version, v, "{engine}: {file}");
+                let text = std::fs::read_to_string(dir.join(file)).unwrap();
+                assert_eq!(&text, sql, "{engine}: {file} is not the SQL listed as {v}");
+            }
+        }
     }
 }
