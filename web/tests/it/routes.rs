@@ -956,7 +956,7 @@ async fn finished_pages_are_drawn_once_and_then_read_from_disk() {
 }
 
 #[tokio::test]
-async fn a_finished_runs_series_is_read_once_for_all_its_ranges() {
+async fn a_finished_runs_ranges_come_from_its_overview_without_reading_the_series() {
     let fx = crate::fixture::build().await;
     let st = fx.state();
     let whole = json(
@@ -965,8 +965,10 @@ async fn a_finished_runs_series_is_read_once_for_all_its_ranges() {
     )
     .await;
     assert_eq!(whole["total_points"], 300);
+    // The run has ended, so the index holds its curves' overviews; a curve of 300 points is
+    // whole in its overview, which answers every range: the series itself is never read.
     let m = ok(&st, "/metrics").await;
-    assert!(m.contains("glassbox_series_cache_points 300\n"), "{m}");
+    assert!(m.contains("glassbox_series_cache_points 0\n"), "{m}");
     // A range of the kept series, every point when the range is narrower than asked for.
     let part = json(
         &st,
@@ -1035,6 +1037,11 @@ async fn a_finished_runs_series_is_read_once_for_all_its_ranges() {
     )
     .await;
     assert_eq!(capped["points"].as_array().unwrap().len(), 300);
+    assert!(
+        ok(&st, "/metrics")
+            .await
+            .contains("glassbox_series_cache_points 0\n")
+    );
 }
 
 /// Issue 19 §7: the public queue page and `/api/v1/queue`, from the jobs the binary hands in:
