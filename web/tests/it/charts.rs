@@ -289,7 +289,7 @@ async fn charts_zoom_smooth_scale_compare_and_fall_back_without_javascript() {
         &c,
         "const n = performance.getEntriesByType('navigation')[0]; \
          const api = performance.getEntriesByType('resource').filter(e => e.name.includes('/api/')); \
-         return `page ${Math.round(n.decodedBodySize / 1024)} KiB, response ${Math.round(n.responseEnd)} ms, DOM ready ${Math.round(n.domContentLoadedEventEnd)} ms, \
+         return `page ${Math.round(n.decodedBodySize / 1024)} KiB, response ${Math.round(n.responseEnd)} ms, parsed ${Math.round(n.domInteractive)} ms, scripts loaded ${Math.round(Math.max(0, ...performance.getEntriesByType('resource').filter(e => e.initiatorType === 'script').map(e => e.responseEnd)))} ms, DOM ready ${Math.round(n.domContentLoadedEventEnd)} ms, \
          ${api.length} API requests ending ${Math.round(Math.max(0, ...api.map(e => e.responseEnd)))} ms \
          (longest ${Math.round(Math.max(0, ...api.map(e => e.duration)))} ms)`",
     )
