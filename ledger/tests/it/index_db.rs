@@ -327,20 +327,11 @@ fn postgres_index() {
 /// A lab whose log holds one `artifact` entry naming `chunk` as a metric chunk of `run-000002`.
 fn lab_with_a_chunk(chunk: &[u8]) -> (tempfile::TempDir, LabDir) {
     let (d, lab) = crate::fixture::new_lab();
-    let put = lab.blobs().put(&mut &chunk[..]).unwrap();
     let w = lab.writer(LockMode::FailFast).unwrap();
     w.append_batch(vec![
-        LedgerEntry::new(
-            Some(ExperimentId::from("glassbox-lab/glassbox#8")),
-            BTreeMap::from([(METRICS_REF.to_string(), put.hash.0)]),
-            ArtifactBody {
-                name: "metrics-000001.jsonl".into(),
-                bytes: put.bytes,
-                run: Some(RunId::from("run-000002")),
-            },
-        )
-        .to_canonical_bytes()
-        .unwrap(),
+        chunk_artifact(&lab, chunk, "metrics-000001.jsonl")
+            .to_canonical_bytes()
+            .unwrap(),
     ])
     .unwrap();
     (d, lab)
@@ -427,12 +418,18 @@ fn chunk_entry(
             f(step)
         ));
     }
-    let put = lab.blobs().put(&mut chunk.as_bytes()).unwrap();
+    chunk_artifact(lab, chunk.as_bytes(), "metrics.jsonl")
+}
+
+/// The `artifact` entry naming `chunk` (stored in the lab's blobs) as a metric chunk of
+/// `run-000002`.
+fn chunk_artifact(lab: &LabDir, chunk: &[u8], name: &str) -> LedgerEntry {
+    let put = lab.blobs().put(&mut &chunk[..]).unwrap();
     LedgerEntry::new(
         Some(ExperimentId::from("glassbox-lab/glassbox#8")),
         BTreeMap::from([(METRICS_REF.to_string(), put.hash.0)]),
         ArtifactBody {
-            name: "metrics.jsonl".into(),
+            name: name.into(),
             bytes: put.bytes,
             run: Some(RunId::from("run-000002")),
         },
