@@ -421,6 +421,15 @@ fn chunk_entry(
     chunk_artifact(lab, chunk.as_bytes(), "metrics.jsonl")
 }
 
+/// The overview of `run-000002`'s `train/loss`, which must exist.
+async fn loss_overview(idx: &Index) -> glassbox_ledger::index::Overview {
+    idx.overviews("run-000002")
+        .await
+        .unwrap()
+        .remove("train/loss")
+        .expect("an overview of train/loss")
+}
+
 /// The `artifact` entry naming `chunk` (stored in the lab's blobs) as a metric chunk of
 /// `run-000002`.
 fn chunk_artifact(lab: &LabDir, chunk: &[u8], name: &str) -> LedgerEntry {
@@ -474,12 +483,7 @@ fn overviews_are_drawn_when_a_run_ends_and_again_when_its_points_change() {
             },
         );
         let idx = append_and_sync(&lab, &url, vec![result]).await;
-        let o = idx
-            .overviews("run-000002")
-            .await
-            .unwrap()
-            .remove("train/loss")
-            .unwrap();
+        let o = loss_overview(&idx).await;
         assert_eq!((o.total, o.points.len()), (10_000, OVERVIEW_POINTS));
         assert_eq!(o.points.first(), Some(&(1, 2.0)));
         assert_eq!(o.points.last(), Some(&(10_000, loss(10_000))));
@@ -488,12 +492,7 @@ fn overviews_are_drawn_when_a_run_ends_and_again_when_its_points_change() {
 
         // A chunk indexed after the result (steps 10,001 to 12,000) is in the overview.
         let idx = append_and_sync(&lab, &url, vec![chunk_entry(&lab, 10_001..=12_000, loss)]).await;
-        let o = idx
-            .overviews("run-000002")
-            .await
-            .unwrap()
-            .remove("train/loss")
-            .unwrap();
+        let o = loss_overview(&idx).await;
         assert_eq!(o.total, 12_000);
         assert_eq!(o.points.last(), Some(&(12_000, loss(12_000))));
 
