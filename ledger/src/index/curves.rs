@@ -221,10 +221,13 @@ pub(crate) async fn refresh_pending(
     for r in &rows {
         let run: String = r.try_get("run")?;
         let done: Option<i64> = r.try_get("done")?;
-        sqlx::query("DELETE FROM metric_overview WHERE run = $1")
-            .bind(run.clone())
-            .execute(&mut *conn)
-            .await?;
+        // Only the marks read here: a mark another writer adds meanwhile stays for its sync.
+        for table in ["overview_pending", "metric_overview"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE run = $1"))
+                .bind(run.clone())
+                .execute(&mut *conn)
+                .await?;
+        }
         if done.is_none() {
             continue;
         }
@@ -242,11 +245,6 @@ pub(crate) async fn refresh_pending(
             .await?;
         }
         drawn += 1;
-    }
-    if !rows.is_empty() {
-        sqlx::query("DELETE FROM overview_pending")
-            .execute(&mut *conn)
-            .await?;
     }
     Ok(drawn)
 }
