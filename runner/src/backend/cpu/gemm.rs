@@ -15,21 +15,22 @@
 //! the blocking changes nothing either. Hence the result does not depend on the tiling, the thread
 //! count or the CPU; `gemm_bitwise_*` tests check it.
 //!
-//! **The work split**: the output is cut into tiles of at most [`TILE_M`] x [`TILE_N`] (a
-//! function of the shape only); a tile
-//! walks its k-blocks; per k-block it packs its part of B into [`NR`]-column panels (zero padded
-//! at the last columns; the padding's products are never stored) and runs the micro-kernel over
-//! its [`Kernel::mr`]-row blocks of A (read in place through the strides when A's rows are
-//! contiguous, else packed too). A B whose rows are
-//! not contiguous (`W^T`, `k^T`) is first copied row-major once per product, so packing is
-//! always contiguous copies. Tiles run in parallel on the current rayon pool, and a
-//! grouped linear layer puts all its groups' tiles in one parallel loop (one fork/join per layer,
-//! not per expert).
+//! **The work split**: a call's products (one, or a grouped layer's groups) first pack their
+//! B once, k-block by k-block, into [`NR`]-column panels (zero padded at the last columns; the
+//! padding's products are never stored), read straight from B's strides (a transposed `W^T`
+//! or `k^T` too), in parallel jobs that each fill one column tile of one k-block. Then the
+//! output is cut into tiles of at most [`TILE_M`] x [`TILE_N`] (a function of the shape only);
+//! a tile walks its k-blocks and runs the micro-kernel over its [`Kernel::mr`]-row blocks of A
+//! (read in place through the strides when A's rows are contiguous, else packed too) against
+//! the packed panels. Tiles run in parallel on the current rayon pool, and a grouped linear
+//! layer puts all its groups' packing jobs in one parallel loop and all their tiles in another
+//! (two fork/joins per layer, not two per expert).
 //!
 //! This is not a general BLAS: no alpha/beta beyond "overwrite or accumulate", row-major C only.
 //! The AVX-512 intrinsics need Rust 1.89 (the runner's `rust-version`).
 
 use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
@@ -42,6 +43,10 @@ use crate::scalar::Real;
 /// and reuses it for all its rows, so tall tiles amortise the packing; products with few rows
 /// get shorter tiles ([`Problem::tile_m`]) so that there are enough tiles to share.
 pub const TILE_M: usize = 192;
+/// The most packed B elements one batch of a call's products holds at once (4 MiB of f32):
+/// a grouped layer's 16 experts run in a few batches, so the packed copy of their weights
+/// neither raises the run's peak memory nor leaves the caches between packing and use.
+const PACK_BUDGET: usize = 1 << 20;
 /// Tiles a product should have at least, when its rows allow (load balance on the pool).
 const MIN_TILES: usize = 8;
 /// Output columns per tile (a multiple of [`NR`]).
@@ -280,8 +285,6 @@ fn run_problems<F: Real>(
     } else {
         Kernel::Scalar
     };
-    let mut starts = Vec::with_capacity(problems.len() + 1);
-    let mut total = 0;
     for p in problems {
         let GemmShape { m, n, k } = p.shape;
         if m > 0 && n > 0 {
@@ -294,25 +297,114 @@ fn run_problems<F: Real>(
                 assert!(p.b.max_index(k, n) < p.b.data.len(), "gemm: B too small");
             }
         }
+    }
+    // Batches of products whose packed B fit in PACK_BUDGET (at least one product each).
+    let mut first = 0;
+    while first < problems.len() {
+        let mut size = packed_len(&problems[first]);
+        let mut end = first + 1;
+        while end < problems.len() && size + packed_len(&problems[end]) <= PACK_BUDGET {
+            size += packed_len(&problems[end]);
+            end += 1;
+        }
+        run_packed(kernel, &problems[first..end], c, accumulate, tiles);
+        first = end;
+    }
+}
+
+/// Elements of a problem's packed B: every k-block's panels, the last panel zero padded.
+fn packed_len<F>(p: &Problem<'_, F>) -> usize {
+    let GemmShape { m, n, k } = p.shape;
+    if m > 0 && n > 0 && k > 0 {
+        k * n.div_ceil(NR) * NR
+    } else {
+        0
+    }
+}
+
+/// One packing job of [`run_packed`]: its slice of the buffer and the block of B it holds
+/// (`B`, first row, rows, first column, columns).
+struct PackJob<'o, 'b, F> {
+    out: &'o mut [MaybeUninit<F>],
+    block: (Mat<'b, F>, usize, usize, usize, usize),
+}
+
+/// [`run_problems`] after its checks, for one batch of its products: pack every product's B
+/// once into a buffer (in parallel when the tiles are), then run all the tiles, each reading
+/// its panels from there.
+///
+/// The packed layout of one product: k-block by k-block (the block starting at row `p0` of B,
+/// `kc` rows, at offset `p0 * npan * NR`), and within a block panel by panel (`NR` columns,
+/// `kc * NR` elements, element `(p, jj)` at `p * NR + jj`). A column tile's panels are
+/// contiguous in each k-block, so the pack splits into disjoint (product, k-block, column
+/// tile) jobs, and a tile reads its block as one slice. Packing once per product, not once
+/// per tile, matters when a product has several row tiles (each used to pack the same B), and
+/// it reads a transposed B (`W^T`, `k^T`) straight from its source.
+fn run_packed<F: Real>(
+    kernel: Kernel,
+    problems: &[Problem<'_, F>],
+    c: &mut [F],
+    accumulate: Accumulate,
+    tiles: Tiles,
+) {
+    let mut starts = Vec::with_capacity(problems.len() + 1);
+    let mut total = 0;
+    for p in problems {
         starts.push(total);
-        total += if m > 0 && n > 0 { p.tiles() } else { 0 };
+        total += if p.shape.m > 0 && p.shape.n > 0 {
+            p.tiles()
+        } else {
+            0
+        };
     }
     starts.push(total);
-    // A B whose rows are not contiguous (a transposed weight, `k^T` in attention) is copied
-    // row-major once per product, so that every tile packs its panels with contiguous copies.
-    let copies = row_major_copies(problems, tiles);
-    let problems: Vec<Problem<'_, F>> = problems
-        .iter()
-        .zip(&copies)
-        .map(|(p, copy)| match copy {
-            Some(b) => Problem {
-                b: Mat::rows(b, p.shape.n),
-                ..*p
-            },
-            None => *p,
-        })
-        .collect();
-    let problems = &problems[..];
+    let starts = &starts[..];
+    let mut offsets = Vec::with_capacity(problems.len() + 1);
+    let mut len = 0;
+    for p in problems {
+        offsets.push(len);
+        len += packed_len(p);
+    }
+    offsets.push(len);
+    // Not zeroed first: the jobs below write every element (`pack_b_block`'s contract). A
+    // transient buffer, so that between products its memory serves the activations (the
+    // allocator keeps it: `backend::heap`).
+    let mut packed: Vec<F> = Vec::with_capacity(len);
+    {
+        // The jobs, in buffer order: each takes the next slice.
+        let mut jobs = Vec::new();
+        let mut rest = &mut packed.spare_capacity_mut()[..len];
+        for p in problems.iter().filter(|p| packed_len(p) > 0) {
+            let GemmShape { n, k, .. } = p.shape;
+            for p0 in (0..k).step_by(KC) {
+                let kc = KC.min(k - p0);
+                for j0 in (0..n).step_by(TILE_N) {
+                    let nn = TILE_N.min(n - j0);
+                    let (job, tail) =
+                        std::mem::take(&mut rest).split_at_mut(nn.div_ceil(NR) * NR * kc);
+                    rest = tail;
+                    jobs.push(PackJob {
+                        out: job,
+                        block: (p.b, p0, kc, j0, nn),
+                    });
+                }
+            }
+        }
+        debug_assert!(rest.is_empty());
+        let pack = |job: &mut PackJob<'_, '_, F>| {
+            let (b, p0, kc, j0, nn) = job.block;
+            pack_b_block(job.out, b, p0, kc, j0, nn)
+        };
+        if tiles == Tiles::Parallel && jobs.len() > 1 {
+            jobs.par_iter_mut().for_each(pack);
+        } else {
+            jobs.iter_mut().for_each(pack);
+        }
+    }
+    // SAFETY: the jobs wrote all `len` elements (every slice of the split, each filled by
+    // `pack_b_block`, which writes every element of its slice).
+    unsafe { packed.set_len(len) };
+    let packed = &packed[..];
     let out = OutPtr(c.as_mut_ptr());
     let add = accumulate == Accumulate::Add;
     let tile = move |t: usize| {
@@ -320,10 +412,11 @@ fn run_problems<F: Real>(
         let p = &problems[pi];
         let t = t - starts[pi];
         let out = out;
+        let bp = &packed[offsets[pi]..offsets[pi + 1]];
         // SAFETY: the caller's problems write disjoint regions of `c` (each `linear_*` gives
         // its groups disjoint rows or matrices), every region was bounds-checked above, and a
         // tile writes only the elements of its own tile of its problem.
-        unsafe { run_tile(kernel, p, t, out.0, add) };
+        unsafe { run_tile(kernel, p, bp, t, out.0, add) };
     };
     if tiles == Tiles::Parallel && total > 1 {
         (0..total).into_par_iter().for_each(tile);
@@ -337,39 +430,8 @@ fn is_f32<F: Real>() -> bool {
     F::as_f32(&[]).is_some()
 }
 
-/// For each product whose B has non-contiguous rows (`cs != 1`) and work to do, B as a
-/// row-major `[k, n]` copy; the copies are made in parallel when the product's tiles are.
-fn row_major_copies<F: Real>(problems: &[Problem<'_, F>], tiles: Tiles) -> Vec<Option<Vec<F>>> {
-    let needs = |p: &Problem<'_, F>| {
-        let GemmShape { m, n, k } = p.shape;
-        p.b.cs != 1 && m > 0 && n > 0 && k > 0
-    };
-    let copy = |p: &Problem<'_, F>| {
-        needs(p).then(|| {
-            let GemmShape { n, k, .. } = p.shape;
-            let b = p.b;
-            let mut out = vec![F::ZERO; k * n];
-            // Blocks of 16 columns: read 16 source runs along p, write 16-wide rows.
-            for j0 in (0..n).step_by(16) {
-                let j1 = (j0 + 16).min(n);
-                for (pi, row) in out.chunks_exact_mut(n).enumerate() {
-                    for (j, x) in row[j0..j1].iter_mut().enumerate() {
-                        *x = b.data[pi * b.rs + (j0 + j) * b.cs];
-                    }
-                }
-            }
-            out
-        })
-    };
-    if tiles == Tiles::Parallel && problems.iter().filter(|p| needs(p)).count() > 1 {
-        problems.par_iter().map(copy).collect()
-    } else {
-        problems.iter().map(copy).collect()
-    }
-}
-
 thread_local! {
-    /// Each thread's packed B block, reused by every tile it runs (f64 storage: aligned for
+    /// Each thread's packed A block, reused by every tile it runs (f64 storage: aligned for
     /// both element types).
     static PANEL: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
 }
@@ -377,16 +439,23 @@ thread_local! {
 /// Tile `t` of problem `p`.
 ///
 /// A is read in place when its rows are contiguous (the micro-kernel broadcasts `A[i, p]`
-/// through its strides), else packed per k-block. B's `KC x TILE_N` block is packed per k-block
-/// into [`NR`]-column panels (zero padded at the last columns) in a per-thread buffer, so the
-/// micro-kernel reads it contiguously (no TLB walk across B's rows) for every row block of the
-/// tile.
+/// through its strides), else packed per k-block into a per-thread buffer. B comes packed
+/// (`bpacked`, the problem's part of [`run_packed`]'s buffer): [`NR`]-column panels, zero
+/// padded at the last columns, which the micro-kernel reads contiguously (no TLB walk across
+/// B's rows) for every row block of the tile.
 ///
 /// # Safety
 /// `c` must point to storage in which every element of the tile (offsets `p.c_off + i * ldc +
 /// j`) is valid for writes and not accessed by anyone else during the call; `p`'s operands
 /// must have been bounds-checked for its shape (`run_problems`).
-unsafe fn run_tile<F: Real>(kernel: Kernel, p: &Problem<'_, F>, t: usize, c: *mut F, add: bool) {
+unsafe fn run_tile<F: Real>(
+    kernel: Kernel,
+    p: &Problem<'_, F>,
+    bpacked: &[F],
+    t: usize,
+    c: *mut F,
+    add: bool,
+) {
     let GemmShape { m, n, k } = p.shape;
     if k == 0 {
         if !add {
@@ -404,8 +473,9 @@ unsafe fn run_tile<F: Real>(kernel: Kernel, p: &Problem<'_, F>, t: usize, c: *mu
     let tile_m = p.tile_m();
     let (i0, j0) = (ti * tile_m, tj * TILE_N);
     let (mm, nn) = (tile_m.min(m - i0), TILE_N.min(n - j0));
-    let (a, b) = (p.a, p.b);
-    let need = (TILE_N + TILE_M) * KC;
+    let a = p.a;
+    let npan = n.div_ceil(NR);
+    let need = TILE_M * KC;
     let words = (need * size_of::<F>()).div_ceil(size_of::<f64>());
     let run = |buf: &mut Vec<f64>| {
         if buf.len() < words {
@@ -413,9 +483,8 @@ unsafe fn run_tile<F: Real>(kernel: Kernel, p: &Problem<'_, F>, t: usize, c: *mu
         }
         // SAFETY: the buffer holds at least `need` elements of F (f32 or f64: no invalid bit
         // patterns, alignment at most f64's), and this borrow is its only user.
-        let all: &mut [F] =
+        let apacked: &mut [F] =
             unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<F>(), need) };
-        let (packed, apacked) = all.split_at_mut(TILE_N * KC);
         let mr = kernel.mr();
         // A with non-contiguous rows (`dout^T` in the weight gradient) is packed per k-block
         // into `mr`-row panels `[p][r]`: reading it in place would touch a new cache line and
@@ -425,7 +494,8 @@ unsafe fn run_tile<F: Real>(kernel: Kernel, p: &Problem<'_, F>, t: usize, c: *mu
         while p0 < k {
             let kc = KC.min(k - p0);
             let load = add || p0 > 0;
-            pack_b_block(packed, b, p0, kc, j0, nn);
+            // This tile's panels of the k-block (`run_packed`'s layout).
+            let packed = &bpacked[(p0 * npan + j0 / NR * kc) * NR..];
             if pack_a {
                 for ip in 0..mm.div_ceil(mr) {
                     let rows = mr.min(mm - ip * mr);
@@ -483,11 +553,12 @@ unsafe fn run_tile<F: Real>(kernel: Kernel, p: &Problem<'_, F>, t: usize, c: *mu
     });
 }
 
-/// Pack `B[p0..p0+kc, j0..j0+nn]` into panels `packed[(jp*kc + p)*NR + jj]`. Row by row when
+/// Pack `B[p0..p0+kc, j0..j0+nn]` into panels `packed[(jp*kc + p)*NR + jj]`, writing every
+/// element of `packed[..nn.div_ceil(NR) * NR * kc]` (padding columns as zeros). Row by row when
 /// B's rows are contiguous (one sequential read of each row, which the prefetcher follows;
 /// panel by panel would read 64 bytes of each row per pass, a cache miss and a page each).
 fn pack_b_block<F: Real>(
-    packed: &mut [F],
+    packed: &mut [MaybeUninit<F>],
     b: Mat<'_, F>,
     p0: usize,
     kc: usize,
@@ -500,10 +571,8 @@ fn pack_b_block<F: Real>(
             let base = (p0 + p) * b.rs + j0;
             let row = &b.data[base..base + full * NR];
             for (jp, src) in row.chunks_exact(NR).enumerate() {
-                let src: &[F; NR] = src.try_into().expect("NR elements");
                 let at = (jp * kc + p) * NR;
-                let dst: &mut [F; NR] = (&mut packed[at..at + NR]).try_into().expect("NR elements");
-                *dst = *src;
+                copy_panel_row(&mut packed[at..at + NR], src);
             }
         }
     } else {
@@ -531,36 +600,56 @@ fn pack_b_block<F: Real>(
     }
 }
 
-/// Pack `B[p0..p0+kc, jb..jb+cols]` into `panel[p*NR + jj]`, columns past `cols` zero.
-fn pack_b<F: Real>(panel: &mut [F], b: Mat<'_, F>, p0: usize, kc: usize, jb: usize, cols: usize) {
+/// One panel row: `NR` elements (fixed size, so a few vector moves, not a call to memcpy).
+#[inline(always)]
+fn copy_panel_row<F: Real>(dst: &mut [MaybeUninit<F>], src: &[F]) {
+    let src: &[F; NR] = src.try_into().expect("NR elements");
+    let dst: &mut [MaybeUninit<F>; NR] = dst.try_into().expect("NR elements");
+    for (d, &x) in dst.iter_mut().zip(src) {
+        d.write(x);
+    }
+}
+
+/// Pack `B[p0..p0+kc, jb..jb+cols]` into `panel[p*NR + jj]`, columns past `cols` zero (every
+/// element of `panel[..kc * NR]` is written).
+fn pack_b<F: Real>(
+    panel: &mut [MaybeUninit<F>],
+    b: Mat<'_, F>,
+    p0: usize,
+    kc: usize,
+    jb: usize,
+    cols: usize,
+) {
     let panel = &mut panel[..kc * NR];
     if cols < NR {
-        panel.fill(F::ZERO);
+        for x in panel.iter_mut() {
+            x.write(F::ZERO);
+        }
     }
     if b.cs == 1 && cols == NR {
-        // Fixed-size copies: a few vector moves each, not a call to memcpy.
         for (p, dst) in panel.chunks_exact_mut(NR).enumerate() {
             let base = (p0 + p) * b.rs + jb;
-            let src: &[F; NR] = b.data[base..base + NR].try_into().expect("NR elements");
-            let dst: &mut [F; NR] = dst.try_into().expect("NR elements");
-            *dst = *src;
+            copy_panel_row(dst, &b.data[base..base + NR]);
         }
     } else if b.cs == 1 {
         for (p, dst) in panel.chunks_exact_mut(NR).enumerate() {
             let base = (p0 + p) * b.rs + jb;
-            dst[..cols].copy_from_slice(&b.data[base..base + cols]);
+            for (d, &x) in dst[..cols].iter_mut().zip(&b.data[base..base + cols]) {
+                d.write(x);
+            }
         }
     } else if b.rs == 1 {
+        // A transposed B (`W^T`): each column is a contiguous run of the source.
         for jj in 0..cols {
             let base = (jb + jj) * b.cs + p0;
             for (p, &x) in b.data[base..base + kc].iter().enumerate() {
-                panel[p * NR + jj] = x;
+                panel[p * NR + jj].write(x);
             }
         }
     } else {
         for (p, dst) in panel.chunks_exact_mut(NR).enumerate() {
             for (jj, x) in dst[..cols].iter_mut().enumerate() {
-                *x = b.data[(p0 + p) * b.rs + (jb + jj) * b.cs];
+                x.write(b.data[(p0 + p) * b.rs + (jb + jj) * b.cs]);
             }
         }
     }
@@ -1068,10 +1157,8 @@ mod tests {
         assert!(one.iter().filter(|&&b| b != 0).count() > m * n / 2);
     }
 
-    #[test]
-    fn grouped_linear_layers_equal_one_product_per_group() {
-        // Three groups, one empty, against the chain per group.
-        let (ind, outd, rows) = (37, 21, vec![5, 0, 40]);
+    /// A grouped forward against the chain per group (groups start at matrix 1).
+    fn check_grouped(ind: usize, outd: usize, rows: Vec<usize>) {
         let r: usize = rows.iter().sum();
         let g = Groups {
             first: 1,
@@ -1080,7 +1167,7 @@ mod tests {
             out_dim: outd,
         };
         let inp = values(r * ind, 6);
-        let w = values(4 * outd * ind, 7);
+        let w = values((rows.len() + 1) * outd * ind, 7);
         let mut out = vec![0f32; r * outd];
         linear_fwd(&mut out, &inp, &w, &g);
         let mut r0 = 0;
@@ -1098,9 +1185,29 @@ mod tests {
                 Mat::transposed(&w[wo..wo + outd * ind], ind),
                 false,
             );
-            assert_eq!(bits(&out[r0 * outd..(r0 + n) * outd]), bits(&want));
+            assert_eq!(
+                bits(&out[r0 * outd..(r0 + n) * outd]),
+                bits(&want),
+                "group {gi} of {rows:?}, {ind} -> {outd}"
+            );
             r0 += n;
         }
+    }
+
+    #[test]
+    fn grouped_linear_layers_equal_one_product_per_group() {
+        // Three groups, one empty.
+        check_grouped(37, 21, vec![5, 0, 40]);
+    }
+
+    #[test]
+    fn grouped_layers_bigger_than_the_pack_budget_run_in_batches_with_the_same_bits() {
+        // Each group's packed W^T is a third of the budget (plus padding): six non-empty
+        // groups make three batches of two, the empty one rides along.
+        let (ind, outd) = (300, PACK_BUDGET / 300 / 3);
+        let packed = ind * outd.div_ceil(NR) * NR;
+        assert!(2 * packed <= PACK_BUDGET && 3 * packed > PACK_BUDGET);
+        check_grouped(ind, outd, vec![3, 9, 0, 1, 13, 2, 7]);
     }
 
     #[test]
