@@ -496,7 +496,20 @@ unsafe fn run_tile<F: Real>(
             let load = add || p0 > 0;
             // This tile's panels of the k-block (`run_packed`'s layout).
             let packed = &bpacked[(p0 * npan + j0 / NR * kc) * NR..];
-            if pack_a {
+            if pack_a && a.rs == 1 {
+                // `dout^T`: A's column p is a contiguous run of the source row p, so read each
+                // run once, in order, and deal it out to the panels. (Panel by panel would step
+                // through the source at its row stride, often 4 KiB: every read a new page, and
+                // all of them in one L1 set, evicted before the next panel reads the rest.)
+                for pp in 0..kc {
+                    let base = i0 + (p0 + pp) * a.cs;
+                    let src = &a.data[base..base + mm];
+                    for (ip, run) in src.chunks(mr).enumerate() {
+                        let at = ip * mr * kc + pp * mr;
+                        copy_a_run(&mut apacked[at..at + run.len()], run);
+                    }
+                }
+            } else if pack_a {
                 for ip in 0..mm.div_ceil(mr) {
                     let rows = mr.min(mm - ip * mr);
                     let panel = &mut apacked[ip * mr * kc..(ip + 1) * mr * kc];
@@ -551,6 +564,19 @@ unsafe fn run_tile<F: Real>(
         // Only if a tile ever ran inside another tile on this thread; stay correct anyway.
         Err(_) => run(&mut Vec::new()),
     });
+}
+
+/// `dst = src` for one packed A step of at most 6 rows: a fixed-size copy at the SIMD kernels'
+/// height (a few moves; a copy of run-time length would be a call to memcpy per 6 floats).
+#[inline(always)]
+fn copy_a_run<F: Copy>(dst: &mut [F], src: &[F]) {
+    if let (Ok(d), Ok(s)) = (<&mut [F; 6]>::try_from(&mut *dst), <&[F; 6]>::try_from(src)) {
+        *d = *s;
+    } else {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = s;
+        }
+    }
 }
 
 /// Pack `B[p0..p0+kc, j0..j0+nn]` into panels `packed[(jp*kc + p)*NR + jj]`, writing every
