@@ -39,9 +39,9 @@ use crate::backend::{Accumulate, Groups};
 use crate::scalar::Real;
 
 /// The most output rows per tile (a multiple of every kernel's [`Kernel::mr`], so that only a
-/// product's last rows make a short register block). A tile packs its B block once per k-block
-/// and reuses it for all its rows, so tall tiles amortise the packing; products with few rows
-/// get shorter tiles ([`Problem::tile_m`]) so that there are enough tiles to share.
+/// product's last rows make a short register block). A tile that packs its A (a transposed
+/// one) reuses it for all its columns, and its B panels stay in cache across its rows; products
+/// with few rows get shorter tiles ([`Problem::tile_m`]) so that there are enough tiles to share.
 pub const TILE_M: usize = 192;
 /// The most packed B elements one batch of a call's products holds at once (4 MiB of f32):
 /// a grouped layer's 16 experts run in a few batches, so the packed copy of their weights
