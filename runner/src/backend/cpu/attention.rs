@@ -5,12 +5,14 @@
 //! shared outputs); `probs [B, H, T, T]`. Attention computes the full `T x T` score matrix per
 //! (b, h) with GEMMs, in blocks of [`QB`] query rows: rows `i0..i1` need keys `0..i1` only
 //! (causal), so each block's products stop at its last row and the masked upper triangle is
-//! mostly not computed (the cost model still counts the full `T x T`). The backward's
+//! mostly not computed (the cost model still counts the full `T x T`). In f32 the softmax's exponentials are the
+//! backend's own ([`super::expf`]). The backward's
 //! transposed products (`dv`, `dk`) likewise start at their block's first key.
 //! Not here: the QKV split, RoPE and the head merge ([`super::rope`]).
 
 use rayon::prelude::*;
 
+use super::expf;
 use super::gemm::{GemmShape, Mat, MatMut, Tiles, gemm_into};
 
 /// Query (or key) rows per causal block.
@@ -61,10 +63,20 @@ pub fn attention_fwd<F: Real>(out: &mut [F], probs: &mut [F], qkv: Qkv<&[F]>, di
                 for &s in &row[1..=i] {
                     mx = mx.max(s * scale);
                 }
+                // In f32 the backend's own exponential (the same bits on every CPU).
+                match F::as_f32_mut(&mut row[..=i]) {
+                    Some(r) => {
+                        expf::exp_scaled_shifted(r, scale.to_f64() as f32, mx.to_f64() as f32)
+                    }
+                    None => {
+                        for s in row[..=i].iter_mut() {
+                            *s = (*s * scale - mx).exp();
+                        }
+                    }
+                }
                 let mut sum = F::ZERO;
-                for s in row[..=i].iter_mut() {
-                    *s = (*s * scale - mx).exp();
-                    sum += *s;
+                for &s in &row[..=i] {
+                    sum += s;
                 }
                 let inv = F::ONE / sum;
                 for s in row[..=i].iter_mut() {
@@ -193,4 +205,91 @@ pub fn attention_bwd<F: Real>(
                 );
             }
         });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The f32 forward (the backend's own exponential, vectorised with a scalar tail) against
+    /// the f64 forward (the platform's `exp`) on the same inputs: probabilities and outputs
+    /// within f32 rounding, every masked probability exactly 0, every row summing to 1.
+    #[test]
+    fn the_f32_forward_matches_the_f64_forward() {
+        // t = 131: three causal blocks and rows of every length mod 8.
+        let dims = AttnDims {
+            b: 1,
+            t: 131,
+            h: 2,
+            d: 16,
+        };
+        let n = dims.b * dims.h * dims.t * dims.d;
+        let mut s = 0x9e37_79b9_u32;
+        let mut next = |spread: f64| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f64 / u32::MAX as f64 * 2.0 - 1.0) * spread
+        };
+        // Large q and k in the second head: scores far apart, some past the clamp at -87.
+        let q: Vec<f64> = (0..n)
+            .map(|i| next(if i >= n / 2 { 12.0 } else { 1.0 }))
+            .collect();
+        let k: Vec<f64> = (0..n)
+            .map(|i| next(if i >= n / 2 { 12.0 } else { 1.0 }))
+            .collect();
+        let v: Vec<f64> = (0..n).map(|_| next(1.0)).collect();
+        let tt = dims.b * dims.h * dims.t * dims.t;
+        let f32s = |x: &[f64]| x.iter().map(|&y| y as f32).collect::<Vec<f32>>();
+        let (q32, k32, v32) = (f32s(&q), f32s(&k), f32s(&v));
+        let f64s = |x: &[f32]| x.iter().map(|&y| y as f64).collect::<Vec<f64>>();
+        let (q, k, v) = (f64s(&q32), f64s(&k32), f64s(&v32));
+        let (mut out64, mut p64) = (vec![0f64; n], vec![0f64; tt]);
+        attention_fwd(
+            &mut out64,
+            &mut p64,
+            Qkv {
+                q: &q[..],
+                k: &k[..],
+                v: &v[..],
+            },
+            dims,
+        );
+        let (mut out32, mut p32) = (vec![0f32; n], vec![0f32; tt]);
+        attention_fwd(
+            &mut out32,
+            &mut p32,
+            Qkv {
+                q: &q32[..],
+                k: &k32[..],
+                v: &v32[..],
+            },
+            dims,
+        );
+        let t = dims.t;
+        // Head 0's scores are O(1); head 1's are O(100), where the f32 rounding of the scores
+        // alone moves a probability by ~1e-5 (the f32 inputs are fed to the f64 run too, so
+        // that only the f32 arithmetic differs).
+        let mut worst = [0f64; 2];
+        for (row, (r32, r64)) in p32.chunks(t).zip(p64.chunks(t)).enumerate() {
+            let i = row % t;
+            assert!(r32[i + 1..].iter().all(|&x| x == 0.0), "row {row}: mask");
+            let sum: f64 = r32.iter().map(|&x| x as f64).sum();
+            assert!((sum - 1.0).abs() < 1e-5, "row {row}: sums to {sum}");
+            for (&a, &b) in r32.iter().zip(r64) {
+                let w = &mut worst[row / t];
+                *w = w.max((a as f64 - b).abs());
+            }
+        }
+        assert!(
+            worst[0] < 1e-6 && worst[1] < 1e-4,
+            "worst |p32 - p64| per head: {worst:?}"
+        );
+        let worst_out = out32
+            .iter()
+            .zip(&out64)
+            .map(|(&a, &b)| (a as f64 - b).abs())
+            .fold(0.0, f64::max);
+        assert!(worst_out < 1e-4, "worst |out32 - out64|: {worst_out}");
+    }
 }

@@ -3,6 +3,7 @@
 //! families and their names are the CUDA backend's too (`cuda/ops/<family>.rs`,
 //! `runner/kernels/<family>.cu`): elementwise, embedding, norm, gemm (the linear layers; cuBLAS
 //! on CUDA), rope, attention, swiglu, router, topk, permute, combine, loss, reduce, adamw.
+//! Beside them, `expf`: not an op but the f32 exponential that swiglu and attention share.
 //!
 //! It is the spec every other backend is checked against, and it is bitwise deterministic for
 //! any thread count: work is split into fixed blocks (rows, tiles, elements) whose sizes depend
@@ -17,6 +18,7 @@ pub mod attention;
 pub mod combine;
 pub mod elementwise;
 pub mod embedding;
+pub mod expf;
 pub mod gemm;
 pub mod loss;
 pub mod norm;
@@ -57,6 +59,7 @@ const SOURCES: &[(&str, &str)] = sources!(
     "gemm.rs",
     "rope.rs",
     "attention.rs",
+    "expf.rs",
     "swiglu.rs",
     "router.rs",
     "topk.rs",
