@@ -5,9 +5,9 @@
 //! shared outputs); `probs [B, H, T, T]`. Attention computes the full `T x T` score matrix per
 //! (b, h) with GEMMs, in blocks of [`QB`] query rows: rows `i0..i1` need keys `0..i1` only
 //! (causal), so each block's products stop at its last row and the masked upper triangle is
-//! mostly not computed (the cost model still counts the full `T x T`). In f32 the softmax's exponentials are the
-//! backend's own ([`super::expf`]). The backward's
-//! transposed products (`dv`, `dk`) likewise start at their block's first key.
+//! mostly not computed (the cost model still counts the full `T x T`). The backward's
+//! transposed products (`dv`, `dk`) likewise start at their block's first key. In f32 the
+//! softmax's exponentials are the backend's own ([`super::expf`]).
 //! Not here: the QKV split, RoPE and the head merge ([`super::rope`]).
 
 use rayon::prelude::*;
@@ -211,6 +211,14 @@ pub fn attention_bwd<F: Real>(
 mod tests {
     use super::*;
 
+    /// `(out, probs)` of [`attention_fwd`] on `q, k, v`.
+    fn forward<F: Real>(q: &[F], k: &[F], v: &[F], dims: AttnDims) -> (Vec<F>, Vec<F>) {
+        let mut out = vec![F::ZERO; q.len()];
+        let mut probs = vec![F::ZERO; dims.b * dims.h * dims.t * dims.t];
+        attention_fwd(&mut out, &mut probs, Qkv { q, k, v }, dims);
+        (out, probs)
+    }
+
     /// The f32 forward (the backend's own exponential, vectorised with a scalar tail) against
     /// the f64 forward (the platform's `exp`) on the same inputs: probabilities and outputs
     /// within f32 rounding, every masked probability exactly 0, every row summing to 1.
@@ -239,33 +247,11 @@ mod tests {
             .map(|i| next(if i >= n / 2 { 12.0 } else { 1.0 }))
             .collect();
         let v: Vec<f64> = (0..n).map(|_| next(1.0)).collect();
-        let tt = dims.b * dims.h * dims.t * dims.t;
         let f32s = |x: &[f64]| x.iter().map(|&y| y as f32).collect::<Vec<f32>>();
         let (q32, k32, v32) = (f32s(&q), f32s(&k), f32s(&v));
         let f64s = |x: &[f32]| x.iter().map(|&y| y as f64).collect::<Vec<f64>>();
-        let (q, k, v) = (f64s(&q32), f64s(&k32), f64s(&v32));
-        let (mut out64, mut p64) = (vec![0f64; n], vec![0f64; tt]);
-        attention_fwd(
-            &mut out64,
-            &mut p64,
-            Qkv {
-                q: &q[..],
-                k: &k[..],
-                v: &v[..],
-            },
-            dims,
-        );
-        let (mut out32, mut p32) = (vec![0f32; n], vec![0f32; tt]);
-        attention_fwd(
-            &mut out32,
-            &mut p32,
-            Qkv {
-                q: &q32[..],
-                k: &k32[..],
-                v: &v32[..],
-            },
-            dims,
-        );
+        let (out64, p64) = forward(&f64s(&q32), &f64s(&k32), &f64s(&v32), dims);
+        let (out32, p32) = forward(&q32, &k32, &v32, dims);
         let t = dims.t;
         // Head 0's scores are O(1); head 1's are O(100), where the f32 rounding of the scores
         // alone moves a probability by ~1e-5 (the f32 inputs are fed to the f64 run too, so

@@ -55,6 +55,8 @@ pub const TILE_N: usize = 256;
 pub const KC: usize = 256;
 /// Columns per micro-panel of B, and per micro-kernel call.
 pub const NR: usize = 16;
+/// [`Kernel::mr`] of the SIMD kernels.
+const SIMD_MR: usize = 6;
 /// The largest [`Kernel::mr`].
 const MAX_MR: usize = 6;
 
@@ -176,8 +178,7 @@ impl Kernel {
     pub fn mr(self) -> usize {
         match self {
             Kernel::Scalar => 4,
-            Kernel::Avx2Fma => 6,
-            Kernel::Avx512 => 6,
+            Kernel::Avx2Fma | Kernel::Avx512 => SIMD_MR,
         }
     }
 
@@ -347,25 +348,20 @@ fn run_packed<F: Real>(
     accumulate: Accumulate,
     tiles: Tiles,
 ) {
-    let mut starts = Vec::with_capacity(problems.len() + 1);
-    let mut total = 0;
+    // Per product, where its tiles start in the loop and its packed B in the buffer.
+    let (mut starts, mut offsets) = (vec![0], vec![0]);
+    let (mut total, mut len) = (0, 0);
     for p in problems {
-        starts.push(total);
         total += if p.shape.m > 0 && p.shape.n > 0 {
             p.tiles()
         } else {
             0
         };
-    }
-    starts.push(total);
-    let starts = &starts[..];
-    let mut offsets = Vec::with_capacity(problems.len() + 1);
-    let mut len = 0;
-    for p in problems {
-        offsets.push(len);
         len += packed_len(p);
+        starts.push(total);
+        offsets.push(len);
     }
-    offsets.push(len);
+    let starts = &starts[..];
     // Not zeroed first: the jobs below write every element (`pack_b_block`'s contract). A
     // transient buffer, so that between products its memory serves the activations (the
     // allocator keeps it: `backend::heap`).
@@ -566,11 +562,14 @@ unsafe fn run_tile<F: Real>(
     });
 }
 
-/// `dst = src` for one packed A step of at most 6 rows: a fixed-size copy at the SIMD kernels'
-/// height (a few moves; a copy of run-time length would be a call to memcpy per 6 floats).
+/// `dst = src` for one packed A step of at most `mr` rows: a fixed-size copy at the SIMD
+/// kernels' height (a few moves; a copy of run-time length would be a call to memcpy per run).
 #[inline(always)]
 fn copy_a_run<F: Copy>(dst: &mut [F], src: &[F]) {
-    if let (Ok(d), Ok(s)) = (<&mut [F; 6]>::try_from(&mut *dst), <&[F; 6]>::try_from(src)) {
+    if let (Ok(d), Ok(s)) = (
+        <&mut [F; SIMD_MR]>::try_from(&mut *dst),
+        <&[F; SIMD_MR]>::try_from(src),
+    ) {
         *d = *s;
     } else {
         for (d, &s) in dst.iter_mut().zip(src) {
@@ -778,7 +777,7 @@ mod x86 {
 
     use std::arch::x86_64::*;
 
-    use super::NR;
+    use super::{NR, SIMD_MR};
 
     /// [`super::Block`] as raw pointers.
     pub(super) struct Operands {
@@ -801,7 +800,7 @@ mod x86 {
     /// valid for reads and writes for `r < rows`, `j < cols`.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn micro_avx2(o: Operands, c: *mut f32, ldc: usize, load: bool) {
-        const MR: usize = 6;
+        const MR: usize = SIMD_MR;
         let Operands {
             kc,
             a,
@@ -874,7 +873,7 @@ mod x86 {
     /// `b2[p * b_rs + j]` for `j < 16` readable too.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn micro_avx512(o: Operands, c: *mut f32, ldc: usize, load: bool) {
-        const MR: usize = 6;
+        const MR: usize = SIMD_MR;
         const W: usize = 2 * NR;
         let Operands {
             kc,

@@ -83,9 +83,9 @@ mod rows {
     //! The f32 SwiGLU rows, on the backend's own exponential ([`super::super::expf`]): the
     //! same bits on every CPU, whether the AVX2 loop or the scalar one computes them.
 
-    use super::super::expf::exp;
     #[cfg(target_arch = "x86_64")]
     use super::super::gemm::Kernel;
+    use crate::backend::cpu::expf::exp;
 
     /// `1 / (1 + e^-g)`.
     #[inline]
@@ -136,7 +136,7 @@ mod rows {
 
         use std::arch::x86_64::*;
 
-        use super::super::super::expf::x86::exp8;
+        use crate::backend::cpu::expf::x86::exp8;
 
         /// 8 lanes of `1 / (1 + e^-g)`.
         ///
@@ -206,8 +206,8 @@ mod rows {
 
     #[cfg(test)]
     mod tests {
-        use super::super::super::expf::tests::inputs;
         use super::*;
+        use crate::backend::cpu::expf::tests::inputs;
 
         /// Runs the rows on lengths that leave remainders for the scalar loop, and compares every
         /// element with the scalar formula applied one by one.
