@@ -15,6 +15,7 @@ use std::fs::File;
 use glassbox_schemas::data::CorpusFormat;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
+use crate::counting;
 use crate::error::{DataError, Location};
 
 /// Largest document (and largest JSONL line, less its framing) accepted: 64 MiB. A bigger one
@@ -117,6 +118,8 @@ pub struct DocumentSplitter {
     /// 1-based line of `pending[0]`.
     line: u64,
     counts: DocumentCounts,
+    /// Bytes per parallel piece in [`DocumentSplitter::feed_counting`].
+    piece_bytes: usize,
 }
 
 impl DocumentSplitter {
@@ -152,6 +155,7 @@ impl DocumentSplitter {
             scanned: 0,
             line: 1,
             counts: DocumentCounts::default(),
+            piece_bytes: counting::PIECE_BYTES,
         })
     }
 
@@ -188,22 +192,9 @@ impl DocumentSplitter {
             Cut::Jsonl(field) => {
                 // Lines wholly inside `chunk` are parsed in place; only a line's unfinished
                 // tail waits in `pending`.
-                let mut rest = chunk;
-                if !self.pending.is_empty() {
-                    match memchr::memchr(b'\n', rest) {
-                        None => {
-                            self.pending.extend_from_slice(rest);
-                            return self.check_size(self.pending.len(), MAX_LINE_BYTES);
-                        }
-                        Some(i) => {
-                            self.pending.extend_from_slice(&rest[..i]);
-                            self.check_size(self.pending.len(), MAX_LINE_BYTES)?;
-                            let line = std::mem::take(&mut self.pending);
-                            self.json_line(&line, &field, visit)?;
-                            rest = &rest[i + 1..];
-                        }
-                    }
-                }
+                let Some(mut rest) = self.end_pending_line(chunk, &field, visit)? else {
+                    return Ok(());
+                };
                 while let Some(i) = memchr::memchr(b'\n', rest) {
                     self.check_size(i, MAX_LINE_BYTES)?;
                     self.json_line(&rest[..i], &field, visit)?;
@@ -213,6 +204,89 @@ impl DocumentSplitter {
                 self.check_size(self.pending.len(), MAX_LINE_BYTES)
             }
         }
+    }
+
+    /// [`DocumentSplitter::feed`] when only the counts are wanted (`data import`): the same
+    /// checks and counts, but the whole JSONL lines of `chunk` are read on every core (see
+    /// [`crate::counting`]). Text is cut as by `feed`.
+    pub fn feed_counting(&mut self, chunk: &[u8]) -> Result<(), DataError> {
+        let field = match &self.cut {
+            Cut::Jsonl(field) => field.clone(),
+            _ => return self.feed(chunk, &mut |_| Ok(())),
+        };
+        let Some(rest) = self.end_pending_line(chunk, &field, &mut |_| Ok(()))? else {
+            return Ok(());
+        };
+        let whole = memchr::memrchr(b'\n', rest).map_or(0, |i| i + 1);
+        let (lines, tail) = rest.split_at(whole);
+        self.count_lines(lines, &field)?;
+        self.pending.extend_from_slice(tail);
+        self.check_size(self.pending.len(), MAX_LINE_BYTES)
+    }
+
+    /// Ends the line waiting in `pending` with the start of `chunk`, if `chunk` holds its
+    /// end; returns the rest of `chunk`, or `None` when all of it went to `pending`.
+    fn end_pending_line<'c>(
+        &mut self,
+        chunk: &'c [u8],
+        field: &str,
+        visit: &mut dyn FnMut(&str) -> Result<(), DataError>,
+    ) -> Result<Option<&'c [u8]>, DataError> {
+        if self.pending.is_empty() {
+            return Ok(Some(chunk));
+        }
+        let Some(i) = memchr::memchr(b'\n', chunk) else {
+            self.pending.extend_from_slice(chunk);
+            self.check_size(self.pending.len(), MAX_LINE_BYTES)?;
+            return Ok(None);
+        };
+        self.pending.extend_from_slice(&chunk[..i]);
+        self.check_size(self.pending.len(), MAX_LINE_BYTES)?;
+        let line = std::mem::take(&mut self.pending);
+        self.json_line(&line, field, visit)?;
+        Ok(Some(&chunk[i + 1..]))
+    }
+
+    /// Counts whole JSONL lines (`lines` ends with a line end) in parallel pieces; a piece the
+    /// quick path leaves is read by the exact one, and the first bad line, in file order, is
+    /// the error.
+    fn count_lines(&mut self, lines: &[u8], field: &str) -> Result<(), DataError> {
+        use rayon::prelude::*;
+        let pieces = counting::pieces(lines, self.piece_bytes);
+        let file = &self.file;
+        let counted: Vec<Result<counting::PieceCounts, DataError>> = pieces
+            .par_iter()
+            .map(
+                |piece| match counting::quick_count(piece, field, MAX_DOCUMENT_BYTES) {
+                    Some(c) => Ok(c),
+                    None => exact_count(piece, field, file),
+                },
+            )
+            .collect();
+        for c in counted {
+            match c {
+                Ok(c) => {
+                    self.counts.documents += c.documents;
+                    self.counts.text_bytes += c.text_bytes;
+                    self.line += c.newlines;
+                }
+                Err(DataError::Document {
+                    file,
+                    at: Location::Line(n),
+                    problem,
+                    accepted,
+                }) => {
+                    return Err(DataError::Document {
+                        file,
+                        at: Location::Line(self.line - 1 + n),
+                        problem,
+                        accepted,
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Ends the input: the last document (or unterminated line) is cut. Returns the counts.
@@ -362,6 +436,27 @@ impl DocumentSplitter {
             )),
         }
     }
+}
+
+/// Reads a piece of whole JSONL lines line by line, as [`DocumentSplitter::feed`] does; lines
+/// in its errors count from the piece's first line (1).
+fn exact_count(piece: &[u8], field: &str, file: &str) -> Result<counting::PieceCounts, DataError> {
+    let mut s = DocumentSplitter {
+        cut: Cut::Jsonl(field.to_string()),
+        file: file.to_string(),
+        pending: Vec::new(),
+        scanned: 0,
+        line: 1,
+        counts: DocumentCounts::default(),
+        piece_bytes: counting::PIECE_BYTES,
+    };
+    s.feed(piece, &mut |_| Ok(()))?;
+    debug_assert!(s.pending.is_empty(), "a piece ends at a line end");
+    Ok(counting::PieceCounts {
+        documents: s.counts.documents,
+        text_bytes: s.counts.text_bytes,
+        newlines: s.line - 1,
+    })
 }
 
 /// What a JSONL line held for the text field.
@@ -670,6 +765,76 @@ mod tests {
                 "chunk {chunk}"
             );
         }
+    }
+
+    /// `feed_counting` (parallel pieces, quick path with exact fallback) against `feed` (line
+    /// by line): the same counts, or the same error naming the same line.
+    #[test]
+    fn counting_agrees_with_reading_line_by_line() {
+        let f = CorpusFormat::Jsonl {
+            text_field: "text".into(),
+        };
+        let good = [
+            "{\"id\":1,\"text\":\"h\\u00e9llo\\nworld\"}",
+            "",
+            "   ",
+            "{\"text\":\"\"}",
+            "{\"meta\":{\"a\":[1,2,{\"b\":null}]},\"text\":\"tab\\there \\\"q\\\"\"}\r",
+            "{\"te\\u0078t\":\"escaped key\"}",
+            "{\"text\":\"first\",\"text\":\"second\"}",
+            "{\"k0\":0,\"k1\":0,\"k2\":0,\"k3\":0,\"k4\":0,\"k5\":0,\"k6\":0,\"k7\":0,\"k8\":0,\"k9\":0,\"k10\":0,\"k11\":0,\"k12\":0,\"k13\":0,\"k14\":0,\"k15\":0,\"k16\":0,\"text\":\"wide\"}",
+            "{\"text\":\"\u{1F600} emoji and CJK \u{4E2D}\u{6587}\"}",
+        ];
+        let bad = [
+            "not json",
+            "{\"text\":7}",
+            "{\"body\":\"x\"}",
+            "{\"text\":\"a\"}{\"text\":\"b\"}",
+            "{\"text\":",
+            "[1]",
+        ];
+        let read =
+            |input: &str, chunk: usize, piece: Option<usize>| -> Result<DocumentCounts, String> {
+                let mut s = DocumentSplitter::new(&f, "in.jsonl").unwrap();
+                for c in input.as_bytes().chunks(chunk) {
+                    match piece {
+                        Some(p) => {
+                            s.piece_bytes = p;
+                            s.feed_counting(c)
+                        }
+                        None => s.feed(c, &mut |_| Ok(())),
+                    }
+                    .map_err(|e| e.to_string())?;
+                }
+                s.finish(&mut |_| Ok(())).map_err(|e| e.to_string())
+            };
+        let mut inputs = Vec::new();
+        for n in 0..40usize {
+            let mut lines: Vec<&str> = (0..n).map(|i| good[(i * 7 + n) % good.len()]).collect();
+            if n % 3 == 1 {
+                lines.insert(n / 2, bad[n % bad.len()]);
+            }
+            let mut text = lines.join("\n");
+            if n % 2 == 0 {
+                text.push('\n');
+            }
+            inputs.push(text);
+        }
+        let mut errors = 0;
+        for input in &inputs {
+            let want = read(input, 1 << 20, None);
+            errors += want.is_err() as usize;
+            for chunk in [1, 5, 64, 1 << 20] {
+                for piece in [1, 40, 1 << 20] {
+                    assert_eq!(
+                        read(input, chunk, Some(piece)),
+                        want,
+                        "{input:?} chunk {chunk} piece {piece}"
+                    );
+                }
+            }
+        }
+        assert!(errors >= 10, "the inputs hold bad lines: {errors}");
     }
 
     #[test]

@@ -5,11 +5,13 @@
 //!   streaming, bounded, every bad input named by file and line, row or column;
 //! - [`shard`] — [`TokenShard`], the byte layout of a tokenized corpus (ids, each token's
 //!   source byte count, document starts);
-//! - [`error`] — [`DataError`].
+//! - [`error`] — [`DataError`];
+//! - `counting` — the documents of JSON Lines counted on every core, for import.
 //!
 //! It reads and writes bytes; it does not tokenize (the runner holds the tokenizer), store
 //! (the lab and the ledger do) or know any entry.
 
+mod counting;
 pub mod documents;
 pub mod error;
 pub mod shard;

@@ -7,7 +7,8 @@
 //! generate` samples a built-in seeded Markov source. Tokenizers and token shards are in
 //! [`crate::tokens`]. Not here: how runs sample from corpora (the runner's data pipeline).
 
-use glassbox_runner::data::documents::{self, DocumentCounts, DocumentSplitter};
+use glassbox_ledger::blob::Inspect;
+use glassbox_runner::data::documents::{self, DocumentSplitter};
 use glassbox_runner::data::{DataError, MarkovSource};
 use glassbox_schemas::BlobHash;
 use glassbox_schemas::data::CorpusFormat;
@@ -87,20 +88,16 @@ pub fn import(rec: &Recorder, req: &ImportRequest) -> Result<Dataset, LabError> 
             (hash, bytes, counts)
         }
         _ => {
-            let f = std::fs::File::open(file).map_err(LabError::io("cannot open", file))?;
-            let mut reader = ParsingReader {
-                inner: f,
+            let mut parser = Parser {
                 splitter: DocumentSplitter::new(&req.format, &name)?,
                 failed: None,
-                counts: None,
             };
-            let put = rec.blobs().put(&mut reader);
-            if let Some(e) = reader.failed.take() {
+            let put = rec.blobs().put_file_inspected(file, &mut parser);
+            if let Some(e) = parser.failed.take() {
                 return Err(e.into());
             }
             let out = put?;
-            let counts = reader.counts.unwrap_or_else(|| reader.splitter.counts());
-            (out.hash, out.bytes, counts)
+            (out.hash, out.bytes, parser.splitter.counts())
         }
     };
     if counts.documents == 0 {
@@ -125,37 +122,33 @@ pub fn import(rec: &Recorder, req: &ImportRequest) -> Result<Dataset, LabError> 
     record(rec, hash, bytes, body)
 }
 
-/// A reader that cuts documents out of what it reads, so a corpus is parsed in the pass that
-/// hashes and stores it. A parse error stops the read (the store then keeps nothing) and is
-/// kept for the caller.
-struct ParsingReader {
-    inner: std::fs::File,
+/// Parses a text or JSONL corpus as the store copies and hashes it, counting its documents on
+/// every core. A parse error stops the put (the store then keeps nothing) and is kept for the
+/// caller.
+struct Parser {
     splitter: DocumentSplitter,
     failed: Option<DataError>,
-    counts: Option<DocumentCounts>,
 }
 
-impl std::io::Read for ParsingReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        let parsed = if n == 0 {
-            if self.counts.is_some() {
-                return Ok(0);
-            }
-            self.splitter.finish(&mut |_| Ok(())).map(|c| {
-                self.counts = Some(c);
-            })
-        } else {
-            self.splitter.feed(&buf[..n], &mut |_| Ok(()))
-        };
-        match parsed {
-            Ok(()) => Ok(n),
-            Err(e) => {
-                let text = e.to_string();
-                self.failed = Some(e);
-                Err(std::io::Error::new(std::io::ErrorKind::InvalidData, text))
-            }
-        }
+impl Parser {
+    fn keep(&mut self, parsed: Result<(), DataError>) -> std::io::Result<()> {
+        parsed.map_err(|e| {
+            let text = e.to_string();
+            self.failed = Some(e);
+            std::io::Error::new(std::io::ErrorKind::InvalidData, text)
+        })
+    }
+}
+
+impl Inspect for Parser {
+    fn bytes(&mut self, chunk: &[u8]) -> std::io::Result<()> {
+        let parsed = self.splitter.feed_counting(chunk);
+        self.keep(parsed)
+    }
+
+    fn end(&mut self) -> std::io::Result<()> {
+        let parsed = self.splitter.finish(&mut |_| Ok(())).map(|_| ());
+        self.keep(parsed)
     }
 }
 

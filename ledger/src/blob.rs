@@ -40,6 +40,24 @@ pub trait BlobStore: Send + Sync {
         let mut f = File::open(path).map_err(Error::io("cannot open", path))?;
         self.put(&mut f)
     }
+    /// Puts a file by path, handing its bytes, in order, to `inspect` as they are stored (a
+    /// corpus is parsed in the pass that hashes and stores it). If `inspect` refuses them the
+    /// put stops and nothing is stored. This default reads the file once through
+    /// [`BlobStore::put`]; a local store copies it in the kernel and inspects and hashes the
+    /// copy on every core ([`LocalBlobStore::put_file_inspected`]).
+    fn put_file_inspected(
+        &self,
+        path: &Path,
+        inspect: &mut dyn Inspect,
+    ) -> Result<PutOutcome, Error> {
+        let f = File::open(path).map_err(Error::io("cannot open", path))?;
+        let mut reader = InspectingReader {
+            inner: f,
+            inspect,
+            ended: false,
+        };
+        self.put(&mut reader)
+    }
     /// Moves a file into the store (`ledger put --move`, a worker's checkpoint files): the
     /// file's name is gone afterwards and its bytes are the blob. This default stores a copy
     /// and then removes the file; a local store on the same file system renames it instead,
@@ -66,6 +84,35 @@ pub trait BlobStore: Send + Sync {
     /// back); `None` for a directory of blobs.
     fn bucket(&self) -> Option<&dyn crate::bucket::Bucket> {
         None
+    }
+}
+
+/// Sees a blob's bytes, in order, as a put stores them ([`BlobStore::put_file_inspected`]).
+/// An error from either method stops the put, and nothing is stored.
+pub trait Inspect: Send {
+    /// The next bytes.
+    fn bytes(&mut self, chunk: &[u8]) -> io::Result<()>;
+    /// The end: there are no more bytes.
+    fn end(&mut self) -> io::Result<()>;
+}
+
+/// A reader that shows what it reads to an [`Inspect`], and its end.
+struct InspectingReader<'a> {
+    inner: File,
+    inspect: &'a mut dyn Inspect,
+    ended: bool,
+}
+
+impl Read for InspectingReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n > 0 {
+            self.inspect.bytes(&buf[..n])?;
+        } else if !self.ended {
+            self.ended = true;
+            self.inspect.end()?;
+        }
+        Ok(n)
     }
 }
 
@@ -208,6 +255,76 @@ impl LocalBlobStore {
         self.put(&mut f)
     }
 
+    /// Puts a regular file while `inspect` reads it, in one pass over memory and on every
+    /// core: the file is copied into a temp file in the store by the kernel
+    /// (`copy_file_range`, no trip through this process) a [`WINDOW`] at a time; each copied
+    /// window is mapped and hashed (BLAKE3's multithreaded path) while `inspect` reads the
+    /// same mapped bytes, and the copy of the next window runs beside both; the kernel is
+    /// asked to start writing each finished window to disk, so the closing fsync has little
+    /// left to wait for. What is hashed and inspected is the store's own copy, so a source
+    /// that changes meanwhile cannot make the blob differ from its hash or its inspection.
+    /// Anything but a regular file goes through [`BlobStore::put`].
+    pub fn put_file_inspected(
+        &self,
+        path: &Path,
+        inspect: &mut dyn Inspect,
+    ) -> Result<PutOutcome, Error> {
+        self.require_dir()?;
+        let src = File::open(path).map_err(Error::io("cannot open", path))?;
+        let meta = src.metadata().map_err(Error::io("cannot stat", path))?;
+        if !meta.is_file() {
+            let mut reader = InspectingReader {
+                inner: src,
+                inspect,
+                ended: false,
+            };
+            return BlobStore::put(self, &mut reader);
+        }
+        let tmp = tempfile::Builder::new()
+            .prefix(".tmp-")
+            .tempfile_in(&self.dir)
+            .map_err(Error::io("cannot create a temp file in", &self.dir))?;
+        let tmp_path = tmp.path().to_path_buf();
+        let out = tmp.as_file();
+        let mut hasher = blake3::Hasher::new();
+        let mut at = 0u64;
+        let mut len = copy_window(&src, out, at, path, &tmp_path)?;
+        while len > 0 {
+            // SAFETY: the map is read-only and dropped before the temp file is touched again.
+            // The temp file is this process's own (created exclusively, mode 0600, removed on
+            // any error) and only ever grows, so the mapped pages stay valid.
+            let map = unsafe {
+                memmap2::MmapOptions::new()
+                    .offset(at)
+                    .len(len as usize)
+                    .map(out)
+            }
+            .map_err(Error::io("cannot map", &tmp_path))?;
+            let _ = map.advise(memmap2::Advice::Sequential);
+            let next_at = at + len;
+            let (read, next) = rayon::join(
+                || {
+                    let (_, seen) = rayon::join(
+                        || {
+                            hasher.update_rayon(&map);
+                        },
+                        || inspect.bytes(&map),
+                    );
+                    seen
+                },
+                || copy_window(&src, out, next_at, path, &tmp_path),
+            );
+            drop(map);
+            read.map_err(Error::io("cannot store", path))?;
+            start_writeback(out, at, len);
+            at = next_at;
+            len = next?;
+        }
+        inspect.end().map_err(Error::io("cannot store", path))?;
+        let hash = BlobHash(hasher.finalize().into());
+        self.persist_temp(tmp, hash, at)
+    }
+
     /// Moves a file into the store without copying it when it is on the store's file system:
     /// hash it in place (all cores), fsync it, check nothing wrote to it meanwhile, rename it
     /// to its blob path, fsync both directories. The file is then the blob (what DVC does on
@@ -273,6 +390,42 @@ impl LocalBlobStore {
         })
     }
 
+    /// Makes a fully written temp file the blob `hash`: fsync, rename to its path, fsync the
+    /// directories. If the blob is already stored the temp file is dropped (and deleted).
+    fn persist_temp(
+        &self,
+        tmp: tempfile::NamedTempFile,
+        hash: BlobHash,
+        bytes: u64,
+    ) -> Result<PutOutcome, Error> {
+        let dest = self.path_of(&hash);
+        if dest.exists() {
+            // Dropping `tmp` deletes it: putting an existing blob writes nothing durable.
+            return Ok(PutOutcome {
+                hash,
+                bytes,
+                existed: true,
+            });
+        }
+        tmp.as_file()
+            .sync_all()
+            .map_err(Error::io("cannot fsync", tmp.path()))?;
+        let parent = dest.parent().unwrap_or(&self.dir).to_path_buf();
+        let created = !parent.exists();
+        fs::create_dir_all(&parent).map_err(Error::io("cannot create", &parent))?;
+        tmp.persist(&dest)
+            .map_err(|e| Error::io("cannot rename into", &dest)(e.error))?;
+        sync_dir(&parent)?;
+        if created {
+            sync_dir(&self.dir)?;
+        }
+        Ok(PutOutcome {
+            hash,
+            bytes,
+            existed: false,
+        })
+    }
+
     fn require_dir(&self) -> Result<(), Error> {
         if self.dir.is_dir() {
             Ok(())
@@ -324,6 +477,59 @@ fn hash_file_parallel(file: &File, path: &Path) -> Result<(Blake3Hash, u64), Err
         at += n;
     }
     Ok((hasher.finalize().into(), len))
+}
+
+/// Copies up to [`WINDOW`] bytes of `src` at offset `at` to the same offset of `out`, in the
+/// kernel where it can (`copy_file_range`; a read and a write otherwise); returns how many
+/// were copied, fewer only at the end of `src`.
+fn copy_window(src: &File, out: &File, at: u64, path: &Path, tmp: &Path) -> Result<u64, Error> {
+    use std::os::unix::fs::FileExt;
+    let mut done = 0u64;
+    while done < WINDOW {
+        let mut from = at + done;
+        let mut to = from;
+        let want = (WINDOW - done) as usize;
+        match rustix::fs::copy_file_range(src, Some(&mut from), out, Some(&mut to), want) {
+            Ok(0) => break,
+            Ok(n) => done += n as u64,
+            Err(rustix::io::Errno::INTR) => {}
+            // Not in the kernel here (another file system, an old kernel): copy through a
+            // buffer for the rest of this window.
+            Err(_) => {
+                let mut buf = vec![0u8; (1 << 20).min(want)];
+                while done < WINDOW {
+                    let room = buf.len().min((WINDOW - done) as usize);
+                    let n = match src.read_at(&mut buf[..room], at + done) {
+                        Ok(0) => break,
+                        Ok(n) => n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(Error::io("cannot read", path)(e)),
+                    };
+                    out.write_all_at(&buf[..n], at + done)
+                        .map_err(Error::io("cannot write", tmp))?;
+                    done += n as u64;
+                }
+                break;
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Asks the kernel to start writing `len` bytes of `file` at `at` to disk now, without waiting
+/// (`sync_file_range` with `SYNC_FILE_RANGE_WRITE`), so the fsync that makes a blob durable
+/// finds most of it written. Only a hint: the fsync still decides, so a failure is ignored.
+fn start_writeback(file: &File, at: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain syscall on an open descriptor this function borrows; it reads no memory.
+    unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            at as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
 }
 
 /// Hashes and copies `reader` into `out` chunk by chunk.
@@ -394,33 +600,15 @@ impl BlobStore for LocalBlobStore {
             .map_err(Error::io("cannot create a temp file in", &self.dir))?;
         let tmp_path = tmp.path().to_path_buf();
         let (digest, bytes) = hash_copy(reader, tmp.as_file_mut(), &tmp_path)?;
-        let hash = BlobHash(digest);
-        let dest = self.path_of(&hash);
-        if dest.exists() {
-            // Dropping `tmp` deletes it: putting an existing blob writes nothing durable.
-            return Ok(PutOutcome {
-                hash,
-                bytes,
-                existed: true,
-            });
-        }
-        tmp.as_file()
-            .sync_all()
-            .map_err(Error::io("cannot fsync", &tmp_path))?;
-        let parent = dest.parent().unwrap_or(&self.dir).to_path_buf();
-        let created = !parent.exists();
-        fs::create_dir_all(&parent).map_err(Error::io("cannot create", &parent))?;
-        tmp.persist(&dest)
-            .map_err(|e| Error::io("cannot rename into", &dest)(e.error))?;
-        sync_dir(&parent)?;
-        if created {
-            sync_dir(&self.dir)?;
-        }
-        Ok(PutOutcome {
-            hash,
-            bytes,
-            existed: false,
-        })
+        self.persist_temp(tmp, BlobHash(digest), bytes)
+    }
+
+    fn put_file_inspected(
+        &self,
+        path: &Path,
+        inspect: &mut dyn Inspect,
+    ) -> Result<PutOutcome, Error> {
+        LocalBlobStore::put_file_inspected(self, path, inspect)
     }
 
     fn get(&self, hash: &BlobHash) -> Result<Box<dyn Read + Send>, Error> {
@@ -602,6 +790,132 @@ mod tests {
         let nowhere = LocalBlobStore::new(dir.path().join("no-such-blobs"));
         assert!(matches!(nowhere.put_move(&src), Err(Error::NoLab { .. })));
         assert_eq!(fs::read(&src).unwrap(), b"keep");
+    }
+
+    /// Collects what a put shows it; refuses once it has seen `refuse_after` bytes.
+    struct Seen {
+        bytes: Vec<u8>,
+        chunks: usize,
+        ended: usize,
+        refuse_after: Option<usize>,
+    }
+
+    impl Seen {
+        fn new(refuse_after: Option<usize>) -> Self {
+            Seen {
+                bytes: Vec::new(),
+                chunks: 0,
+                ended: 0,
+                refuse_after,
+            }
+        }
+    }
+
+    impl Inspect for Seen {
+        fn bytes(&mut self, chunk: &[u8]) -> io::Result<()> {
+            self.bytes.extend_from_slice(chunk);
+            self.chunks += 1;
+            match self.refuse_after {
+                Some(n) if self.bytes.len() >= n => Err(io::Error::other("refused")),
+                _ => Ok(()),
+            }
+        }
+        fn end(&mut self) -> io::Result<()> {
+            self.ended += 1;
+            Ok(())
+        }
+    }
+
+    /// A store that has only `put` of its own, so the trait's default
+    /// `put_file_inspected` (the one S3 uses) runs.
+    struct PutOnly(LocalBlobStore);
+
+    impl BlobStore for PutOnly {
+        fn put(&self, reader: &mut dyn Read) -> Result<PutOutcome, Error> {
+            BlobStore::put(&self.0, reader)
+        }
+        fn get(&self, hash: &BlobHash) -> Result<Box<dyn Read + Send>, Error> {
+            self.0.get(hash)
+        }
+        fn size(&self, hash: &BlobHash) -> Result<Option<u64>, Error> {
+            self.0.size(hash)
+        }
+        fn list(&self) -> Result<Vec<BlobHash>, Error> {
+            self.0.list()
+        }
+        fn describe(&self) -> String {
+            self.0.describe()
+        }
+    }
+
+    fn leftovers(dir: &Path) -> Vec<String> {
+        fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with(".tmp-"))
+            .collect()
+    }
+
+    #[test]
+    fn inspected_puts_show_every_byte_once_in_order_and_store_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = dir.path().join("blobs");
+        fs::create_dir(&blobs).unwrap();
+        // Over two windows and not a multiple of a page, so the last window is short.
+        let len = 2 * WINDOW as usize + 12_345;
+        let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let src = dir.path().join("corpus.jsonl");
+        fs::write(&src, &data).unwrap();
+        let want = BlobHash(blake3::hash(&data).into());
+        let local = LocalBlobStore::new(blobs.clone());
+        let put_only = PutOnly(LocalBlobStore::new(blobs.clone()));
+        for (name, store) in [("local", &local as &dyn BlobStore), ("default", &put_only)] {
+            let mut seen = Seen::new(None);
+            let out = store.put_file_inspected(&src, &mut seen).unwrap();
+            assert_eq!(out.hash, want, "{name}");
+            assert_eq!(out.bytes, len as u64, "{name}");
+            assert!(seen.bytes == data, "{name}: the inspector saw other bytes");
+            assert_eq!(seen.ended, 1, "{name}");
+            assert_eq!(fs::read(local.path_of(&want)).unwrap().len(), len, "{name}");
+            // The second put finds the blob stored.
+            assert_eq!(out.existed, name == "default", "{name}");
+        }
+        let again = local.put_file_inspected(&src, &mut Seen::new(None));
+        assert!(again.unwrap().existed);
+        assert!(leftovers(&blobs).is_empty());
+        assert_eq!(
+            fs::read(&src).unwrap(),
+            data,
+            "the source is left as it was"
+        );
+    }
+
+    #[test]
+    fn a_refused_inspection_stores_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = dir.path().join("blobs");
+        fs::create_dir(&blobs).unwrap();
+        let data = vec![7u8; WINDOW as usize + 10];
+        let src = dir.path().join("bad.jsonl");
+        fs::write(&src, &data).unwrap();
+        let local = LocalBlobStore::new(blobs.clone());
+        let put_only = PutOnly(LocalBlobStore::new(blobs.clone()));
+        for store in [&local as &dyn BlobStore, &put_only] {
+            let err = store
+                .put_file_inspected(&src, &mut Seen::new(Some(1)))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("refused"), "{err}");
+            assert!(store.list().unwrap().is_empty());
+            assert!(leftovers(&blobs).is_empty());
+        }
+        // Not a regular file: a directory cannot be read (the default path's error).
+        assert!(
+            local
+                .put_file_inspected(dir.path(), &mut Seen::new(None))
+                .is_err()
+        );
+        assert!(local.list().unwrap().is_empty());
     }
 
     #[test]
