@@ -10,6 +10,7 @@
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use glassbox_schemas::{Blake3Hash, BlobHash};
 
@@ -288,7 +289,9 @@ impl LocalBlobStore {
         let out = tmp.as_file();
         let mut hasher = blake3::Hasher::new();
         let mut at = 0u64;
-        let mut len = copy_window(&src, out, at, path, &tmp_path)?;
+        let in_kernel = AtomicBool::new(true);
+        let copy = |at| copy_window(&src, out, at, &in_kernel, path, &tmp_path);
+        let mut len = copy(at)?;
         while len > 0 {
             // SAFETY: the map is read-only and dropped before the temp file is touched again.
             // The temp file is this process's own (created exclusively, mode 0600, removed on
@@ -312,7 +315,7 @@ impl LocalBlobStore {
                     );
                     seen
                 },
-                || copy_window(&src, out, next_at, path, &tmp_path),
+                || copy(next_at),
             );
             drop(map);
             read.map_err(Error::io("cannot store", path))?;
@@ -480,38 +483,45 @@ fn hash_file_parallel(file: &File, path: &Path) -> Result<(Blake3Hash, u64), Err
 }
 
 /// Copies up to [`WINDOW`] bytes of `src` at offset `at` to the same offset of `out`, in the
-/// kernel where it can (`copy_file_range`; a read and a write otherwise); returns how many
-/// were copied, fewer only at the end of `src`.
-fn copy_window(src: &File, out: &File, at: u64, path: &Path, tmp: &Path) -> Result<u64, Error> {
+/// kernel (`copy_file_range`) while `in_kernel` holds; where the kernel refuses (another file
+/// system, an old kernel) it clears `in_kernel` and copies through a buffer, as every later
+/// window then does. Returns how many bytes were copied, fewer only at the end of `src`.
+fn copy_window(
+    src: &File,
+    out: &File,
+    at: u64,
+    in_kernel: &AtomicBool,
+    path: &Path,
+    tmp: &Path,
+) -> Result<u64, Error> {
     use std::os::unix::fs::FileExt;
     let mut done = 0u64;
-    while done < WINDOW {
+    while done < WINDOW && in_kernel.load(Ordering::Relaxed) {
         let mut from = at + done;
         let mut to = from;
         let want = (WINDOW - done) as usize;
         match rustix::fs::copy_file_range(src, Some(&mut from), out, Some(&mut to), want) {
-            Ok(0) => break,
+            Ok(0) => return Ok(done),
             Ok(n) => done += n as u64,
             Err(rustix::io::Errno::INTR) => {}
-            // Not in the kernel here (another file system, an old kernel): copy through a
-            // buffer for the rest of this window.
-            Err(_) => {
-                let mut buf = vec![0u8; (1 << 20).min(want)];
-                while done < WINDOW {
-                    let room = buf.len().min((WINDOW - done) as usize);
-                    let n = match src.read_at(&mut buf[..room], at + done) {
-                        Ok(0) => break,
-                        Ok(n) => n,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) => return Err(Error::io("cannot read", path)(e)),
-                    };
-                    out.write_all_at(&buf[..n], at + done)
-                        .map_err(Error::io("cannot write", tmp))?;
-                    done += n as u64;
-                }
-                break;
-            }
+            Err(_) => in_kernel.store(false, Ordering::Relaxed),
         }
+    }
+    let mut buf = Vec::new();
+    while done < WINDOW {
+        if buf.is_empty() {
+            buf = vec![0u8; 1 << 20];
+        }
+        let room = buf.len().min((WINDOW - done) as usize);
+        let n = match src.read_at(&mut buf[..room], at + done) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("cannot read", path)(e)),
+        };
+        out.write_all_at(&buf[..n], at + done)
+            .map_err(Error::io("cannot write", tmp))?;
+        done += n as u64;
     }
     Ok(done)
 }
@@ -888,6 +898,26 @@ mod tests {
             data,
             "the source is left as it was"
         );
+    }
+
+    #[test]
+    fn windows_copy_the_same_bytes_in_the_kernel_and_through_a_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let len = WINDOW as usize + 4_097;
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 % 253) as u8).collect();
+        let src_path = dir.path().join("src");
+        fs::write(&src_path, &data).unwrap();
+        let src = File::open(&src_path).unwrap();
+        for kernel in [true, false] {
+            let out_path = dir.path().join(format!("out-{kernel}"));
+            let out = File::create(&out_path).unwrap();
+            let flag = AtomicBool::new(kernel);
+            let copy = |at| copy_window(&src, &out, at, &flag, &src_path, &out_path).unwrap();
+            assert_eq!(copy(0), WINDOW, "kernel {kernel}");
+            assert_eq!(copy(WINDOW), 4_097, "kernel {kernel}");
+            assert_eq!(copy(WINDOW + 4_097), 0, "kernel {kernel}");
+            assert!(fs::read(&out_path).unwrap() == data, "kernel {kernel}");
+        }
     }
 
     #[test]
