@@ -52,12 +52,7 @@ pub trait BlobStore: Send + Sync {
         inspect: &mut dyn Inspect,
     ) -> Result<PutOutcome, Error> {
         let f = File::open(path).map_err(Error::io("cannot open", path))?;
-        let mut reader = InspectingReader {
-            inner: f,
-            inspect,
-            ended: false,
-        };
-        self.put(&mut reader)
+        self.put(&mut InspectingReader::new(f, inspect))
     }
     /// Moves a file into the store (`ledger put --move`, a worker's checkpoint files): the
     /// file's name is gone afterwards and its bytes are the blob. This default stores a copy
@@ -102,6 +97,16 @@ struct InspectingReader<'a> {
     inner: File,
     inspect: &'a mut dyn Inspect,
     ended: bool,
+}
+
+impl<'a> InspectingReader<'a> {
+    fn new(inner: File, inspect: &'a mut dyn Inspect) -> Self {
+        InspectingReader {
+            inner,
+            inspect,
+            ended: false,
+        }
+    }
 }
 
 impl Read for InspectingReader<'_> {
@@ -274,12 +279,7 @@ impl LocalBlobStore {
         let src = File::open(path).map_err(Error::io("cannot open", path))?;
         let meta = src.metadata().map_err(Error::io("cannot stat", path))?;
         if !meta.is_file() {
-            let mut reader = InspectingReader {
-                inner: src,
-                inspect,
-                ended: false,
-            };
-            return BlobStore::put(self, &mut reader);
+            return BlobStore::put(self, &mut InspectingReader::new(src, inspect));
         }
         let tmp = tempfile::Builder::new()
             .prefix(".tmp-")
