@@ -5,8 +5,12 @@
 
 use std::process::Command;
 
+/// Runs git without taking optional locks: `git status` would otherwise refresh and rewrite
+/// `.git/index`, which this script watches, so every build would leave the next one stale and
+/// the binary crate would recompile with nothing changed.
 fn git(args: &[&str]) -> Option<String> {
     Command::new("git")
+        .arg("--no-optional-locks")
         .args(args)
         .output()
         .ok()
@@ -21,9 +25,13 @@ fn main() {
         .unwrap_or(false);
     let revision = if dirty { format!("{rev}-dirty") } else { rev };
     println!("cargo:rustc-env=GLASSBOX_GIT_REVISION={revision}");
-    // Rebuild when HEAD moves, the branch it names moves, or the index changes. In a worktree
-    // `.git` is a file, so ask git where these live rather than assuming `.git/HEAD`.
-    for path in ["HEAD", "index", "packed-refs"] {
+    // Re-run when HEAD moves or the branch it names moves (a commit, a checkout, a reset). The
+    // index is not watched: `git status`, run by people and editors all day, rewrites it
+    // without changing the state recorded here. Every edit of a tracked file is seen below;
+    // what only the index says (a staged removal, `git rm --cached`) is picked up at the next
+    // edit or commit. In a worktree `.git` is a file, so ask git where these live rather than
+    // assuming `.git/HEAD`.
+    for path in ["HEAD", "packed-refs"] {
         if let Some(p) = git(&["rev-parse", "--git-path", path]) {
             println!("cargo:rerun-if-changed={p}");
         }

@@ -9,7 +9,7 @@ Usage (from the repository root):
         [--text-mb 100] [--import-mb 1024] [--rounds 3] [--workdir /tmp/gb-data-bench]
 
 1. Tokenizing. Writes >= --text-mb of JSONL documents (paragraphs of the text in
-   ../shared/data/tinyshakespeare.txt, each varied by its index so the file is not one repeated
+   tests/data/tinyshakespeare.txt, each varied by its index so the file is not one repeated
    block), imports it, trains a byte-level BPE tokenizer (vocab 32,000) on a 5 MB corpus, then
    alternates, --rounds times: `glassbox data tokenize` (in a fresh copy of the lab each round,
    so nothing is reused) and the Python package's
@@ -70,7 +70,7 @@ def timed(cmd, **kw):
 
 
 def paragraphs():
-    path = os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt")
+    path = os.path.join(ROOT, "tests", "data", "tinyshakespeare.txt")
     with open(path, encoding="utf-8") as f:
         return [p for p in f.read().split("\n\n") if p.strip()]
 

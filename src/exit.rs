@@ -10,6 +10,8 @@
 //! | 11 | run ended `budget_exceeded` |
 //! | 12 | run ended `cancelled` |
 //! | 13 | run ended `failed` |
+//!
+//! Also here: [`message`], the one line an error is printed as.
 
 use std::process::ExitCode;
 
@@ -31,4 +33,58 @@ pub const FAILED: u8 = 13;
 /// What a subcommand returns: an exit code after it has printed its own output.
 pub fn code(c: u8) -> ExitCode {
     ExitCode::from(c)
+}
+
+/// An error and its causes on one line, `outer: cause: root cause`, never a backtrace. A cause
+/// whose text the line already holds is not repeated: many errors spell their source into
+/// their own message (`cannot write x: No space left on device (os error 28)`) and also
+/// report it as their source, which would print it twice.
+pub fn message(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that spells its source into its message and also reports it as its source.
+    #[derive(Debug)]
+    struct Spelled(std::io::Error);
+
+    impl std::fmt::Display for Spelled {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot write the tile: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Spelled {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_printed_once() {
+        let io = std::io::Error::from_raw_os_error(28);
+        let err = anyhow::Error::new(Spelled(io)).context("ledger: run-000009");
+        let line = message(&err);
+        assert_eq!(line.matches("os error 28").count(), 1, "{line}");
+        assert!(
+            line.starts_with("ledger: run-000009: cannot write the tile: "),
+            "{line}"
+        );
+        let plain = anyhow::anyhow!("root").context("middle").context("top");
+        assert_eq!(message(&plain), "top: middle: root");
+    }
 }

@@ -148,8 +148,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            // `{:#}` prints the whole context chain on one line; never a backtrace.
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", exit::message(&err));
             exit::code(exit::OPERATIONAL)
         }
     }

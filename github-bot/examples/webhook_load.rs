@@ -44,7 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let fixture = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/github-webhooks/issue_comment_created_webhook_event.json"
+        "/tests/fixtures/github-webhooks/issue_comment_created_webhook_event.json"
     );
     let mut payload: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture)?)?;
     payload["comment"]["body"] = "/approve".into();

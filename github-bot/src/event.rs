@@ -167,7 +167,8 @@ pub struct Envelope {
 impl Envelope {
     /// Reads the envelope; fails only when the body is not JSON.
     pub fn parse(event: &str, body: &[u8]) -> Result<Self, EventError> {
-        let v: Value = serde_json::from_slice(body).map_err(|e| EventError {
+        let body = crate::json_escapes::without_lone_surrogates(body);
+        let v: Value = serde_json::from_slice(&body).map_err(|e| EventError {
             event: event.to_string(),
             message: format!("the body is not JSON: {e}"),
         })?;
@@ -322,6 +323,7 @@ impl WebhookEvent {
                 reason: format!("event `{event}` is not handled"),
             });
         }
+        let body = &*crate::json_escapes::without_lone_surrogates(body);
         let envelope = Envelope::parse(event, body)?;
         if let Some(reason) = envelope.unhandled() {
             return Ok(WebhookEvent::Ignored {
@@ -437,10 +439,33 @@ mod tests {
 
     fn fixture(name: &str) -> serde_json::Value {
         let path = format!(
-            "{}/../../shared/fixtures/github-webhooks/{name}",
+            "{}/tests/fixtures/github-webhooks/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    }
+
+    /// A lone surrogate escape, which serde_json refuses, in a field the bot never reads (the
+    /// repository's description) and in one it does (the comment): the delivery still parses,
+    /// the comment's half character read as U+FFFD.
+    #[test]
+    fn a_lone_surrogate_escape_does_not_fail_the_delivery() {
+        let mut p = fixture("issue_comment_created_webhook_event.json");
+        p["repository"]["description"] = "MARKER_DESC".into();
+        p["comment"]["body"] = "/approve MARKER_BODY".into();
+        let text = serde_json::to_string(&p)
+            .unwrap()
+            .replace("MARKER_DESC", r"lone \ud800 half")
+            .replace("MARKER_BODY", r"\udfff");
+        assert!(
+            serde_json::from_str::<Value>(&text).is_err(),
+            "the body must hold a lone half"
+        );
+        let event = WebhookEvent::parse("issue_comment", text.as_bytes()).unwrap();
+        let WebhookEvent::Comment { comment, .. } = event else {
+            panic!("not a comment: {event:?}");
+        };
+        assert_eq!(comment.body, "/approve \u{fffd}");
     }
 
     #[test]

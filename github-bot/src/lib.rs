@@ -31,6 +31,7 @@ pub mod form;
 pub mod github;
 pub mod handlers;
 pub mod ids;
+pub mod json_escapes;
 pub mod labels;
 pub mod local;
 pub mod permissions;

@@ -106,7 +106,20 @@ pub fn valid_proposal(
     voided: Option<&ApprovalInfo>,
     over_limits: &[String],
 ) -> String {
-    let mut s = format!("{VALIDATION_MARKER}\n### ✅ Valid experiment spec\n\n");
+    // A spec over the lab's limits is well-formed but cannot run here: the heading says that
+    // first, with what to change, so nobody reads "valid" as "approvable".
+    let mut s = if over_limits.is_empty() {
+        format!("{VALIDATION_MARKER}\n### ✅ Valid experiment spec\n\n")
+    } else {
+        let mut s = format!(
+            "{VALIDATION_MARKER}\n### ⛔ Valid spec, over the lab's limits\n\nThe proposal is recorded, but `/approve` will be refused until the spec fits:\n\n"
+        );
+        for p in over_limits {
+            let _ = writeln!(s, "- {p}");
+        }
+        s.push('\n');
+        s
+    };
     let _ = writeln!(s, "| | |\n|---|---|");
     let _ = writeln!(s, "| spec hash | `{hash}` |");
     let _ = writeln!(
@@ -129,19 +142,18 @@ pub fn valid_proposal(
         duration(cost.seconds_at(flops_per_second)),
         flops(flops_per_second)
     );
-    let _ = writeln!(s, "| status | {} |", state_line(status));
+    let state = if over_limits.is_empty() {
+        state_line(status)
+    } else {
+        "over the lab's limits: cannot be approved until the spec fits".to_string()
+    };
+    let _ = writeln!(s, "| status | {state} |");
     if let Some(v) = voided {
         let _ = write!(
             s,
             "\n⚠️ The spec changed after @{} approved `{}`; that approval is void. A maintainer must `/approve` the new hash.\n",
             v.approver, v.spec_hash
         );
-    }
-    if !over_limits.is_empty() {
-        s.push_str("\n### ⛔ Over the lab's limits\n\nThe proposal is recorded, but `/approve` will be refused until the spec fits:\n\n");
-        for p in over_limits {
-            let _ = writeln!(s, "- {p}");
-        }
     }
     s
 }

@@ -12,6 +12,9 @@
 //! which is woken through a [`Notify`]; events the bot does not handle are stored without
 //! payload, as `ignored` with the reason, and acknowledged.
 //!
+//! A batch the database refuses (locked, I/O) is retried within [`STORE_BUDGET`] before the
+//! requests waiting on it are answered 503, since GitHub does not redeliver by itself.
+//!
 //! The writer task batches concurrent deliveries into one SQLite transaction (one fsync), so
 //! durability costs one disk flush per batch rather than per request, and checkpoints the WAL
 //! in the background so no acknowledgement waits for one. This module does not
@@ -66,7 +69,7 @@ pub fn start_intake(store: Store, wake: Arc<Notify>) -> (Intake, tokio::task::Jo
                 }
             }
             let deliveries: Vec<NewDelivery> = batch.iter().map(|(d, _)| d.clone()).collect();
-            match store.insert_deliveries(&deliveries).await {
+            match insert_within_budget(&store, &deliveries).await {
                 Ok(fresh) => {
                     let wake_worker =
                         fresh
@@ -100,7 +103,11 @@ pub fn start_intake(store: Store, wake: Arc<Notify>) -> (Intake, tokio::task::Jo
                     }
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, "could not store webhook deliveries");
+                    tracing::error!(
+                        error = %e,
+                        deliveries = deliveries.len(),
+                        "could not store webhook deliveries within the budget; answered 503 (GitHub does not redeliver by itself)"
+                    );
                     for (_, reply) in batch.drain(..) {
                         let _ = reply.send(Err(e.to_string()));
                     }
@@ -109,6 +116,42 @@ pub fn start_intake(store: Store, wake: Arc<Notify>) -> (Intake, tokio::task::Jo
         }
     });
     (Intake { tx }, task)
+}
+
+/// How long the writer keeps retrying a batch it could not store before the requests waiting
+/// on it are answered 503. GitHub gives a delivery 10 s and does not redeliver by itself, so a
+/// delivery refused is a delivery lost until someone presses "Redeliver": every moment of the
+/// budget is spent trying, with a margin for the answer to travel.
+const STORE_BUDGET: std::time::Duration = std::time::Duration::from_secs(8);
+
+/// Stores a batch, retrying within [`STORE_BUDGET`]: a locked database, a checkpoint that
+/// holds the file, a disk that fills and is freed, all pass. A failed attempt's transaction
+/// rolled back whole, and storing is idempotent by delivery id, so a retry can never store a
+/// delivery twice.
+async fn insert_within_budget(
+    store: &Store,
+    deliveries: &[NewDelivery],
+) -> Result<Vec<Intaken>, crate::store::StoreError> {
+    let started = tokio::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(20);
+    let mut attempts = 1u32;
+    loop {
+        match store.insert_deliveries(deliveries).await {
+            Ok(done) => {
+                if attempts > 1 {
+                    tracing::info!(attempts, "stored webhook deliveries after retrying");
+                }
+                return Ok(done);
+            }
+            Err(e) if started.elapsed() + pause < STORE_BUDGET => {
+                tracing::warn!(error = %e, attempts, "could not store webhook deliveries; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_millis(500));
+                attempts += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// What the webhook route needs.

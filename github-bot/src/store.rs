@@ -282,13 +282,23 @@ impl Store {
         Ok(store)
     }
 
+    /// A transaction that may write, holding SQLite's write lock from its first statement
+    /// (`BEGIN IMMEDIATE`). A plain `BEGIN` is deferred: it reads, then asks for the write lock
+    /// at its first write, and when another connection wrote meanwhile that upgrade fails at
+    /// once with `database is locked` (`SQLITE_BUSY`, code 5 or 517) — the busy timeout cannot
+    /// wait it out, since the transaction's snapshot is already stale. Taking the lock first is
+    /// what lets the busy timeout wait. Every transaction here that writes opens this way.
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await
+    }
+
     /// Runs the [`MIGRATIONS`] the database has not seen, each in its own transaction.
     async fn migrate(&self) -> Result<(), StoreError> {
         let (version,): (i64,) = sqlx::query_as("PRAGMA user_version")
             .fetch_one(&self.pool)
             .await?;
         for (i, step) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.begin_write().await?;
             sqlx::raw_sql(step).execute(&mut *tx).await?;
             sqlx::raw_sql(&format!("PRAGMA user_version = {}", i + 1))
                 .execute(&mut *tx)
@@ -304,7 +314,7 @@ impl Store {
         &self,
         batch: &[NewDelivery],
     ) -> Result<Vec<Intaken>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         let now = now_ms();
         let mut out = Vec::with_capacity(batch.len());
         for d in batch {
@@ -666,5 +676,59 @@ mod tests {
             .await
             .is_err()
         );
+    }
+
+    /// Writers that read before they write, many at once on two handles of one file (two
+    /// processes' worth of connections): each batch reads the ids, then inserts. With deferred
+    /// transactions a writer whose snapshot another commit overtook fails at once with
+    /// `database is locked`; opened `IMMEDIATE`, every one waits its turn and lands.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_read_then_write_batches_all_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("bot.db").display());
+        let a = Store::open_with(&url, Durability::ProcessCrash)
+            .await
+            .unwrap();
+        let b = Store::open_with(&url, Durability::ProcessCrash)
+            .await
+            .unwrap();
+        const WRITERS: usize = 16;
+        const BATCHES: usize = 25;
+        let mut tasks = Vec::new();
+        for w in 0..WRITERS {
+            let store = if w % 2 == 0 { a.clone() } else { b.clone() };
+            tasks.push(tokio::spawn(async move {
+                let mut failures = Vec::new();
+                for n in 0..BATCHES {
+                    let batch: Vec<NewDelivery> = (0..3)
+                        .map(|k| NewDelivery {
+                            id: DeliveryId(format!("w{w}-b{n}-{k}")),
+                            event: "issue_comment".into(),
+                            payload: Some(b"{}".to_vec()),
+                        })
+                        .collect();
+                    if let Err(e) = store.insert_deliveries(&batch).await {
+                        failures.push(e.to_string());
+                    }
+                }
+                failures
+            }));
+        }
+        let mut failures = Vec::new();
+        for t in tasks {
+            failures.extend(t.await.unwrap());
+        }
+        assert!(
+            failures.is_empty(),
+            "{} of {} batches failed, first: {:?}",
+            failures.len(),
+            WRITERS * BATCHES,
+            failures.first()
+        );
+        let (stored,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM deliveries")
+            .fetch_one(&a.pool)
+            .await
+            .unwrap();
+        assert_eq!(stored as usize, WRITERS * BATCHES * 3);
     }
 }

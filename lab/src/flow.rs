@@ -30,7 +30,8 @@ use glassbox_github_bot::port::{
 };
 use glassbox_github_bot::{IssueKey, IssueNumber, Login, RepoName};
 use glassbox_schemas::record::{
-    AnnotationBody, ApprovalBody, ForecastBody, IssueRef, ProposalBody, RejectionBody, refs,
+    AnnotationBody, ApprovalBody, ForecastBody, IssueRef, ProposalBody, RejectionBody, ResultBody,
+    RunEnding, refs,
 };
 use glassbox_schemas::spec::Forecast;
 use glassbox_schemas::{BlobHash, ExperimentId, ExperimentSpec, RunId, RunStatus, SpecHash};
@@ -287,7 +288,7 @@ impl Flow {
     ) -> Result<Option<JobId>, LabError> {
         match self.inner.queue.latest_job_of(experiment).await? {
             Some(job) if matches!(job.state, JobState::Queued | JobState::Held) => {
-                self.inner.queue.cancel(job.id, why).await?;
+                self.cancel_on_record(&job, why).await?;
                 Ok(Some(job.id))
             }
             _ => Ok(None),
@@ -791,9 +792,7 @@ impl Flow {
         let exp = experiment.clone();
         self.blocking(move |rec| rec.record(Some(&exp), Default::default(), body))
             .await?;
-        if self.inner.queue.cancel(job.id, reason).await? == CancelOutcome::Requested {
-            self.inner.switches.cancel(job.id);
-        }
+        self.cancel_on_record(&job, reason).await?;
         proposals::set_rejected(self.pool(), experiment, reason, self.now()).await?;
         Ok(Some((approval, job)))
     }
@@ -801,13 +800,42 @@ impl Flow {
     /// Cancels a job: at once if waiting, at its next step if running (in this process) or at
     /// its worker's next heartbeat (elsewhere).
     pub async fn cancel_job(&self, job: JobId, by: &str) -> Result<CancelOutcome, LabError> {
-        let out = self
+        let job = self.inner.queue.get(job).await?;
+        self.cancel_on_record(&job, &format!("cancelled by {by}"))
+            .await
+    }
+
+    /// Cancels `job`: one that had not started leaves the queue with its `result` entry
+    /// (`cancelled`, no steps, the reason) in the same transaction; a running one is asked to
+    /// stop, and its worker records the result.
+    async fn cancel_on_record(&self, job: &Job, reason: &str) -> Result<CancelOutcome, LabError> {
+        let body = ResultBody {
+            run: job.run(),
+            spec_hash: job.spec_hash,
+            ending: RunEnding::early(RunStatus::Cancelled, format!("{reason} before it started")),
+            forecast: None,
+            params_blake3: None,
+        };
+        let entry = glassbox_schemas::LedgerEntry::new(
+            Some(job.experiment.clone()),
+            Default::default(),
+            body,
+        );
+        let bytes = crate::recorder::canonical(std::slice::from_ref(&entry))?;
+        let (out, sequenced) = self
             .inner
             .queue
-            .cancel(job, &format!("cancelled by {by}"))
+            .cancel_recorded(job.id, reason, bytes.into_iter().next().unwrap_or_default())
             .await?;
+        if let Some(idx) = sequenced
+            && let Err(e) = self.blocking(move |rec| rec.publish(idx)).await
+        {
+            // The cancellation and its entry are committed together; the integrator
+            // publishes the entry when it can.
+            tracing::warn!(entry = idx, error = %e, "the cancellation is sequenced but not yet in the log");
+        }
         if out == CancelOutcome::Requested {
-            self.inner.switches.cancel(job);
+            self.inner.switches.cancel(job.id);
         }
         Ok(out)
     }

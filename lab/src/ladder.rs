@@ -225,6 +225,12 @@ async fn run_rung(
             )));
         }
     };
+    if let Some(why) = &f.unpublished {
+        return Err(LabError::Task(format!(
+            "{} ended {}, but its result (entry {}) could not be written to the log: {why}",
+            f.run, f.ending.status, f.result_entry
+        )));
+    }
     Ok(RungResult {
         slug: spec.experiment.slug.clone(),
         spec_hash: recorded.spec_hash,

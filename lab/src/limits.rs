@@ -2,8 +2,9 @@
 //! with the figures a proposer needs to act on it.
 //!
 //! The flow checks them when a spec is approved ([`spec_problems`]); a worker checks memory
-//! again against its own machine before it allocates ([`memory_limit`] with the device's
-//! memory on a GPU worker), and hands the wall-clock limit to the runner ([`wall_limit`]).
+//! and metric volume again under its own limits before it allocates ([`worker_problem`], with
+//! the device's memory on a GPU worker), and hands the wall-clock limit to the runner
+//! ([`wall_limit`]).
 //! The figures come from the one cost model (`glassbox_schemas::cost`). Not here: the FLOP
 //! and quota rules (the flow's `check_limits`), or reading the config (`config`).
 
@@ -92,6 +93,24 @@ pub fn spec_problems(limits: &Limits, spec: &ExperimentSpec) -> Vec<String> {
     }
     out.extend(metric_volume_problem(limits, spec));
     out
+}
+
+/// Why this worker will not train `spec`, checked before it allocates anything: memory against
+/// its own limit (`device_memory` on a GPU worker) and the metric volume against its own
+/// `limits.max_metric_points`. A spec approved under a more permissive lab config can reach a
+/// stricter worker; the worker's limits are the ones that hold where it runs. `None` when it
+/// fits.
+pub fn worker_problem(
+    limits: &Limits,
+    spec: &ExperimentSpec,
+    device_memory: Option<u64>,
+) -> Option<String> {
+    let memory = memory_limit(limits, device_memory).and_then(|l| memory_problem(spec, &l));
+    let problems: Vec<String> = memory
+        .into_iter()
+        .chain(metric_volume_problem(limits, spec))
+        .collect();
+    (!problems.is_empty()).then(|| problems.join("; and "))
 }
 
 /// The lab's wall-clock limit, which applies to every run beside the spec's own budget.

@@ -575,7 +575,7 @@ impl Queue {
         approval: Vec<u8>,
     ) -> Result<(JobId, u64), QueueError> {
         let now = self.now();
-        let mut tx = self.db.pool().begin().await?;
+        let mut tx = self.db.begin_write().await?;
         let entry = sequence::sequence(&mut tx, std::slice::from_ref(&approval), now).await?;
         let mut job = job.clone();
         job.approval_entry = Some(entry);
@@ -637,7 +637,7 @@ impl Queue {
     /// whose job another worker took) gets [`QueueError::LeaseLost`] here and records nothing:
     /// a job never has two results.
     pub async fn begin_ending(&self, job: JobId, worker: &WorkerId) -> Result<Ending, QueueError> {
-        let mut tx = self.db.pool().begin().await?;
+        let mut tx = self.db.begin_write().await?;
         if jobs::touch_held(&mut *tx, job, worker, self.now()).await? != 1 {
             let _ = tx.rollback().await;
             return Err(QueueError::LeaseLost {
@@ -844,7 +844,9 @@ impl Queue {
         self.require_lease(rows, job, worker)
     }
 
-    /// Cancels a job: at once if it has not started, at its next step if it runs.
+    /// Cancels a job in the queue alone: at once if it has not started, at its next step if it
+    /// runs. For a queue with no ledger beside it; the lab cancels through
+    /// [`Queue::cancel_recorded`] (by way of `Flow::cancel_job`), which records the ending.
     pub async fn cancel(&self, job: JobId, reason: &str) -> Result<CancelOutcome, QueueError> {
         let now = self.now();
         if jobs::cancel_waiting(self.db.pool(), job, reason, now).await? == 1 {
@@ -855,6 +857,30 @@ impl Queue {
         }
         let current = self.get(job).await?;
         Ok(CancelOutcome::AlreadyOver(current.state))
+    }
+
+    /// Cancels a job. One that had not started (queued or held) leaves the queue together with
+    /// `entry`, the record of its ending (its `result`, status `cancelled`), sequenced in the
+    /// same transaction, so a cancellation is never off the record; a leased or running one is
+    /// asked to stop, and its worker records its own result when it stops. Returns the entry's
+    /// index when it was sequenced (publish it after).
+    pub async fn cancel_recorded(
+        &self,
+        job: JobId,
+        reason: &str,
+        entry: Vec<u8>,
+    ) -> Result<(CancelOutcome, Option<u64>), QueueError> {
+        let now = self.now();
+        let mut tx = self.db.begin_write().await?;
+        if jobs::cancel_waiting(&mut *tx, job, reason, now).await? == 1 {
+            let idx = sequence::sequence(&mut tx, std::slice::from_ref(&entry), now).await?;
+            tx.commit()
+                .await
+                .map_err(|e| QueueError::CommitFailed(e.to_string()))?;
+            return Ok((CancelOutcome::Cancelled, Some(idx)));
+        }
+        drop(tx);
+        Ok((self.cancel(job, reason).await?, None))
     }
 
     /// Holds a queued job (a maintainer's `/hold`).

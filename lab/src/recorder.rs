@@ -226,6 +226,19 @@ impl Recorder {
         Ok((first..=last).collect())
     }
 
+    /// Whether the sequencer holds exactly `entries` from index `first` on: how a writer that
+    /// could not learn its commit's outcome finds out whether the commit applied (entries are
+    /// sequenced in the same transaction as the change they record).
+    pub fn is_sequenced(&self, first: u64, entries: &[Vec<u8>]) -> Result<bool, LabError> {
+        let held = self.seq.entries_from(first, entries.len() as u32)?;
+        Ok(held.len() == entries.len()
+            && held
+                .iter()
+                .zip(entries)
+                .enumerate()
+                .all(|(k, ((i, bytes), e))| *i == first + k as u64 && bytes == e))
+    }
+
     /// Returns once entry `index` is in a published checkpoint: integrating everything
     /// sequenced up to now when this process holds the key, else waiting (at most
     /// [`PUBLISH_WAIT`]) for the integrator to.

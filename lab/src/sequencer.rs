@@ -118,7 +118,7 @@ impl Sequencer {
     pub fn set_up(&self, entries: &[Vec<u8>]) -> Result<bool, QueueError> {
         let now = self.db.now_ms();
         self.drive(async {
-            let mut tx = self.db.pool().begin().await?;
+            let mut tx = self.db.begin_write().await?;
             let did = sequence::set_up(&mut tx, entries, now).await?;
             tx.commit().await?;
             Ok(did)
@@ -136,12 +136,7 @@ impl Sequencer {
         let mut pause = Duration::from_millis(50);
         loop {
             let attempt = self.drive(async {
-                let mut tx = self
-                    .db
-                    .pool()
-                    .begin()
-                    .await
-                    .map_err(|e| (e.into(), false))?;
+                let mut tx = self.db.begin_write().await.map_err(|e| (e.into(), false))?;
                 let first = sequence::sequence(&mut tx, entries, now)
                     .await
                     .map_err(|e| (e, false))?;
@@ -171,7 +166,7 @@ impl Sequencer {
         let now = self.db.now_ms();
         let size = at + missing.len() as u64;
         let adopted = self.drive(async {
-            let mut tx = self.db.pool().begin().await?;
+            let mut tx = self.db.begin_write().await?;
             if sequence::sequence(&mut tx, &missing, now).await? != at {
                 return Ok::<_, QueueError>(false);
             }

@@ -213,8 +213,13 @@ pub struct Finished {
     pub experiment: ExperimentId,
     /// How it ended (as its `result` entry records it).
     pub ending: RunEnding,
-    /// The `result` entry.
+    /// The entry that ends the job (its `result`, or a reproduction's `reproduction`).
     pub result_entry: u64,
+    /// Why that entry is not in the log yet, when it is not: it is sequenced (committed with the
+    /// job's end, so it is on its way) but could not be written to the log, e.g. a full disk.
+    /// The next process that integrates publishes it; until then nothing may report it as
+    /// recorded. `None` once it is in a published checkpoint.
+    pub unpublished: Option<String>,
     /// The runner's outcome, when training started.
     pub outcome: Option<RunOutcome>,
 }
@@ -623,9 +628,9 @@ impl Worker {
             .clone()
     }
 
-    /// A spec over this worker's memory limit ends `budget_exceeded` before anything is
-    /// allocated; `device_memory` is the GPU's, on a GPU worker.
-    async fn over_memory(
+    /// A spec over this worker's limits (memory, metric volume) ends `budget_exceeded` before
+    /// anything is allocated; `device_memory` is the GPU's, on a GPU worker.
+    async fn over_limits(
         &self,
         job: &Job,
         run: &RunId,
@@ -633,8 +638,7 @@ impl Worker {
         device_memory: Option<u64>,
         log: &RunLog,
     ) -> Option<Result<JobEnd, LabError>> {
-        let limit = crate::limits::memory_limit(&self.opts.limits, device_memory)?;
-        let problem = crate::limits::memory_problem(spec, &limit)?;
+        let problem = crate::limits::worker_problem(&self.opts.limits, spec, device_memory)?;
         log.warn(format!("not training: {problem}"));
         let outcome = JobOutcome::early(RunStatus::BudgetExceeded, problem);
         Some(self.conclude(job, run, Some(spec), outcome, log).await)
@@ -663,7 +667,7 @@ impl Worker {
         };
         match selected {
             Selected::Cpu(be) => {
-                if let Some(end) = self.over_memory(job, run, &spec, None, log).await {
+                if let Some(end) = self.over_limits(job, run, &spec, None, log).await {
                     return end;
                 }
                 let peak = be.run(|| self.peak(threads));
@@ -672,7 +676,7 @@ impl Worker {
             }
             Selected::Cuda(be) => {
                 let device_memory = be.memory().map(|(_, total)| total as u64);
-                if let Some(end) = self.over_memory(job, run, &spec, device_memory, log).await {
+                if let Some(end) = self.over_limits(job, run, &spec, device_memory, log).await {
                     return end;
                 }
                 let peak = match self.opts.peak.clone() {
@@ -818,6 +822,7 @@ impl Worker {
             worker: self.opts.id.clone(),
             experiment: job.experiment.clone(),
             run: run.clone(),
+            attempt: job.attempts.max(1),
             cancel: cancel.clone(),
             lease: self.opts.settings.lease(),
             log: log.clone(),
@@ -1018,6 +1023,7 @@ impl Worker {
             resumed_from_step: resumed,
             build: self.build(),
             data,
+            attempt: Some(job.attempts.max(1)),
         };
         let rec = self.recorder.clone();
         let experiment = job.experiment.clone();
@@ -1084,7 +1090,7 @@ impl Worker {
         if let Fenced::AlreadyRecorded(_, existing) = &recorded {
             ending = existing.ending.clone();
         }
-        let entry = self
+        let (entry, unpublished) = self
             .end_in_queue(
                 job,
                 held,
@@ -1114,6 +1120,7 @@ impl Worker {
             experiment: job.experiment.clone(),
             ending,
             result_entry: entry,
+            unpublished,
             outcome: None,
         })))
     }
@@ -1257,10 +1264,16 @@ impl Worker {
 
     /// Commits the job's end in the queue together with the entries [`Worker::record_fenced`]
     /// sequenced in it (leasing the next job in the same commit inside [`Worker::serve`]), then
-    /// publishes them; returns the index of the entry that ends the job. A repeat after an
-    /// unknown commit outcome finds the job already ended and reports a lost lease (never a
-    /// second result); one that finds the job still held sequences the entries again, since
-    /// the failed commit took them with it.
+    /// publishes them; returns the index of the entry that ends the job, and why it is not in
+    /// the log yet when publishing failed (see [`Finished::unpublished`]).
+    ///
+    /// A commit whose outcome is unknown (the database went away) is found out: the job is
+    /// taken again and ended, sequencing the entries again, since a failed commit took them
+    /// with it. When the job can no longer be taken (it ended, or its lease ran out meanwhile),
+    /// the sequencer says whether the first commit applied: it did when it holds these very
+    /// entries at their indices. When it did not, nothing of this job's end is on the record
+    /// and it is an error, never a claimed entry: the job stays with its lease, for this worker
+    /// or the next, to end again.
     async fn end_in_queue(
         &self,
         job: &Job,
@@ -1268,16 +1281,16 @@ impl Worker {
         fenced: &Fenced,
         status: RunStatus,
         reason: Option<&str>,
-    ) -> Result<u64, LabError> {
+    ) -> Result<(u64, Option<String>), LabError> {
         let lease = self.opts.settings.lease();
-        let (mut last, pending): (u64, &[Vec<u8>]) = match fenced {
+        let (last, pending): (u64, &[Vec<u8>]) = match fenced {
             Fenced::Appended(last, bytes) => (*last, bytes),
             Fenced::AlreadyRecorded(entry, _) => (*entry, &[]),
         };
+        let mut first_error = None;
         let finish = match self.finish_ending(held, status, reason).await {
-            // The database went away: take the job again and end it (a commit that did apply
-            // meanwhile shows up as a lost lease, below).
             Err(e) if e.is_transient() => {
+                first_error = Some(e.to_string());
                 retry_db(lease, || async {
                     let mut ending = self.queue.begin_ending(job.id, &self.opts.id).await?;
                     let again = if pending.is_empty() {
@@ -1293,23 +1306,43 @@ impl Worker {
             Ok(()) => Ok(last),
             Err(e) => Err(e),
         };
-        match finish {
-            Ok(l) => last = l,
-            Err(QueueError::LeaseLost { .. }) => {
+        let last = match finish {
+            Ok(l) => l,
+            Err(QueueError::LeaseLost { .. }) if pending.is_empty() => {
+                // Nothing new was to be recorded: the run's result is the earlier entry.
                 tracing::warn!(job = %job.id, "lease lost while ending the job in the queue");
-                return Ok(last);
+                return Ok((last, None));
+            }
+            Err(QueueError::LeaseLost { .. }) => {
+                let first = last + 1 - pending.len() as u64;
+                let rec = self.recorder.clone();
+                let entries = pending.to_vec();
+                if blocking(move || rec.is_sequenced(first, &entries)).await? {
+                    last
+                } else {
+                    return Err(LabError::Task(format!(
+                        "could not record the end of job {} ({}): {}; nothing of it is on the record, and the job is left to end again once its lease runs out",
+                        job.id,
+                        status,
+                        first_error.unwrap_or_else(|| "the job was no longer this worker's".into())
+                    )));
+                }
             }
             Err(e) => return Err(e.into()),
+        };
+        if pending.is_empty() {
+            return Ok((last, None));
         }
-        if !pending.is_empty() {
-            let rec = self.recorder.clone();
-            if let Err(e) = blocking(move || rec.publish(last)).await {
-                // The end is on the record (sequenced, committed with the job's end); the
-                // integrator publishes it when it can, before `serve` announces it.
+        let rec = self.recorder.clone();
+        match blocking(move || rec.publish(last)).await {
+            Ok(()) => Ok((last, None)),
+            Err(e) => {
+                // The end is on its way to the record (sequenced, committed with the job's
+                // end); the next integrator publishes it, before `serve` announces it.
                 tracing::warn!(job = %job.id, entry = last, error = %e, "the job's end is sequenced but not yet in the log");
+                Ok((last, Some(e.to_string())))
             }
         }
-        Ok(last)
     }
 }
 
@@ -1425,7 +1458,7 @@ impl Worker {
         let Some((recorded, held)) = self.record_fenced(job, entries, None).await? else {
             return Ok(JobEnd::LeaseLost(job.id));
         };
-        let entry = self
+        let (entry, unpublished) = self
             .end_in_queue(job, held, &recorded, status, reason.as_deref())
             .await?;
         self.announce_notice(
@@ -1456,6 +1489,7 @@ impl Worker {
                 reason,
             },
             result_entry: entry,
+            unpublished,
             outcome: None,
         })))
     }

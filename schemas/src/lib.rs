@@ -23,6 +23,7 @@ pub mod data;
 pub mod hash;
 pub mod issue_form;
 pub mod ladder;
+pub mod literals;
 pub mod metrics;
 pub mod record;
 pub mod run;

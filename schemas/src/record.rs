@@ -747,6 +747,11 @@ pub struct RunStartedBody {
     /// The host name of that worker's machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// Which attempt at the job this is, from 1: a job whose worker died is taken over by
+    /// another, which records a `run_started` of its own with the next number. Absent for bare
+    /// runs and entries from before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
 }
 
 /// Exactly which program wrote a record: what it was built from and the bytes that ran.

@@ -99,11 +99,26 @@ pub struct SummaryLedger {
     pub proposal_entry: u64,
     /// Index of the `approval` entry.
     pub approval_entry: u64,
-    /// Index of the `result` entry.
-    pub result_entry: u64,
+    /// Index of the `result` entry, once it is in the log's published checkpoint; `null` when
+    /// it could not be written yet (see `unpublished_result`).
+    pub result_entry: Option<u64>,
+    /// The `result` entry that is sequenced (committed with the job's end) but could not be
+    /// written to the log when the run ended, and why. The lab publishes it when it can; it is
+    /// not on the record until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unpublished_result: Option<UnpublishedEntry>,
     /// The last training snapshot, by blob.
     #[serde(rename = "checkpoint")]
     pub snapshot: Option<SummarySnapshot>,
+}
+
+/// An entry on its way into the log that could not be written yet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnpublishedEntry {
+    /// The index it is sequenced at.
+    pub entry: u64,
+    /// Why it is not in the log.
+    pub error: String,
 }
 
 /// A training snapshot stored as a blob.

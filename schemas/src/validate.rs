@@ -1,7 +1,9 @@
 //! Turning spec text into an [`ExperimentSpec`], reporting every mistake at once.
 //!
 //! Three passes, each reporting all it finds:
-//! 1. size (over [`MAX_SPEC_BYTES`] is refused before parsing) and TOML syntax (line:column);
+//! 1. size (over [`MAX_SPEC_BYTES`] is refused before parsing), TOML syntax (line:column), and
+//!    the values a spec may hold at all ([`crate::literals`]: finite numbers, text without
+//!    control or bidirectional characters);
 //! 2. shape: the JSON Schema derived from the types ([`crate::schema`]) — types, ranges,
 //!    patterns, required and unknown fields (with the nearest known name);
 //! 3. meaning: rules that relate fields (`top_k <= n_experts`, `d_model % n_heads`, ...).
@@ -105,7 +107,12 @@ pub(crate) fn parse_toml_table(text: &str) -> Result<toml::Table, SpecError> {
             limit: MAX_SPEC_BYTES,
         });
     }
-    toml::from_str(text).map_err(|e| syntax_error(text, &e))
+    let table: toml::Table = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
+    let refused = crate::literals::check(&table);
+    if !refused.is_empty() {
+        return Err(SpecError::Invalid(refused));
+    }
+    Ok(table)
 }
 
 /// Validates a spec given as JSON (e.g. read back from the ledger).

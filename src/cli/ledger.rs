@@ -253,7 +253,7 @@ fn run_inner(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode
                 .map_err(|e| anyhow::anyhow!("--kind: {e}"))?;
             let reader = open_reader(&lab, &source)?;
             let store = lab_blob_store(&lab, None)?;
-            let rows = runtime()?.block_on(async {
+            let indexed = runtime()?.block_on(async {
                 let idx = Index::connect(&index.url(&lab)).await?;
                 // With the blobs: metric chunks share the index's watermark, so an entry
                 // indexed without its chunk would never get its curve.
@@ -261,7 +261,19 @@ fn run_inner(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode
                 let rows = idx.entries(kind).await?;
                 idx.close().await;
                 anyhow::Ok(rows)
-            })?;
+            });
+            // The index is derived data: when it cannot catch up (its database locked, full
+            // or unreadable), the log itself still answers.
+            let rows = match indexed {
+                Ok(rows) => rows,
+                Err(e) => {
+                    eprintln!(
+                        "warning: the index cannot catch up ({}); listing from the log itself",
+                        exit::message(&e)
+                    );
+                    glassbox_ledger::index::entries_from_log(&reader, kind)?
+                }
+            };
             if json {
                 let out: Vec<serde_json::Value> = rows
                     .iter()

@@ -22,7 +22,7 @@ use glassbox_runner::observer::{
 use glassbox_runner::train::{Peak, RunOptions, RunOutcome, Trainer};
 use glassbox_schemas::RunStatus;
 use glassbox_schemas::metrics as mn;
-use glassbox_schemas::run::{RunSummary, SummaryLedger, SummarySnapshot};
+use glassbox_schemas::run::{RunSummary, SummaryLedger, SummarySnapshot, UnpublishedEntry};
 
 use glassbox_lab::worker::JobEnd;
 use glassbox_lab::{LabError, LiveSink, Worker};
@@ -115,6 +115,9 @@ pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     match selection.start(threads)? {
         Selected::Cpu(be) => {
+            if let Some(code) = over_memory(&spec, None, &args) {
+                return Ok(code);
+            }
             let peak = match args.peak_gflops {
                 Some(g) => given_peak(g),
                 None => be.run(|| glassbox_runner::peak::measure_gemm_peak(threads, 0.3)),
@@ -122,6 +125,10 @@ pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
             train_on(&be, peak, spec, &args, global)
         }
         Selected::Cuda(be) => {
+            let device_memory = be.memory().map(|(_, total)| total as u64);
+            if let Some(code) = over_memory(&spec, device_memory, &args) {
+                return Ok(code);
+            }
             let peak = match args.peak_gflops {
                 Some(g) => given_peak(g),
                 None => be.measured_peak()?,
@@ -129,6 +136,21 @@ pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
             train_on(&be, peak, spec, &args, global)
         }
     }
+}
+
+/// A bare run checks memory before it allocates, as a lab worker does: against the device's
+/// memory on a GPU, else half of this machine's RAM. Over it, nothing is trained and the exit
+/// code is `budget_exceeded`'s.
+fn over_memory(
+    spec: &glassbox_schemas::spec::ExperimentSpec,
+    device_memory: Option<u64>,
+    args: &RunArgs,
+) -> Option<ExitCode> {
+    let limits = glassbox_lab::config::Limits::default();
+    let limit = glassbox_lab::limits::memory_limit(&limits, device_memory)?;
+    let problem = glassbox_lab::limits::memory_problem(spec, &limit)?;
+    eprintln!("{}: not training: {problem}", args.file.display());
+    Some(exit::code(status_code(RunStatus::BudgetExceeded)))
 }
 
 fn given_peak(g: f64) -> Peak {
@@ -394,6 +416,9 @@ fn run_through_lab(
         let mut outcome = f.outcome.clone();
         if let Some(o) = &mut outcome {
             o.snapshot = None;
+            // The job's ending is what the record says (a run stopped because recording
+            // failed ends `failed` with that cause, whatever the trainer saw).
+            o.ending = f.ending.clone();
         }
         let job = ctx.queue.get(f.job).await?;
         let checkpoint = job.snapshot_blob.zip(job.snapshot_step);
@@ -411,7 +436,11 @@ fn run_through_lab(
                 spec_hash: recorded.spec_hash,
                 proposal_entry: recorded.entry,
                 approval_entry: queued.approval_entry,
-                result_entry: f.result_entry,
+                result_entry: f.unpublished.is_none().then_some(f.result_entry),
+                unpublished_result: f.unpublished.clone().map(|error| UnpublishedEntry {
+                    entry: f.result_entry,
+                    error,
+                }),
                 snapshot: checkpoint.map(|(blob, step)| SummarySnapshot { blob, step }),
             }),
         };
@@ -435,10 +464,19 @@ fn run_through_lab(
                     "checkpoint: step {step} in the ledger's blob store (`glassbox ledger get {blob} -o FILE`)"
                 );
             }
-            println!(
-                "ledger: {} result entry {} (`glassbox ledger show {}`; `glassbox verify` audits it)",
-                f.run, f.result_entry, f.result_entry
+            if f.unpublished.is_none() {
+                println!(
+                    "ledger: {} result entry {} (`glassbox ledger show {}`; `glassbox verify` audits it)",
+                    f.run, f.result_entry, f.result_entry
+                );
+            }
+        }
+        if let Some(why) = &f.unpublished {
+            eprintln!(
+                "error: {} ended {}, but its result could not be written to the log: {why}\nThe result is committed with the job's end and waits in the lab's sequencer; it is published by the next `glassbox serve`, `worker` or `ledger` command once the log can be written. It is not on the record until then.",
+                f.run, f.ending.status
             );
+            return Ok(exit::code(exit::OPERATIONAL));
         }
         Ok(exit::code(status_code(f.ending.status)))
     })

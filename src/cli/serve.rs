@@ -487,7 +487,10 @@ pub async fn start(
         worker,
         |end: &JobEnd| {
             if let JobEnd::Recorded(f) = end {
-                tracing::info!(job = %f.job, run = %f.run, status = %f.ending.status, entry = f.result_entry, "job recorded");
+                match &f.unpublished {
+                    None => tracing::info!(job = %f.job, run = %f.run, status = %f.ending.status, entry = f.result_entry, "job recorded"),
+                    Some(why) => tracing::warn!(job = %f.job, run = %f.run, status = %f.ending.status, entry = f.result_entry, error = %why, "job ended; its result is sequenced but not yet in the log"),
+                }
             }
         },
     )

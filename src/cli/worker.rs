@@ -75,19 +75,27 @@ pub fn run(args: WorkerArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
         });
         worker
             .serve(rx, args.exit_when_idle, |end| match end {
-                JobEnd::Recorded(f) => println!(
-                    "job {}: {} {} after {} steps (result entry {}){}",
-                    f.job,
-                    f.run,
-                    f.ending.status,
-                    f.ending.steps,
-                    f.result_entry,
-                    f.ending
-                        .reason
-                        .as_deref()
-                        .map(|r| format!(": {r}"))
-                        .unwrap_or_default()
-                ),
+                JobEnd::Recorded(f) => {
+                    let entry = match &f.unpublished {
+                        None => format!("result entry {}", f.result_entry),
+                        Some(why) => format!(
+                            "result sequenced as entry {}, not yet in the log: {why}",
+                            f.result_entry
+                        ),
+                    };
+                    println!(
+                        "job {}: {} {} after {} steps ({entry}){}",
+                        f.job,
+                        f.run,
+                        f.ending.status,
+                        f.ending.steps,
+                        f.ending
+                            .reason
+                            .as_deref()
+                            .map(|r| format!(": {r}"))
+                            .unwrap_or_default()
+                    )
+                }
                 JobEnd::LeaseLost(job) => {
                     println!("job {job}: lease lost; another worker continues it")
                 }

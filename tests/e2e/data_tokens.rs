@@ -25,10 +25,10 @@ fn ok_json(out: std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Paragraphs of the shared Shakespeare sample: real text for the tokenizer to learn from.
+/// Paragraphs of the repository's Shakespeare sample: real text for the tokenizer to learn from.
 fn paragraphs() -> Vec<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/tinyshakespeare.txt");
-    let text = std::fs::read_to_string(&path).expect("../shared/data/tinyshakespeare.txt");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tinyshakespeare.txt");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.split("\n\n")
         .filter(|p| !p.trim().is_empty())
         .take(400)

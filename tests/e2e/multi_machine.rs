@@ -17,14 +17,14 @@
 //! --witness` passes against the bucket itself — its plain HTTP URL and `s3://` — with no
 //! server of the lab's in between, and over HTTP against the running server.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use glassbox_github_bot::WEBHOOK_PATH;
 use glassbox_github_bot::form::render_issue_form;
-use glassbox_github_bot::local::{LOCAL_GITHUB_PREFIX, LocalGitHub, LocalIssues};
+use glassbox_github_bot::local::{LOCAL_GITHUB_PREFIX, LocalIssues};
 use glassbox_schemas::record::ResultBody;
 use glassbox_schemas::{EntryKind, RunStatus};
 
@@ -82,25 +82,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .unwrap()
         .port()
-}
-
-/// The GitHub stand-in on its own thread and runtime, for the life of the test.
-fn start_github() -> (LocalGitHub, SocketAddr) {
-    let github = LocalGitHub::new(&[MAINTAINER]);
-    let router = axum::Router::new().nest(LOCAL_GITHUB_PREFIX, github.router());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            axum::serve(listener, router).await.unwrap();
-        });
-    });
-    (github, rx.recv().unwrap())
 }
 
 fn spec(i: u64) -> String {
@@ -200,7 +181,7 @@ fn serve_and_two_workers_on_postgres_and_s3_run_every_job_once() {
     let moto = moto::start_moto();
     moto::create_bucket(&moto, BUCKET);
     moto::allow_public_read(&moto, BUCKET, "lab");
-    let (github, github_addr) = start_github();
+    let (github, github_addr) = crate::support::start_github(&[MAINTAINER]);
 
     let init = glassbox(d, &db, &moto, &["init"]).output().unwrap();
     assert!(

@@ -134,6 +134,23 @@ fn sigkill_takeover(db: &str) {
         resumed >= 50,
         "worker B resumed from the checkpoint, at {resumed}"
     );
+    // Each attempt is named on the record, and so are its metric chunks: no two chunk entries
+    // share a name, though the second attempt records again the steps after the snapshot.
+    let attempts: Vec<u64> = started
+        .iter()
+        .map(|e| crate::support::body(e)["attempt"].as_u64().unwrap())
+        .collect();
+    assert_eq!(attempts, [1, 2]);
+    let chunk_names: Vec<String> = all
+        .iter()
+        .filter(|e| e.kind() == EntryKind::Artifact)
+        .filter_map(|e| crate::support::body(e)["name"].as_str().map(String::from))
+        .filter(|n| n.starts_with("metrics/"))
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = chunk_names.iter().collect();
+    assert_eq!(distinct.len(), chunk_names.len(), "{chunk_names:?}");
+    assert!(chunk_names.iter().any(|n| n.contains("/attempt-1/")));
+    assert!(chunk_names.iter().any(|n| n.contains("/attempt-2/")));
     let results: Vec<ResultBody> = all
         .iter()
         .filter(|e| e.kind() == EntryKind::Result)

@@ -158,6 +158,7 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (LabDir, In
                 resumed_from_step: None,
                 build: None,
                 data: None,
+                attempt: None,
             }),
         ));
         batch.push(e(

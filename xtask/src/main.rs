@@ -3,8 +3,13 @@
 //!
 //! `cargo xtask test [ARGS]` is the README's test command. It provides what the test suites
 //! need while the tests compile (`cargo test --no-run` in the background: providing waits on
-//! the network and the disk, compiling on the CPUs), then runs `cargo test --workspace ARGS`
-//! with the environment pointing at it, and says what it provided:
+//! the network and the disk, compiling on the CPUs), then runs
+//! `cargo test --workspace --no-fail-fast ARGS` with the environment pointing at it, says what
+//! it provided, and ends with the tally of every test binary (`tally.rs`): the failed tests
+//! and binaries by name, then `tests: N passed, N failed`.
+//! It exits non-zero when any test failed.
+//!
+//! What it provides:
 //!
 //! - **PostgreSQL**: a cluster of its own (`initdb` and `pg_ctl` from the system's PostgreSQL
 //!   server binaries) in `target/xtask/pg`, on a free port on 127.0.0.1, trust auth, database
@@ -26,6 +31,7 @@
 //! This is not a build system and not CI: `.ci/run` calls `cargo xtask test`, then rustfmt
 //! and clippy. It uses the standard library only, so it builds in seconds on a fresh machine.
 
+mod tally;
 #[cfg(test)]
 mod tidy;
 
@@ -74,7 +80,9 @@ const USAGE: &str = "usage: cargo xtask <task>
 tasks:
   test [--isolated] [ARGS]
                 provide PostgreSQL, the Python wheels and Chromium, then run
-                `cargo test --workspace ARGS` against them (the README's test command);
+                `cargo test --workspace --no-fail-fast ARGS` against them (the README's
+                test command): every test binary runs, and the last line says how many
+                tests passed and failed in all;
                 --isolated (root, Linux): the tests run in a network namespace of their
                 own, where only what this task provides is reachable (CI uses it)
   env           provide the same and print `export` lines; PostgreSQL keeps running
@@ -181,6 +189,9 @@ impl Provided {
     }
 }
 
+/// Where the last run's tally is kept, under `target/xtask`.
+const TALLY_FILE: &str = "tally.txt";
+
 /// The task `test --isolated` runs itself as, inside the network namespace.
 const INSIDE: &str = "__tests-in-namespace";
 
@@ -200,6 +211,7 @@ fn cargo_test(paths: &Paths, cargo_args: &[OsString]) -> Command {
 fn test(mut cargo_args: Vec<OsString>) -> Result<ExitCode> {
     let paths = Paths::find()?;
     let started = Instant::now();
+    let _ = std::fs::remove_file(paths.xtask.join(TALLY_FILE));
     let isolated = cargo_args.first().is_some_and(|a| a == "--isolated");
     if isolated {
         cargo_args.remove(0);
@@ -281,6 +293,10 @@ fn test(mut cargo_args: Vec<OsString>) -> Result<ExitCode> {
     for line in &provided.report {
         println!("  - {line}");
     }
+    match std::fs::read_to_string(paths.xtask.join(TALLY_FILE)) {
+        Ok(report) => println!("{}", report.lines().last().unwrap_or_default()),
+        Err(_) => println!("xtask: the tests reported no tally (see above)"),
+    }
     Ok(status)
 }
 
@@ -331,16 +347,53 @@ fn run_tests(paths: &Paths, mut provided: Provided, cargo_args: &[OsString]) -> 
         println!("xtask: {line}");
     }
     let mut cargo = cargo_test(paths, cargo_args);
-    cargo.args(cargo_args);
+    // Every test binary runs, whatever an earlier one did: the tally at the end names all
+    // that failed, and cargo's exit status still says whether any did.
+    cargo.arg("--no-fail-fast").args(cargo_args);
     for (k, v) in provided.all_vars() {
         cargo.env(k, v);
     }
-    let status = cargo.status();
+    let status = run_tallied(&mut cargo);
     if let Some(c) = cluster {
         c.stop()?;
     }
-    let status = status.or_else(|e| fail(format!("cannot run cargo: {e}")))?;
+    let (status, tally) = status?;
+    let report = tally.report();
+    print!("{report}");
+    // `test` repeats the summary as its very last line, also when these tests ran in the
+    // network namespace's process.
+    let _ = std::fs::write(paths.xtask.join(TALLY_FILE), &report);
     Ok(exit_code(status))
+}
+
+/// Runs `cargo test` with its output passing through to ours, counting as it goes.
+fn run_tallied(cargo: &mut Command) -> Result<(std::process::ExitStatus, tally::Tally)> {
+    use std::sync::{Arc, Mutex};
+    let mut child = cargo
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .or_else(|e| fail(format!("cannot run cargo: {e}")))?;
+    let tally = Arc::new(Mutex::new(tally::Tally::default()));
+    let (out, err) = (child.stdout.take(), child.stderr.take());
+    let readers = [
+        out.map(|o| {
+            let t = Arc::clone(&tally);
+            std::thread::spawn(move || tally::pass_through(o, std::io::stdout(), &t))
+        }),
+        err.map(|e| {
+            let t = Arc::clone(&tally);
+            std::thread::spawn(move || tally::pass_through(e, std::io::stderr(), &t))
+        }),
+    ];
+    let status = child
+        .wait()
+        .or_else(|e| fail(format!("cannot wait for cargo: {e}")));
+    for r in readers.into_iter().flatten() {
+        let _ = r.join();
+    }
+    let tally = tally.lock().map(|t| t.clone()).unwrap_or_default();
+    Ok((status?, tally))
 }
 
 fn exit_code(status: std::process::ExitStatus) -> ExitCode {

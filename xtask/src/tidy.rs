@@ -243,3 +243,65 @@ fn the_checks_catch_what_they_claim_to() {
     }
     assert!(!names.contains("Missing"));
 }
+
+/// Every file of the repository's tree that a clone has: outside build output, the quickstart's
+/// lab and `.git`, hidden directories such as `.ci` and `.github` included.
+fn tree_files(root: &Path) -> Vec<PathBuf> {
+    const OUTSIDE: [&str; 4] = [".git", "glassbox-lab", "runs", "node_modules"];
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("readable directory") {
+            let path = entry.expect("directory entry").path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if OUTSIDE.contains(&name) || name.starts_with("target") {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A user's clone has nothing beside it: no test, benchmark, script or document may read or
+/// point at the development material that sits beside this checkout. What a test needs lives
+/// in the repository (`tests/data/`, `github-bot/tests/fixtures/`).
+#[test]
+fn nothing_names_what_sits_beside_the_checkout() {
+    let root = repo_root();
+    // Spelt in pieces so that this file does not find itself.
+    let beside = ["..", "/shared"].concat();
+    let mut found = Vec::new();
+    let mut read = 0;
+    for file in tree_files(&root) {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue; // not text
+        };
+        read += 1;
+        for (i, line) in text.lines().enumerate() {
+            if line.contains(&beside) {
+                let rel = file
+                    .strip_prefix(&root)
+                    .unwrap_or(&file)
+                    .display()
+                    .to_string();
+                found.push(format!("{rel}:{}: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        read > 100,
+        "only {read} text files read: is the walk broken?"
+    );
+    assert!(
+        found.is_empty(),
+        "these lines name `{beside}`, which a user's clone does not have (copy what is needed \
+         into the repository and point there):\n  {}",
+        found.join("\n  ")
+    );
+}

@@ -232,7 +232,12 @@ fn validation_valid_over_the_labs_limits() {
         "data.mixture[0] names blake3:00ff, which no dataset entry declares".to_string(),
     ];
     let body = valid_proposal(&hash_a(), &cost(), 1.0e12, None, None, &over);
-    assert!(body.contains("Over the lab's limits") && body.contains("limits.max_memory_bytes"));
+    assert!(body.contains("over the lab's limits") && body.contains("limits.max_memory_bytes"));
+    // Nothing on the page says the proposal is simply valid or awaits approval.
+    assert!(
+        !body.contains("✅") && !body.contains("waiting for a maintainer"),
+        "{body}"
+    );
     assert_snapshot!(body);
 }
 

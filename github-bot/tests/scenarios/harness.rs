@@ -1,6 +1,6 @@
 //! The test harness: a bot wired to the fake GitHub and an in-memory lab, webhooks signed and
 //! sent through the axum router with `oneshot`, and payloads built from GitHub's recorded
-//! deliveries in `../shared/fixtures/github-webhooks/` with our own issue and comment bodies.
+//! deliveries in `github-bot/tests/fixtures/github-webhooks/` with our own issue and comment bodies.
 //!
 //! Processing is driven explicitly with [`Harness::drain`] (the worker's `process_pending`),
 //! so tests need no sleeps: when it returns, every queued delivery has been handled.
@@ -31,7 +31,7 @@ pub const TINY_SPEC: &str = include_str!("../../../examples/tiny.toml");
 pub fn fixture(name: &str) -> Value {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/github-webhooks/"
+        "/tests/fixtures/github-webhooks/"
     );
     let text = std::fs::read_to_string(format!("{path}{name}"))
         .unwrap_or_else(|e| panic!("fixture {path}{name}: {e}"));

@@ -720,7 +720,7 @@ async fn the_labs_refusals_and_limits_are_in_the_validation_comment() {
         .await;
     assert_eq!(h.delivery(&id).await.state, DeliveryState::Acted);
     let v = validation_comment(&h, 120);
-    assert!(v.contains("Over the lab's limits"), "{v}");
+    assert!(v.contains("over the lab's limits"), "{v}");
     assert!(v.contains(memory), "{v}");
     // The proposal is recorded, but an approval is refused with the lab's reason.
     h.deliver(
@@ -736,7 +736,7 @@ async fn the_labs_refusals_and_limits_are_in_the_validation_comment() {
     let b = form_body(|s| s.replace("steps = 300", "steps = 250"));
     h.deliver("issues", &issue_event("edited", 120, "carol", &b))
         .await;
-    assert!(!validation_comment(&h, 120).contains("Over the lab's limits"));
+    assert!(!validation_comment(&h, 120).contains("over the lab's limits"));
 
     // A proposal the lab will not record (the author's daily limit) is answered with the
     // lab's reason, not a failed delivery, and nothing reaches the journal.

@@ -148,6 +148,19 @@ impl Engine {
             Engine::Sqlite => "",
         }
     }
+
+    /// The statement that opens a transaction which may write. SQLite's plain `BEGIN` is
+    /// deferred: it reads first and asks for the write lock at its first write, and when
+    /// another connection wrote meanwhile that upgrade fails at once with `SQLITE_BUSY`
+    /// (`database is locked`, code 5 or 517) — the busy timeout cannot wait it out, because
+    /// waiting would not make the transaction's snapshot current. `BEGIN IMMEDIATE` takes the
+    /// write lock first, where the busy timeout does wait. PostgreSQL locks rows as it goes.
+    pub(crate) fn begin_write(self) -> &'static str {
+        match self {
+            Engine::Sqlite => "BEGIN IMMEDIATE",
+            Engine::Postgres => "BEGIN",
+        }
+    }
 }
 
 /// What a committed change survives (the lab config's `queue.durability`).
@@ -260,6 +273,14 @@ impl Db {
     /// The engine in use.
     pub fn engine(&self) -> Engine {
         self.engine
+    }
+
+    /// A transaction that may write ([`Engine::begin_write`]). Every transaction of the lab's
+    /// that writes opens this way; a plain `begin()` is for reading only.
+    pub(crate) async fn begin_write(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+        self.pool.begin_with(self.engine.begin_write()).await
     }
 
     /// The clock every row's time comes from.

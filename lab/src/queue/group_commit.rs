@@ -305,7 +305,7 @@ impl Queue {
         let mut conn = self.take_connection().await?;
         let done = if self.engine() == Engine::Sqlite && matches!(op, Op::FinishAndLease { .. }) {
             // Two statements on SQLite: one transaction, so one commit.
-            let mut tx = conn.begin().await?;
+            let mut tx = conn.begin_with(self.engine().begin_write()).await?;
             let done = apply(&mut tx, self.engine(), op).await?;
             tx.commit()
                 .await
@@ -340,7 +340,7 @@ impl Queue {
         engine: Engine,
         batch: &[(Op, Reply)],
     ) -> Together {
-        let Ok(mut tx) = conn.begin().await else {
+        let Ok(mut tx) = conn.begin_with(engine.begin_write()).await else {
             return Together::RolledBack;
         };
         let mut results = Vec::with_capacity(batch.len());

@@ -59,6 +59,8 @@ pub(super) struct RunContext {
     pub worker: WorkerId,
     pub experiment: ExperimentId,
     pub run: RunId,
+    /// The job's attempt this run is (from 1), which names its metric chunks.
+    pub attempt: u32,
     /// Set on the first failure so the trainer stops at its next step.
     pub cancel: Arc<AtomicBool>,
     /// How long to ride out a database outage.
@@ -216,7 +218,12 @@ fn store_chunk(ctx: &RunContext, records: &[MetricRecord]) -> Result<(), LabErro
     let last = records.last().map_or(0, |r| r.step);
     let hash = ctx.recorder.put_bytes(text.as_bytes())?;
     let body = ArtifactBody {
-        name: format!("metrics/{}/steps-{first:08}-{last:08}.jsonl", ctx.run),
+        // The attempt is in the name: a retried job re-records the steps after its last
+        // snapshot, and those chunks are other blobs than the killed attempt's.
+        name: format!(
+            "metrics/{}/attempt-{}/steps-{first:08}-{last:08}.jsonl",
+            ctx.run, ctx.attempt
+        ),
         bytes: text.len() as u64,
         run: Some(ctx.run.clone()),
     };

@@ -15,7 +15,7 @@ use glassbox_github_bot::port::{
 use glassbox_github_bot::{IssueNumber, Login};
 use glassbox_lab::flow::issue_key;
 use glassbox_lab::outbox::{self, NoticeDelivery};
-use glassbox_lab::queue::{Clock, JobKind, JobState, NewJob, Queue, WorkerId};
+use glassbox_lab::queue::{CancelOutcome, Clock, JobKind, JobState, NewJob, Queue, WorkerId};
 use glassbox_lab::worker::{JobEnd, WorkerOptions};
 use glassbox_lab::{Flow, LabConfig, NewProposal, Recorder, Worker};
 use glassbox_ledger::index::Index;
@@ -439,6 +439,23 @@ async fn every_ending_is_recorded(engine: &str) {
 
     // Cancelled while running: the request reaches the run within a step.
     let q = approve(3, spec(100_000, "checkpoint_interval = 0", "")).await;
+    // Cancelled before it started: the job leaves the queue with its `result` on the record.
+    let waiting = approve(4, spec(10, "", "")).await;
+    let before = s.entries().len();
+    assert_eq!(
+        s.flow.cancel_job(waiting.job, "maint").await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    let after = s.entries();
+    assert_eq!(after.len(), before + 1, "one entry for the cancellation");
+    let ended: ResultBody = after.last().unwrap().body_as().unwrap();
+    assert_eq!(ended.ending.status, RunStatus::Cancelled);
+    assert_eq!(
+        ended.ending.reason.as_deref(),
+        Some("cancelled by maint before it started")
+    );
+    assert_eq!(ended.run, s.queue.get(waiting.job).await.unwrap().run());
+
     let worker = s.worker("w");
     let run = tokio::spawn(async move { worker.run_next().await });
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -462,6 +479,7 @@ async fn every_ending_is_recorded(engine: &str) {
         [
             RunStatus::BudgetExceeded,
             RunStatus::Diverged,
+            RunStatus::Cancelled,
             RunStatus::Cancelled
         ]
     );
@@ -471,7 +489,9 @@ async fn every_ending_is_recorded(engine: &str) {
         .into_iter()
         .filter(|(_, n)| matches!(n, outbox::Notice::Finished { .. }))
         .count();
-    assert_eq!(finished, 3, "each ending is announced");
+    // Each ending of a run is announced; the job cancelled before it started was answered by
+    // the command that cancelled it.
+    assert_eq!(finished, 3, "each run's ending is announced");
     let states: BTreeMap<i64, JobState> = s
         .queue
         .list(None, 10)
@@ -485,6 +505,7 @@ async fn every_ending_is_recorded(engine: &str) {
         [
             JobState::Ended(RunStatus::BudgetExceeded),
             JobState::Ended(RunStatus::Diverged),
+            JobState::Ended(RunStatus::Cancelled),
             JobState::Ended(RunStatus::Cancelled)
         ]
     );
@@ -732,7 +753,17 @@ async fn closing_voids_the_approval_as_a_rejection(engine: &str) {
         JobState::Ended(RunStatus::Cancelled)
     );
     let entries = s.entries();
-    let last = entries.last().unwrap();
+    // The decision, then the job's ending: a `rejection`, then its `result` (cancelled, no
+    // steps), the job's run named.
+    let [.., rejection, last] = entries.as_slice() else {
+        panic!("too few entries");
+    };
+    assert_eq!(last.kind(), EntryKind::Result);
+    let ended: ResultBody = last.body_as().unwrap();
+    assert_eq!(ended.ending.status, RunStatus::Cancelled);
+    assert_eq!(ended.ending.steps, 0);
+    assert_eq!(ended.run, s.queue.get(q.job).await.unwrap().run());
+    let last = rejection;
     assert_eq!(last.kind(), EntryKind::Rejection);
     let body: RejectionBody = last.body_as().unwrap();
     assert_eq!(
@@ -1041,6 +1072,24 @@ async fn a_worker_over_its_memory_limit_ends_the_run_budget_exceeded(engine: &st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_over_its_memory_limit_ends_the_run_budget_exceeded_sqlite() {
     a_worker_over_its_memory_limit_ends_the_run_budget_exceeded("sqlite").await;
+}
+
+/// A spec approved under the lab's permissive metric-volume limit, taken by a worker whose
+/// own `limits.max_metric_points` is stricter: the worker's limit holds where it runs, so the
+/// run ends `budget_exceeded` before it allocates, naming the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_over_its_metric_volume_limit_ends_the_run_budget_exceeded() {
+    let s = setup("sqlite", "metric_volume_worker", LabConfig::default()).await;
+    s.propose_and_approve(1, "ann", spec(4, "", "")).await;
+    let w = s.worker_with("w", |o| o.limits.max_metric_points = 10);
+    let f = recorded(w.run_next().await.unwrap());
+    assert_eq!(f.ending.status, RunStatus::BudgetExceeded);
+    let reason = f.ending.reason.unwrap();
+    assert!(reason.contains("limits.max_metric_points"), "{reason}");
+    let entries = s.entries();
+    assert!(of_kind(&entries, EntryKind::RunStarted).is_empty());
+    assert_eq!(of_kind(&entries, EntryKind::Result).len(), 1);
+    assert!(run_log(&s, "run-000001").contains("not training: it would record"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,6 +36,10 @@ use crate::tiles::TILE_WIDTH;
 pub mod curves;
 pub use curves::{CurveNames, Curves, OVERVIEW_POINTS, Overview};
 
+/// The key of the PostgreSQL advisory lock the index's writers hold for a transaction
+/// (arbitrary; ASCII "gbindex" read as a number).
+const INDEX_WRITER_LOCK: i64 = 0x6762_696e_6465_78;
+
 /// The embedded migrations, in order.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "index", include_str!("../../migrations/0001_index.sql")),
@@ -263,6 +267,29 @@ impl Index {
         &self.url
     }
 
+    /// A transaction that may write. On SQLite it holds the write lock from its first statement
+    /// (`BEGIN IMMEDIATE`): a deferred `BEGIN` that reads and then writes fails at once with
+    /// `database is locked` when another process (a `ledger log` beside the server) wrote
+    /// meanwhile, which no busy timeout can wait out. On PostgreSQL a transaction-scoped
+    /// advisory lock does the same for the index's writers (two syncs at once would otherwise
+    /// both insert the same entries).
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, Error> {
+        if self.is_pg {
+            let mut tx = self.writer.begin().await.map_err(|e| self.err(e))?;
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(INDEX_WRITER_LOCK)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.err(e))?;
+            Ok(tx)
+        } else {
+            self.writer
+                .begin_with("BEGIN IMMEDIATE")
+                .await
+                .map_err(|e| self.err(e))
+        }
+    }
+
     fn err(&self, e: impl std::fmt::Display) -> Error {
         Error::Index {
             url: self.url.clone(),
@@ -311,22 +338,32 @@ impl Index {
             .await
             .map_err(|e| self.err(e))?;
         if pending.is_some() {
-            let mut tx = self.writer.begin().await.map_err(|e| self.err(e))?;
+            let mut tx = self.begin_write().await?;
             curves::refresh_pending(&mut tx, self.is_pg)
                 .await
                 .map_err(|e| self.err(e))?;
             tx.commit().await.map_err(|e| self.err(e))?;
         }
         let mut i = from;
+        let mut added = 0;
         while i < size {
             let t = i / TILE_WIDTH;
             let bundle = log.bundle(t)?;
-            let mut tx = self.writer.begin().await.map_err(|e| self.err(e))?;
+            let mut tx = self.begin_write().await?;
+            // Another process's sync (a `ledger log` beside the server) may have indexed some
+            // of these since `from` was read: the count under the write lock is the truth.
+            let row = sqlx::query("SELECT COUNT(*) AS n FROM entries")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| self.err(e))?;
+            let have: i64 = row.try_get("n").map_err(|e| self.err(e))?;
+            i = i.max(have as u64);
             for (k, bytes) in bundle.iter().enumerate() {
                 let idx = t * TILE_WIDTH + k as u64;
-                if idx < i {
+                if idx < i || idx >= size {
                     continue;
                 }
+                added += 1;
                 insert_entry(&mut tx, idx, bytes)
                     .await
                     .map_err(|e| self.err(e))?;
@@ -339,9 +376,9 @@ impl Index {
                 .await
                 .map_err(|e| self.err(e))?;
             tx.commit().await.map_err(|e| self.err(e))?;
-            i = (t + 1) * TILE_WIDTH;
+            i = i.max((t + 1) * TILE_WIDTH);
         }
-        Ok(size - from)
+        Ok(added)
     }
 
     /// Reads the metric chunk an `artifact` entry references, if any, into `metric_points`.
@@ -481,7 +518,7 @@ impl Index {
         log: &LogReader<'_>,
         blobs: Option<&dyn BlobStore>,
     ) -> Result<u64, Error> {
-        let mut tx = self.writer.begin().await.map_err(|e| self.err(e))?;
+        let mut tx = self.begin_write().await?;
         for t in [
             "metric_overview",
             "overview_pending",
@@ -636,7 +673,7 @@ impl Index {
     /// [`Index::write_pool`] (load generators, test fixtures): the indexer's own writes keep
     /// the overviews current by themselves.
     pub async fn rebuild_overviews(&self) -> Result<u64, Error> {
-        let mut tx = self.writer.begin().await.map_err(|e| self.err(e))?;
+        let mut tx = self.begin_write().await?;
         curves::mark_all_ended(&mut tx)
             .await
             .map_err(|e| self.err(e))?;
@@ -739,38 +776,86 @@ fn parse_metric_line(
     Ok(())
 }
 
+impl IndexedEntry {
+    /// The row of the log's entry `idx`, whose bytes are `bytes`: what the index stores, and
+    /// what [`entries_from_log`] lists when there is no index to ask. An entry that does not
+    /// parse is kind `unknown`.
+    pub fn from_log(idx: u64, bytes: &[u8]) -> (Self, Option<LedgerEntry>) {
+        let entry = LedgerEntry::from_bytes(bytes).ok();
+        let row = IndexedEntry {
+            index: idx,
+            kind: entry
+                .as_ref()
+                .map(|e| e.kind().as_str())
+                .unwrap_or("unknown")
+                .to_string(),
+            experiment: entry
+                .as_ref()
+                .and_then(|e| e.experiment.as_ref())
+                .map(|x| x.0.clone()),
+            run: entry
+                .as_ref()
+                .and_then(|e| e.body.run())
+                .map(|r| r.0.clone()),
+            time: entry
+                .as_ref()
+                .and_then(|e| {
+                    e.time
+                        .format(&time::format_description::well_known::Rfc3339)
+                        .ok()
+                })
+                .unwrap_or_default(),
+            entry: String::from_utf8_lossy(bytes).to_string(),
+        };
+        (row, entry)
+    }
+}
+
+/// Every entry of the log of `kind` (all when `None`), read from the log itself rather than the
+/// index: for a reader whose index cannot catch up (its database is locked, full or gone).
+pub fn entries_from_log(
+    log: &LogReader<'_>,
+    kind: Option<EntryKind>,
+) -> Result<Vec<IndexedEntry>, Error> {
+    let mut out = Vec::new();
+    let size = log.size().0;
+    let mut i = 0;
+    while i < size {
+        let t = i / TILE_WIDTH;
+        for (k, bytes) in log.bundle(t)?.iter().enumerate() {
+            let idx = t * TILE_WIDTH + k as u64;
+            if idx >= size {
+                break;
+            }
+            let (row, _) = IndexedEntry::from_log(idx, bytes);
+            if kind.is_none_or(|k| k.as_str() == row.kind) {
+                out.push(row);
+            }
+        }
+        i = (t + 1) * TILE_WIDTH;
+    }
+    Ok(out)
+}
+
 async fn insert_entry(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     idx: u64,
     bytes: &[u8],
 ) -> Result<(), sqlx::Error> {
-    let text = String::from_utf8_lossy(bytes).to_string();
-    let entry = LedgerEntry::from_bytes(bytes).ok();
-    let kind = entry
-        .as_ref()
-        .map(|e| e.kind().as_str())
-        .unwrap_or("unknown");
-    let experiment = entry
-        .as_ref()
-        .and_then(|e| e.experiment.as_ref())
-        .map(|x| x.0.clone());
-    let run = entry
-        .as_ref()
-        .and_then(|e| e.body.run())
-        .map(|r| r.0.clone());
-    let time = entry
-        .as_ref()
-        .and_then(|e| {
-            e.time
-                .format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default();
+    let (row, entry) = IndexedEntry::from_log(idx, bytes);
+    let IndexedEntry {
+        kind,
+        experiment,
+        run,
+        time,
+        entry: text,
+        ..
+    } = row;
     let i = idx as i64;
     sqlx::query("INSERT INTO entries (idx, leaf_hash, kind, experiment, run, time, entry) VALUES ($1, $2, $3, $4, $5, $6, $7)")
         .bind(i)
         .bind(leaf_hash(bytes).to_hex())
-        .bind(kind.to_string())
+        .bind(kind.clone())
         .bind(experiment.clone())
         .bind(run.clone())
         .bind(time.clone())

@@ -55,6 +55,7 @@ fn lab_with_a_run() -> (tempfile::TempDir, LabDir) {
             resumed_from_step: None,
             build: None,
             data: None,
+            attempt: None,
         }),
     ));
     for i in 0..300 {

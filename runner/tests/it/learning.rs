@@ -1,7 +1,7 @@
 //! Learning checks: the model actually learns.
 //! - `examples/tiny.toml` (a Markov source with a known entropy floor) reaches an eval loss
 //!   within 10% of that floor;
-//! - a tiny-budget run on tinyshakespeare (read from `../shared/data/`, never copied into the
+//! - a tiny-budget run on tinyshakespeare (read from the repository's `tests/data/`, never copied into the
 //!   repository) reaches eval bits-per-byte below 3.0 (its byte-bigram conditional entropy is
 //!   about 3.54 bits, so this needs more than bigram statistics).
 
@@ -70,7 +70,7 @@ fn tiny_example_reaches_within_ten_percent_of_the_markov_entropy_floor() {
 
 #[test]
 fn tinyshakespeare_tiny_budget_reaches_below_three_bits_per_byte() {
-    let path = repo_root().join("../shared/data/tinyshakespeare.txt");
+    let path = repo_root().join("tests/data/tinyshakespeare.txt");
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let store_dir = tempfile::tempdir().expect("tempdir");
     let store = DirCorpusStore::new(store_dir.path());

@@ -24,9 +24,9 @@ const SAMPLE: [&str; 8] = [
 ];
 
 fn corpus() -> Vec<String> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/data/tinyshakespeare.txt");
-    let text = std::fs::read_to_string(&path).expect("../shared/data/tinyshakespeare.txt");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/tinyshakespeare.txt");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.split("\n\n")
         .take(2000)
         .map(str::to_string)

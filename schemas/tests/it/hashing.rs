@@ -147,6 +147,94 @@ fn every_field_change_changes_the_hash() {
     assert_eq!(checked, leaves.len() - FIXED.len());
 }
 
+/// TOML can write numbers JSON cannot carry (`nan`, `inf`, `-inf`); converted, they would become
+/// `null`, which reads as "not given", so a spec with one would hash the same as a spec without
+/// the key. At every numeric or optional field, each is refused and the field named: no value
+/// is ever dropped on the way to the hash.
+#[test]
+fn non_finite_numbers_are_refused_at_every_field_never_hashed() {
+    let spec = parse_toml(MINIMAL).unwrap();
+    let value = serde_json::to_value(&spec).unwrap();
+    let mut leaves = Vec::new();
+    collect_leaves(&value, String::new(), &mut leaves);
+    let base: toml::Table = toml::from_str(MINIMAL).unwrap();
+    let mut checked = 0;
+    for (pointer, leaf) in &leaves {
+        if !(leaf.is_number() || leaf.is_null()) {
+            continue;
+        }
+        let path = dotted(pointer);
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let mut t = base.clone();
+            set_toml(&mut t, pointer, toml::Value::Float(bad));
+            let text = toml::to_string(&t).unwrap();
+            match parse_toml(&text) {
+                Ok(s) => panic!(
+                    "{path} = {bad} was accepted (hash {})",
+                    spec_hash(&s).unwrap()
+                ),
+                Err(e) => assert!(
+                    e.field_errors()
+                        .iter()
+                        .any(|f| f.path == path && f.rule.contains("finite")),
+                    "{path} = {bad}: {e}"
+                ),
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked > 20, "only {checked} numeric or optional fields");
+}
+
+/// `/data/mixture/0/weight` -> `data.mixture[0].weight`.
+fn dotted(pointer: &str) -> String {
+    let mut out = String::new();
+    for seg in pointer.split('/').skip(1) {
+        if seg.bytes().all(|b| b.is_ascii_digit()) {
+            out.push_str(&format!("[{seg}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(seg);
+        }
+    }
+    out
+}
+
+/// Sets the value at a JSON pointer in a TOML table, making the tables on the way.
+fn set_toml(table: &mut toml::Table, pointer: &str, value: toml::Value) {
+    let segs: Vec<&str> = pointer.split('/').skip(1).collect();
+    let mut here = table;
+    for (i, seg) in segs.iter().enumerate() {
+        let last = i + 1 == segs.len();
+        if last {
+            here.insert(seg.to_string(), value);
+            return;
+        }
+        let next = segs[i + 1];
+        if let Ok(n) = next.parse::<usize>() {
+            let array = here
+                .get_mut(*seg)
+                .and_then(toml::Value::as_array_mut)
+                .unwrap_or_else(|| panic!("{pointer}: no array at {seg}"));
+            if i + 2 == segs.len() {
+                array[n] = value;
+                return;
+            }
+            let item = array[n].as_table_mut().expect("an array of tables");
+            let rest = segs[i + 2..].join("/");
+            set_toml(item, &format!("/{rest}"), value);
+            return;
+        }
+        here = here
+            .entry(seg.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .unwrap_or_else(|| panic!("{pointer}: {seg} is not a table"));
+    }
+}
+
 fn collect_leaves(v: &Value, path: String, out: &mut Vec<(String, Value)>) {
     match v {
         Value::Object(map) => {

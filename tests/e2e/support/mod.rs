@@ -87,3 +87,29 @@ pub fn entries(lab: &Path) -> Vec<LedgerEntry> {
 pub fn body(e: &LedgerEntry) -> serde_json::Value {
     serde_json::to_value(&e.body).unwrap()
 }
+
+/// The GitHub stand-in (the bot's REST routes, mounted at `LOCAL_GITHUB_PREFIX`) on a thread
+/// and runtime of its own for the life of the test; `maintainers` have write access.
+pub fn start_github(
+    maintainers: &[&str],
+) -> (
+    glassbox_github_bot::local::LocalGitHub,
+    std::net::SocketAddr,
+) {
+    use glassbox_github_bot::local::{LOCAL_GITHUB_PREFIX, LocalGitHub};
+    let github = LocalGitHub::new(maintainers);
+    let router = axum::Router::new().nest(LOCAL_GITHUB_PREFIX, github.router());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(listener, router).await.unwrap();
+        });
+    });
+    (github, rx.recv().unwrap())
+}

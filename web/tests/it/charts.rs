@@ -71,6 +71,7 @@ async fn add_long_run(fx: &Fixture) {
                 resumed_from_step: None,
                 build: None,
                 data: None,
+                attempt: None,
             },
         ));
         batch.push(entry(

@@ -201,6 +201,7 @@ lr = 0.001
                     tokenizer,
                     shards: [("web".to_string(), shard_hash)].into_iter().collect(),
                 }),
+                attempt: None,
             }
             .into(),
         ),

@@ -171,6 +171,7 @@ async fn fixture_lab(dir: &std::path::Path, url: &str) -> (LabDir, Index) {
                 resumed_from_step: None,
                 build: None,
                 data: None,
+                attempt: None,
             }
             .into(),
         ))
