@@ -275,6 +275,12 @@ impl Store {
             .busy_timeout(Duration::from_secs(5));
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
+            // A connection whose commit failed (a full disk: SQLite rolls the transaction back
+            // itself, so sqlx's own rollback fails too) still counts itself inside a
+            // transaction, and every `BEGIN` on it would be refused: it is closed, not reused.
+            .before_acquire(|conn, _meta| {
+                Box::pin(async move { Ok(!sqlx::Connection::is_in_transaction(conn)) })
+            })
             .connect_with(options)
             .await?;
         let store = Self { pool };

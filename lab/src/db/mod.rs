@@ -221,6 +221,12 @@ impl Db {
         let options = AnyPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(30))
+            // A connection whose commit failed (a full disk: SQLite rolls the transaction back
+            // itself, so sqlx's own rollback fails too) still counts itself inside a
+            // transaction, and every `BEGIN` on it would be refused: it is closed, not reused.
+            .before_acquire(|conn, _meta| {
+                Box::pin(async move { Ok(!sqlx::Connection::is_in_transaction(conn)) })
+            })
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     match (engine, durability) {

@@ -193,6 +193,12 @@ impl Index {
         };
         let pool = AnyPoolOptions::new()
             .max_connections(if is_pg { 4 } else { 1 })
+            // A connection whose commit failed (a full disk: SQLite rolls the transaction back
+            // itself, so sqlx's own rollback fails too) still counts itself inside a
+            // transaction, and every `BEGIN` on it would be refused: it is closed, not reused.
+            .before_acquire(|conn, _meta| {
+                Box::pin(async move { Ok(!sqlx::Connection::is_in_transaction(conn)) })
+            })
             .connect(&full)
             .await
             .map_err(|e| err(&e))?;
