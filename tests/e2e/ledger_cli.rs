@@ -136,6 +136,26 @@ fn init_put_get_show_log_proofs_and_verify() {
         "[]"
     );
 
+    // An index that cannot catch up (its database cannot be opened) does not stop `ledger
+    // log`: it warns and reads the log itself, listing the same entries.
+    let unusable = env.dir.path().join("no-such-dir").join("index.db");
+    let o = env.run(&[
+        "ledger",
+        "log",
+        "--kind",
+        "artifact",
+        "--json",
+        "--index-url",
+        unusable.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains("the index cannot catch up") && err(&o).contains("from the log itself"),
+        "{}",
+        err(&o)
+    );
+    assert_eq!(out(&o), log, "the log itself lists what the index does");
+
     let cp = env.ok(&["ledger", "checkpoint"]);
     assert!(cp.starts_with("test.example/cli\n3\n"), "{cp}");
     assert!(cp.contains("\n\n\u{2014} test.example/cli "), "{cp}");

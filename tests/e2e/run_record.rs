@@ -218,3 +218,64 @@ seed = 1
     let reason = body.ending.reason.unwrap_or_default();
     assert!(reason.contains("cannot allocate"), "{reason}");
 }
+
+/// A bare run (`--no-ledger`) checks memory before it allocates, as a lab worker does: a spec
+/// whose estimate is far over half this machine's RAM is refused at once with the figures and
+/// the `budget_exceeded` exit code, and nothing is written.
+#[test]
+fn a_bare_run_over_the_machines_memory_is_refused_before_it_allocates() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("too-big.toml");
+    std::fs::write(
+        &spec,
+        r#"[experiment]
+name = "Too big for this machine"
+slug = "too-big"
+hypothesis = "A model far larger than half of this machine's memory is refused before it allocates."
+
+[model]
+d_model = 4096
+n_layers = 32
+n_heads = 32
+seq_len = 512
+
+[model.moe]
+n_experts = 64
+top_k = 8
+d_expert = 4096
+
+[[data.mixture]]
+domain = "markov"
+generator = { kind = "markov", seed = 7 }
+
+[train]
+steps = 10
+batch_size = 1
+lr = 0.001
+"#,
+    )
+    .unwrap();
+    let out_dir = dir.path().join("run");
+    let out = crate::support::glassbox(
+        dir.path(),
+        None,
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--no-ledger",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(11), "{stderr}");
+    assert!(stderr.contains("not training: it needs about"), "{stderr}");
+    assert!(stderr.contains("half of this machine's RAM"), "{stderr}");
+    assert!(
+        !out_dir.exists(),
+        "the refused run wrote {}",
+        out_dir.display()
+    );
+}

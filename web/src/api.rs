@@ -30,6 +30,7 @@ use crate::catalog::{
     SweepMemberRow, SweepRow, TokenizedRow, TokenizerRow,
 };
 use crate::error::WebError;
+use crate::extract::{ApiPath, ApiQuery, MAX_INTEGER, at_most, within};
 use crate::live::LiveEvent;
 use crate::pages::boards::BoardSummary;
 use crate::pages::compare::{self, CompareRun};
@@ -171,10 +172,11 @@ async fn openapi() -> Response {
 
 /// List experiments.
 #[utoipa::path(get, path = "/api/v1/experiments", params(ExperimentFilter),
-    responses((status = 200, body = ListPage), (status = 400, description = "bad filter")))]
+    responses((status = 200, body = ListPage),
+        (status = 400, content_type = "text/plain", description = "a malformed or out-of-range parameter, or a query that does not parse, named in the body")))]
 async fn experiments(
     State(st): State<WebState>,
-    Query(f): Query<ExperimentFilter>,
+    ApiQuery(f): ApiQuery<ExperimentFilter>,
 ) -> Result<Json<ListPage>, WebError> {
     let only = crate::search::for_filter(&st.index, f.q.as_deref()).await?;
     let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
@@ -330,13 +332,34 @@ async fn metric_names(
 #[into_params(parameter_in = Query)]
 pub struct SeriesQuery {
     /// First step (inclusive).
+    #[param(minimum = 0, maximum = 9007199254740991.0)]
     pub from: Option<u64>,
     /// Last step (inclusive).
+    #[param(minimum = 0, maximum = 9007199254740991.0)]
     pub to: Option<u64>,
-    /// Points at most, LTTB-downsampled within the range (default 2000; at least 3, at most
-    /// 100000: a request for more is answered with 100000). Ask for the chart's pixel width:
-    /// zoomed in far enough, the range holds fewer points than that and every one is returned.
+    /// Points at most, LTTB-downsampled within the range (default 2000, 3 to 100000). Ask for
+    /// the chart's pixel width: zoomed in far enough, the range holds fewer points than that
+    /// and every one is returned.
+    #[param(minimum = 3, maximum = 100000)]
     pub max_points: Option<usize>,
+}
+
+impl SeriesQuery {
+    /// The step range and the point budget, each checked against its documented bounds.
+    fn checked(&self) -> Result<(u64, u64, usize), WebError> {
+        let from = at_most("from", self.from.unwrap_or(0), MAX_INTEGER)?;
+        let to = at_most("to", self.to.unwrap_or(MAX_INTEGER), MAX_INTEGER)?;
+        if from > to {
+            return Err(WebError::BadRequest(format!(
+                "from = {from} is after to = {to}"
+            )));
+        }
+        let max = match self.max_points {
+            Some(m) => within("max_points", m as u64, 3, MAX_POINTS_CAP as u64)? as usize,
+            None => MAX_POINTS_PER_LINE,
+        };
+        Ok((from, to, max))
+    }
 }
 
 /// One metric series.
@@ -355,22 +378,15 @@ pub struct MetricSeries {
 /// One metric of a run over a step range, downsampled.
 #[utoipa::path(get, path = "/api/v1/runs/{run}/metrics/{name}",
     params(("run" = String, Path), ("name" = String, Path, description = "metric name, slashes included"), SeriesQuery),
-    responses((status = 200, body = MetricSeries), (status = 404)))]
+    responses((status = 200, body = MetricSeries),
+        (status = 400, content_type = "text/plain", description = "a malformed or out-of-range parameter, or from after to, named in the body"),
+        (status = 404, content_type = "text/plain", description = "no point of that metric of that run in the range")))]
 async fn metric_series(
     State(st): State<WebState>,
-    Path((run, name)): Path<(String, String)>,
-    Query(q): Query<SeriesQuery>,
+    ApiPath((run, name)): ApiPath<(String, String)>,
+    ApiQuery(q): ApiQuery<SeriesQuery>,
 ) -> Result<Json<MetricSeries>, WebError> {
-    let (from, to) = (q.from.unwrap_or(0), q.to.unwrap_or(u64::MAX));
-    if from > to {
-        return Err(WebError::BadRequest(format!(
-            "from={from} is after to={to}"
-        )));
-    }
-    let max = q
-        .max_points
-        .unwrap_or(MAX_POINTS_PER_LINE)
-        .clamp(3, MAX_POINTS_CAP);
+    let (from, to, max) = q.checked()?;
     let (total_points, points) =
         series::ranges(&st, &run, std::slice::from_ref(&name), from, to, max)
             .await?
@@ -404,9 +420,12 @@ pub const MAX_BATCH_NAMES: usize = 64;
 
 /// Several metrics of a run over a step range, each downsampled (`?name=a&name=b&from=&to=&max_points=`).
 #[utoipa::path(get, path = "/api/v1/runs/{run}/series",
-    params(("run" = String, Path), ("name" = Vec<String>, Query, description = "repeat for each metric, at most 64"),
-        ("from" = Option<u64>, Query), ("to" = Option<u64>, Query), ("max_points" = Option<usize>, Query, description = "per metric, as for one metric")),
-    responses((status = 200, body = SeriesBatch), (status = 400)))]
+    params(("run" = String, Path), ("name" = Vec<String>, Query, description = "repeat for each metric, 1 to 64", min_items = 1, max_items = 64),
+        ("from" = Option<u64>, Query, description = "first step (inclusive)", minimum = 0, maximum = 9007199254740991.0),
+        ("to" = Option<u64>, Query, description = "last step (inclusive)", minimum = 0, maximum = 9007199254740991.0),
+        ("max_points" = Option<usize>, Query, description = "per metric, as for one metric (default 2000)", minimum = 3, maximum = 100000)),
+    responses((status = 200, body = SeriesBatch),
+        (status = 400, content_type = "text/plain", description = "a malformed or out-of-range parameter, an unknown one, or too many names, named in the body")))]
 async fn series_batch(
     State(st): State<WebState>,
     Path(run): Path<String>,
@@ -417,8 +436,11 @@ async fn series_batch(
     let mut names = Vec::new();
     let mut q = SeriesQuery::default();
     let number = |k: &str, v: &str| -> Result<u64, WebError> {
-        v.parse()
-            .map_err(|_| WebError::BadRequest(format!("{k}={v:?}: use a whole number")))
+        v.parse().map_err(|_| {
+            WebError::BadRequest(format!(
+                "{k} = {v:?}: must be a whole number from 0 to {MAX_INTEGER}"
+            ))
+        })
     };
     for (k, v) in &pairs {
         match k.as_str() {
@@ -439,16 +461,7 @@ async fn series_batch(
             names.len()
         )));
     }
-    let (from, to) = (q.from.unwrap_or(0), q.to.unwrap_or(u64::MAX));
-    if from > to {
-        return Err(WebError::BadRequest(format!(
-            "from={from} is after to={to}"
-        )));
-    }
-    let max = q
-        .max_points
-        .unwrap_or(MAX_POINTS_PER_LINE)
-        .clamp(3, MAX_POINTS_CAP);
+    let (from, to, max) = q.checked()?;
     let got = series::ranges(&st, &run, &names, from, to, max).await?;
     Ok(Json(SeriesBatch {
         series: names
@@ -523,8 +536,10 @@ pub struct EntryFilter {
     /// Run.
     pub run: Option<String>,
     /// Only entries with a larger index (paging forward).
+    #[param(minimum = 0, maximum = 9007199254740991.0)]
     pub after: Option<u64>,
-    /// At most this many (default and cap 1000).
+    /// At most this many (default 1000, 1 to 1000).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
 
@@ -572,7 +587,7 @@ async fn query_entries(st: &WebState, f: &EntryFilter) -> Result<Vec<EntryRow>, 
     for b in binds {
         q = q.bind(b);
     }
-    let limit = f.limit.unwrap_or(MAX_ENTRIES).clamp(1, MAX_ENTRIES);
+    let limit = f.limit.unwrap_or(MAX_ENTRIES);
     let rows = q.bind(i64::from(limit)).fetch_all(st.index.pool()).await?;
     rows.iter()
         .map(|r| {
@@ -590,21 +605,31 @@ async fn query_entries(st: &WebState, f: &EntryFilter) -> Result<Vec<EntryRow>, 
 }
 
 /// Ledger entries, in log order.
-#[utoipa::path(get, path = "/api/v1/entries", params(EntryFilter), responses((status = 200, body = Vec<EntryRow>)))]
+#[utoipa::path(get, path = "/api/v1/entries", params(EntryFilter), responses((status = 200, body = Vec<EntryRow>),
+    (status = 400, content_type = "text/plain", description = "a malformed or out-of-range parameter, named in the body")))]
 async fn entries(
     State(st): State<WebState>,
-    Query(f): Query<EntryFilter>,
+    ApiQuery(f): ApiQuery<EntryFilter>,
 ) -> Result<Json<Vec<EntryRow>>, WebError> {
+    if let Some(a) = f.after {
+        at_most("after", a, MAX_INTEGER)?;
+    }
+    if let Some(l) = f.limit {
+        within("limit", u64::from(l), 1, u64::from(MAX_ENTRIES))?;
+    }
     Ok(Json(query_entries(&st, &f).await?))
 }
 
 /// One ledger entry.
-#[utoipa::path(get, path = "/api/v1/entries/{idx}", params(("idx" = u64, Path)),
-    responses((status = 200, body = EntryRow), (status = 404)))]
+#[utoipa::path(get, path = "/api/v1/entries/{idx}", params(("idx" = u64, Path, description = "leaf index, from 0", minimum = 0, maximum = 9007199254740991.0)),
+    responses((status = 200, body = EntryRow),
+        (status = 400, content_type = "text/plain", description = "an index that is not a whole number in range, named in the body"),
+        (status = 404, content_type = "text/plain", description = "no entry at that index yet")))]
 async fn entry(
     State(st): State<WebState>,
-    Path(idx): Path<u64>,
+    ApiPath(idx): ApiPath<u64>,
 ) -> Result<Json<EntryRow>, WebError> {
+    at_most("idx", idx, MAX_INTEGER)?;
     let mut v = query_entries(
         &st,
         &EntryFilter {
@@ -638,12 +663,15 @@ pub struct InclusionProof {
 }
 
 /// Inclusion proof of an entry in the current checkpoint's tree.
-#[utoipa::path(get, path = "/api/v1/entries/{idx}/proof", params(("idx" = u64, Path)),
-    responses((status = 200, body = InclusionProof), (status = 404)))]
+#[utoipa::path(get, path = "/api/v1/entries/{idx}/proof", params(("idx" = u64, Path, description = "leaf index, from 0", minimum = 0, maximum = 9007199254740991.0)),
+    responses((status = 200, body = InclusionProof),
+        (status = 400, content_type = "text/plain", description = "an index that is not a whole number in range, named in the body"),
+        (status = 404, content_type = "text/plain", description = "no entry at that index in the current checkpoint")))]
 async fn proof(
     State(st): State<WebState>,
-    Path(idx): Path<u64>,
+    ApiPath(idx): ApiPath<u64>,
 ) -> Result<Json<InclusionProof>, WebError> {
+    at_most("idx", idx, MAX_INTEGER)?;
     let lab = st.lab.clone();
     tokio::task::spawn_blocking(move || -> Result<InclusionProof, WebError> {
         let vkey = lab.verifier_key()?;
@@ -698,14 +726,15 @@ async fn dataset(
 /// One document of a corpus (0-based, empty documents not counted), with its token spans
 /// under `tokenizer` when given.
 #[utoipa::path(get, path = "/api/v1/datasets/{hash}/documents/{doc}",
-    params(("hash" = String, Path, description = "corpus hash"), ("doc" = u64, Path, description = "document, from 0"), DocQuery),
-    responses((status = 200, body = DocumentView), (status = 404, description = "no such corpus, document or shard"),
-        (status = 400, description = "a blob too large to open or damaged")))]
+    params(("hash" = String, Path, description = "corpus hash"), ("doc" = u64, Path, description = "document, from 0", minimum = 0, maximum = 9007199254740991.0), DocQuery),
+    responses((status = 200, body = DocumentView), (status = 404, content_type = "text/plain", description = "no such corpus, document or shard"),
+        (status = 400, content_type = "text/plain", description = "a malformed or out-of-range parameter, or a blob too large to open or damaged")))]
 async fn document(
     State(st): State<WebState>,
-    Path((hash, doc)): Path<(String, u64)>,
-    Query(q): Query<DocQuery>,
+    ApiPath((hash, doc)): ApiPath<(String, u64)>,
+    ApiQuery(q): ApiQuery<DocQuery>,
 ) -> Result<Json<DocumentView>, WebError> {
+    at_most("doc", doc, MAX_INTEGER)?;
     let detail = {
         let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
         data_pages::dataset_detail(&cat, &hash)?
@@ -767,7 +796,7 @@ async fn board(
 
 /// Sweeps, newest first, with their gate's state (`?gate=failed` lists the negative results).
 #[utoipa::path(get, path = "/api/v1/sweeps", params(SweepFilter),
-    responses((status = 200, body = Vec<SweepSummary>), (status = 400, description = "an unknown gate state")))]
+    responses((status = 200, body = Vec<SweepSummary>), (status = 400, content_type = "text/plain", description = "an unknown gate state")))]
 async fn sweep_list(
     State(st): State<WebState>,
     Query(f): Query<SweepFilter>,
@@ -796,8 +825,10 @@ async fn negative(State(st): State<WebState>) -> Result<Json<Vec<RunRow>>, WebEr
 }
 
 /// Runs side by side with their flattened specs (`?run=a&run=b`, 2-8 runs).
-#[utoipa::path(get, path = "/api/v1/compare", params(("run" = Vec<String>, Query, description = "repeat for each run")),
-    responses((status = 200, body = Vec<CompareRun>), (status = 400), (status = 404)))]
+#[utoipa::path(get, path = "/api/v1/compare", params(("run" = Vec<String>, Query, description = "repeat for each run, 2 to 8 runs", min_items = 2, max_items = 8)),
+    responses((status = 200, body = Vec<CompareRun>),
+        (status = 400, content_type = "text/plain", description = "fewer than 2 or more than 8 runs, or an unknown parameter"),
+        (status = 404, content_type = "text/plain", description = "a run that does not exist")))]
 async fn compare_runs(
     State(st): State<WebState>,
     RawQuery(raw): RawQuery,

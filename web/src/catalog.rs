@@ -983,12 +983,16 @@ pub struct ExperimentFilter {
     pub cols: Option<String>,
     /// Column: `id`, `title`, `status`, `author`, `runs`, `final_loss`, `forecast`, `spec_hash`,
     /// `updated` (default).
+    #[param(inline, value_type = Option<SortColumn>)]
     pub sort: Option<String>,
     /// `asc` or `desc` (default `desc`).
+    #[param(inline, value_type = Option<SortDirection>)]
     pub dir: Option<String>,
     /// Page, from 1.
+    #[param(minimum = 1, maximum = 2147483647)]
     pub page: Option<u32>,
-    /// Rows per page (default 50, at most 500).
+    /// Rows per page (default 50, 1 to 500).
+    #[param(minimum = 1, maximum = 500)]
     pub per_page: Option<u32>,
     /// The final metric on the search result's parallel coordinates (page only; default: the
     /// first metric column, else `train/loss`).
@@ -1037,6 +1041,30 @@ pub struct ListPage {
     pub items: Vec<ListRow>,
 }
 
+/// The sort columns of [`ExperimentFilter::sort`] as the OpenAPI document lists them; the
+/// handler checks against [`SORT_COLUMNS`], and a test holds the two equal.
+#[derive(Debug, Clone, Copy, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum SortColumn {
+    Id,
+    Title,
+    Status,
+    Author,
+    Runs,
+    FinalLoss,
+    Forecast,
+    SpecHash,
+    Updated,
+}
+
+/// [`ExperimentFilter::dir`] as the OpenAPI document lists it.
+#[derive(Debug, Clone, Copy, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum SortDirection {
+    Asc,
+    Desc,
+}
+
 /// Sort columns accepted by [`ExperimentFilter::sort`].
 pub const SORT_COLUMNS: &[&str] = &[
     "id",
@@ -1075,8 +1103,14 @@ impl CatalogData {
                 )));
             }
         };
-        let per_page = f.per_page.unwrap_or(50).clamp(1, 500);
-        let page = f.page.unwrap_or(1).max(1);
+        let per_page = match f.per_page {
+            Some(n) => crate::extract::within("per_page", u64::from(n), 1, 500)? as u32,
+            None => 50,
+        };
+        let page = match f.page {
+            Some(n) => crate::extract::within("page", u64::from(n), 1, i32::MAX as u64)? as u32,
+            None => 1,
+        };
         let author = f
             .author
             .as_deref()

@@ -5,15 +5,16 @@
 //! handlers check those with [`at_most`] and name them in the OpenAPI document).
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{FromRequestParts, Path, Query};
+use axum::extract::{FromRequestParts, Path, Query, RawPathParams};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use crate::error::WebError;
 
-/// The largest step, count or index the API accepts: `i64::MAX`, the largest integer every
-/// client's JSON and the index database's 64-bit signed columns both hold.
-pub const MAX_INTEGER: u64 = i64::MAX as u64;
+/// The largest step, count or index the API accepts: 2^53 - 1, the largest integer every JSON
+/// client holds exactly (a JavaScript number), well inside the index database's 64-bit
+/// columns. The OpenAPI document names it as each such parameter's `maximum`.
+pub const MAX_INTEGER: u64 = (1 << 53) - 1;
 
 /// [`Path`], rejected as a [`WebError`].
 #[derive(Debug)]
@@ -33,7 +34,14 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         match Path::<T>::from_request_parts(parts, state).await {
             Ok(Path(v)) => Ok(ApiPath(v)),
-            Err(e) => Err(path_error(&e)),
+            Err(e) => {
+                // A single value's error carries no name: the route's own names it.
+                let names: Vec<String> = RawPathParams::from_request_parts(parts, state)
+                    .await
+                    .map(|raw| raw.iter().map(|(k, _)| k.to_string()).collect())
+                    .unwrap_or_default();
+                Err(path_error(&e, &names))
+            }
         }
     }
 }
@@ -63,7 +71,7 @@ fn accepted(expected_type: &str) -> String {
     }
 }
 
-fn path_error(e: &PathRejection) -> WebError {
+fn path_error(e: &PathRejection, names: &[String]) -> WebError {
     use axum::extract::path::ErrorKind;
     let PathRejection::FailedToDeserializePathParams(inner) = e else {
         return WebError::BadRequest(format!("path: {}", e.body_text()));
@@ -81,15 +89,27 @@ fn path_error(e: &PathRejection) -> WebError {
             index,
             value,
             expected_type,
-        } => format!(
-            "path segment {} = {value:?}: must be {}",
-            index + 1,
-            accepted(expected_type)
-        ),
+        } => match names.get(*index) {
+            Some(key) => format!(
+                "path parameter {key} = {value:?}: must be {}",
+                accepted(expected_type)
+            ),
+            None => format!(
+                "path segment {} = {value:?}: must be {}",
+                index + 1,
+                accepted(expected_type)
+            ),
+        },
         ErrorKind::ParseError {
             value,
             expected_type,
-        } => format!("path = {value:?}: must be {}", accepted(expected_type)),
+        } => match names {
+            [key] => format!(
+                "path parameter {key} = {value:?}: must be {}",
+                accepted(expected_type)
+            ),
+            _ => format!("path = {value:?}: must be {}", accepted(expected_type)),
+        },
         _ => format!("path: {}", inner.body_text()),
     })
 }

@@ -36,6 +36,7 @@ pub mod api;
 pub mod catalog;
 pub mod chart;
 pub mod error;
+pub mod extract;
 pub mod leaderboards;
 pub mod listener;
 pub mod live;

@@ -259,10 +259,7 @@ impl Db {
             Engine::Sqlite => SQLITE_MIGRATIONS,
             Engine::Postgres => POSTGRES_MIGRATIONS,
         };
-        sqlx::migrate::Migrator::new(EmbeddedMigrations(migrations))
-            .await?
-            .run(&pool)
-            .await?;
+        EmbeddedMigrations(migrations).run(&pool).await?;
         Ok(Self {
             pool,
             engine,

@@ -85,6 +85,28 @@ impl<'s> MigrationSource<'s> for EmbeddedMigrations {
     }
 }
 
+impl EmbeddedMigrations {
+    /// Brings the database behind `pool` up to date. Several processes may open a new
+    /// database at once (`serve` and a `ledger log` or a worker beside it), and SQLite gives
+    /// migrations no lock: the one that loses the race fails on a table the winner just made.
+    /// A migration commits together with its row in `_sqlx_migrations`, so running them again
+    /// skips what the winner applied; a few tries settle it.
+    pub async fn run(self, pool: &AnyPool) -> Result<(), sqlx::migrate::MigrateError> {
+        let migrator = Migrator::new(self).await?;
+        let mut pause = std::time::Duration::from_millis(20);
+        for _ in 0..5 {
+            match migrator.run(pool).await {
+                Ok(()) => return Ok(()),
+                Err(_) => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+            }
+        }
+        migrator.run(pool).await
+    }
+}
+
 /// One row of the entries table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IndexedEntry {
@@ -202,10 +224,10 @@ impl Index {
             .connect(&full)
             .await
             .map_err(|e| err(&e))?;
-        let migrator = Migrator::new(EmbeddedMigrations(MIGRATIONS))
+        EmbeddedMigrations(MIGRATIONS)
+            .run(&pool)
             .await
             .map_err(|e| err(&e))?;
-        migrator.run(&pool).await.map_err(|e| err(&e))?;
         let in_memory = full.contains(":memory:") || full.contains("mode=memory");
         let readers = if is_pg || in_memory {
             pool.clone()

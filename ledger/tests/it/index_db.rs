@@ -543,3 +543,56 @@ fn a_chunk_line_over_the_limit_is_refused_by_number() {
         idx.close().await;
     });
 }
+
+/// Two processes' indexers catching up with the same log at once (the server's sync and a
+/// `ledger log` beside it): each takes the write lock first and re-reads what is indexed under
+/// it, so neither inserts an entry the other did (no `UNIQUE constraint failed`), neither fails,
+/// and the index ends with every entry once.
+#[test]
+fn concurrent_syncs_of_one_index_neither_fail_nor_duplicate() {
+    let (_d, lab) = lab_with_a_run();
+    let url = lab.index_path().display().to_string();
+    let src = DirSource {
+        root: lab.root().to_path_buf(),
+    };
+    let size = LogReader::open(&src, &lab.verifier_key().unwrap())
+        .unwrap()
+        .size()
+        .0;
+    for round in 0..20 {
+        // A fresh index each round, so every round races from nothing.
+        let _ = std::fs::remove_file(lab.index_path());
+        let start = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (lab, url, start) = (lab.clone(), url.clone(), start.clone());
+                std::thread::spawn(move || {
+                    runtime().block_on(async {
+                        let src = DirSource {
+                            root: lab.root().to_path_buf(),
+                        };
+                        let reader = LogReader::open(&src, &lab.verifier_key().unwrap()).unwrap();
+                        let idx = Index::connect(&url).await?;
+                        start.wait();
+                        let added = idx.sync(&reader).await?;
+                        idx.close().await;
+                        Ok::<u64, glassbox_ledger::Error>(added)
+                    })
+                })
+            })
+            .collect();
+        let mut added = 0;
+        for t in threads {
+            added += t
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("round {round}: a sync failed: {e}"));
+        }
+        assert_eq!(added, size, "round {round}: entries added in all");
+        runtime().block_on(async {
+            let idx = Index::connect(&url).await.unwrap();
+            assert_eq!(idx.indexed().await.unwrap(), size, "round {round}");
+            idx.close().await;
+        });
+    }
+}

@@ -125,6 +125,7 @@ pub struct DomainUse {
 #[into_params(parameter_in = Query)]
 pub struct DocQuery {
     /// Document, 0-based (default 0).
+    #[param(minimum = 0, maximum = 9007199254740991.0)]
     pub doc: Option<u64>,
     /// A tokenizer hash whose token boundaries to show.
     pub tokenizer: Option<String>,

@@ -89,10 +89,22 @@ pub struct SweepSummary {
 pub struct SweepFilter {
     /// Only sweeps whose gate is `passed`, `failed`, `pending` (not decided yet) or `none` (no
     /// gate).
+    #[param(inline, value_type = Option<GateState>)]
     pub gate: Option<String>,
 }
 
-const GATE_STATES: [&str; 4] = ["passed", "failed", "pending", "none"];
+/// [`SweepFilter::gate`] as the OpenAPI document lists it; the handler checks against
+/// [`GATE_STATES`], and a test holds the two equal.
+#[derive(Debug, Clone, Copy, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum GateState {
+    Passed,
+    Failed,
+    Pending,
+    None,
+}
+
+pub const GATE_STATES: [&str; 4] = ["passed", "failed", "pending", "none"];
 
 /// Link to a sweep's page.
 pub fn sweep_href(id: &str) -> String {

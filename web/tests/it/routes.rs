@@ -527,6 +527,130 @@ async fn openapi_lists_every_api_route() {
     assert!(doc["components"]["schemas"]["SweepView"].is_object());
 }
 
+/// The OpenAPI document is as strict as the server, and the server as the document: every
+/// operation with a query parameter or a numeric path parameter documents its 400 (a text/plain
+/// body naming the parameter); bounds, enums and list sizes are in the schema; and a value
+/// outside them is answered 400 naming the parameter, never 200.
+#[tokio::test]
+async fn openapi_names_every_bound_enum_and_error_and_the_server_keeps_them() {
+    let fx = crate::fixture::build().await;
+    let st = fx.state();
+    let doc = json(&st, "/api/v1/openapi.json").await;
+    let mut undocumented = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        let op = &item["get"];
+        let params = op["parameters"].as_array().cloned().unwrap_or_default();
+        let can_be_malformed = params
+            .iter()
+            .any(|p| p["in"] == "query" || (p["in"] == "path" && p["schema"]["type"] == "integer"));
+        if can_be_malformed && !op["responses"]["400"].is_object() {
+            undocumented.push(path.clone());
+        }
+        for code in ["400", "404"] {
+            if let Some(r) = op["responses"][code].as_object() {
+                assert!(
+                    r.get("content")
+                        .is_none_or(|c| c.get("text/plain").is_some()),
+                    "{path} {code} is text/plain: {r:?}"
+                );
+            }
+        }
+    }
+    assert!(
+        undocumented.is_empty(),
+        "no 400 documented: {undocumented:?}"
+    );
+    let param = |path: &str, name: &str| -> serde_json::Value {
+        doc["paths"][path]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{path} has no parameter {name}"))["schema"]
+            .clone()
+    };
+    let limit = param("/api/v1/entries", "limit");
+    assert_eq!(
+        (limit["minimum"].as_f64(), limit["maximum"].as_f64()),
+        (Some(1.0), Some(1000.0))
+    );
+    for (path, name) in [
+        ("/api/v1/runs/{run}/metrics/{name}", "to"),
+        ("/api/v1/runs/{run}/series", "from"),
+        ("/api/v1/entries/{idx}", "idx"),
+        ("/api/v1/entries", "after"),
+    ] {
+        assert_eq!(
+            param(path, name)["maximum"].as_f64(),
+            Some(9007199254740991.0),
+            "{path} {name}"
+        );
+    }
+    assert_eq!(param("/api/v1/compare", "run")["maxItems"], 8);
+    assert_eq!(param("/api/v1/compare", "run")["minItems"], 2);
+    assert_eq!(param("/api/v1/runs/{run}/series", "name")["maxItems"], 64);
+    let names = |schema: serde_json::Value| -> Vec<String> {
+        // An optional enum is `oneOf: [null, {enum}]` or a plain enum, by utoipa's version.
+        let found = schema["enum"]
+            .as_array()
+            .or_else(|| {
+                schema["oneOf"]
+                    .as_array()?
+                    .iter()
+                    .find_map(|s| s["enum"].as_array())
+            })
+            .unwrap_or_else(|| panic!("no enum in {schema}"));
+        found
+            .iter()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect()
+    };
+    assert_eq!(
+        names(param("/api/v1/experiments", "sort")),
+        glassbox_web::catalog::SORT_COLUMNS
+    );
+    assert_eq!(names(param("/api/v1/experiments", "dir")), ["asc", "desc"]);
+    assert_eq!(
+        names(param("/api/v1/sweeps", "gate")),
+        glassbox_web::pages::sweeps::GATE_STATES
+    );
+
+    for (uri, names_it) in [
+        ("/api/v1/entries?limit=2147483648", "limit"),
+        ("/api/v1/entries?limit=1001", "limit"),
+        ("/api/v1/entries?limit=0", "limit"),
+        ("/api/v1/entries?after=9223372036854775808", "after"),
+        ("/api/v1/entries/-1", "idx"),
+        ("/api/v1/entries/18446744073709551615/proof", "idx"),
+        (
+            "/api/v1/runs/run-1/metrics/train%2Floss?to=9223372036854775808",
+            "to",
+        ),
+        (
+            "/api/v1/runs/run-1/metrics/train%2Floss?max_points=100001",
+            "max_points",
+        ),
+        ("/api/v1/runs/run-1/series?name=train%2Floss&from=x", "from"),
+        ("/api/v1/experiments?per_page=501", "per_page"),
+        ("/api/v1/experiments?page=0", "page"),
+        ("/api/v1/experiments?sort=nope", "sort"),
+    ] {
+        let (status, headers, body) = get(&st, uri).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {body}");
+        assert!(
+            body.contains(names_it),
+            "{uri}: the answer names {names_it}: {body}"
+        );
+        assert!(
+            headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/plain"),
+            "{uri}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn static_log_serves_the_layout_with_cache_headers_and_refuses_traversal() {
     let fx = crate::fixture::build().await;
@@ -1009,7 +1133,7 @@ async fn a_finished_runs_ranges_come_from_its_overview_without_reading_the_serie
     );
     for (bad, says) in [
         ("/api/v1/runs/run-1/series", "1 to 64"),
-        ("/api/v1/runs/run-1/series?name=a&from=x", "from=\"x\""),
+        ("/api/v1/runs/run-1/series?name=a&from=x", "from = \"x\""),
         ("/api/v1/runs/run-1/series?name=a&from=9&to=3", "after"),
         (
             "/api/v1/runs/run-1/series?name=a&colour=red",
@@ -1030,13 +1154,22 @@ async fn a_finished_runs_ranges_come_from_its_overview_without_reading_the_serie
             .0,
         StatusCode::BAD_REQUEST
     );
-    // More than the hard cap is answered with the cap, not refused.
+    // The cap is the documented maximum: asked for, it is answered; past it, refused.
     let capped = json(
         &st,
-        "/api/v1/runs/run-1/metrics/train/loss?max_points=999999999",
+        "/api/v1/runs/run-1/metrics/train/loss?max_points=100000",
     )
     .await;
     assert_eq!(capped["points"].as_array().unwrap().len(), 300);
+    assert_eq!(
+        get(
+            &st,
+            "/api/v1/runs/run-1/metrics/train/loss?max_points=999999999"
+        )
+        .await
+        .0,
+        StatusCode::BAD_REQUEST
+    );
     assert!(
         ok(&st, "/metrics")
             .await
