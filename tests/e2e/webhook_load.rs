@@ -122,6 +122,17 @@ fn sender(n: usize, url: &str, first_issue: u64) -> Vec<Sent> {
     let mut next_flow = started;
     let mut issue = first_issue;
     let mut sent = Vec::new();
+    let mut post =
+        |event: &str, id: String, payload: &serde_json::Value, stored: bool, approve_of| {
+            let (status, took) = send(&agent, url, event, &id, payload);
+            sent.push(Sent {
+                id,
+                stored,
+                status,
+                took,
+                approve_of,
+            });
+        };
     let mut k = 0u64;
     while started.elapsed() < SEND_FOR {
         k += 1;
@@ -130,54 +141,18 @@ fn sender(n: usize, url: &str, first_issue: u64) -> Vec<Sent> {
             issue += 1;
             let title = format!("[experiment] load {issue}");
             let body = form(issue);
-            let id = format!("s{n}-open-{issue}");
-            let (status, took) = send(
-                &agent,
-                url,
-                "issues",
-                &id,
-                &issues.opened(issue, PROPOSER, &title, &body),
-            );
-            sent.push(Sent {
-                id,
-                stored: true,
-                status,
-                took,
-                approve_of: None,
-            });
-            let id = format!("s{n}-approve-{issue}");
+            let opened = issues.opened(issue, PROPOSER, &title, &body);
+            post("issues", format!("s{n}-open-{issue}"), &opened, true, None);
             let comment = issues.comment(
                 issue, PROPOSER, &title, &body, MAINTAINER, "/approve", issue,
             );
-            let (status, took) = send(&agent, url, "issue_comment", &id, &comment);
-            sent.push(Sent {
-                id,
-                stored: true,
-                status,
-                took,
-                approve_of: Some(issue),
-            });
+            let id = format!("s{n}-approve-{issue}");
+            post("issue_comment", id, &comment, true, Some(issue));
         } else if k % 8 == 0 {
-            let id = format!("s{n}-ping-{k}");
-            let (status, took) = send(&agent, url, "ping", &id, &ping);
-            sent.push(Sent {
-                id,
-                stored: false,
-                status,
-                took,
-                approve_of: None,
-            });
+            post("ping", format!("s{n}-ping-{k}"), &ping, false, None);
         } else {
             let (event, payload) = &examples[k as usize % examples.len()];
-            let id = format!("s{n}-example-{k}");
-            let (status, took) = send(&agent, url, event, &id, payload);
-            sent.push(Sent {
-                id,
-                stored: true,
-                status,
-                took,
-                approve_of: None,
-            });
+            post(event, format!("s{n}-example-{k}"), payload, true, None);
         }
     }
     sent

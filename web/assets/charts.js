@@ -59,10 +59,25 @@
   }
 
   // Axis labels with as many digits as the tick spacing needs (zoomed into step 654,300 the
-  // ticks must not all read 6.5e+5).
-  function ticks(u, splits) {
-    var step = splits.length > 1 ? Math.abs(splits[1] - splits[0]) : 0;
-    return splits.map(function (v) { return fmtTick(v, step); });
+  // ticks must not all read 6.5e+5). On a log scale uPlot hands over null for the splits it
+  // leaves unlabelled and the spacing grows with the value, so each label is formatted on its
+  // own there.
+  function ticks(u, splits, axisIdx) {
+    var axis = u.axes[axisIdx];
+    var scale = axis && u.scales[axis.scale];
+    if (scale && scale.distr === 3) { return splits.map(fmtLogTick); }
+    var shown = splits.filter(function (v) { return v !== null && isFinite(v); });
+    var step = shown.length > 1 ? Math.abs(shown[1] - shown[0]) : 0;
+    return splits.map(function (v) {
+      return v === null || !isFinite(v) ? '' : fmtTick(v, step);
+    });
+  }
+
+  // A label on a log axis: 1, 20, 300, 0.05, 2e+6; nothing for a split uPlot skips.
+  function fmtLogTick(v) {
+    if (v === null || !isFinite(v) || v <= 0) { return ''; }
+    if (v >= 1e5 || v < 1e-3) { return v.toExponential(0); }
+    return String(Number(v.toPrecision(2)));
   }
 
   // A y axis as wide as its longest label (about 7 px a character at 12 px) and its title.
@@ -75,7 +90,9 @@
   function fmtTick(v, step) {
     var a = Math.abs(v);
     if (v === 0) { return '0'; }
-    if (a >= 1e5 && a < 1e12 && step >= 1 && Math.round(v) === v) { return String(v); }
+    // Whole numbers print whole while they fit a tick (steps up to ten million); beyond that,
+    // FLOPs and tokens print in scientific notation, or neighbouring labels run together.
+    if (a >= 1e5 && a < 1e7 && step >= 1 && Math.round(v) === v) { return String(v); }
     if (a >= 1e5 || a < 1e-3) {
       var digits = step > 0 ? Math.ceil(Math.log10(a / step)) + 1 : 2;
       return v.toExponential(Math.max(0, Math.min(12, digits - 1)));

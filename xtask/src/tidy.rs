@@ -21,26 +21,34 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Every `.rs` file of the repository, outside build output and hidden directories.
-fn rust_files(root: &Path) -> Vec<PathBuf> {
+/// Every file under `root`, depth first, leaving out each entry whose name `skip` says to.
+fn walk(root: &Path, skip: impl Fn(&str) -> bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).expect("readable directory") {
             let path = entry.expect("directory entry").path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if name.starts_with('.') || name == "target" {
+            if skip(name) {
                 continue;
             }
             if path.is_dir() {
                 stack.push(path);
-            } else if name.ends_with(".rs") {
+            } else {
                 out.push(path);
             }
         }
     }
     out.sort();
     out
+}
+
+/// Every `.rs` file of the repository, outside build output and hidden directories.
+fn rust_files(root: &Path) -> Vec<PathBuf> {
+    walk(root, |name| name.starts_with('.') || name == "target")
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect()
 }
 
 #[test]
@@ -248,24 +256,9 @@ fn the_checks_catch_what_they_claim_to() {
 /// lab and `.git`, hidden directories such as `.ci` and `.github` included.
 fn tree_files(root: &Path) -> Vec<PathBuf> {
     const OUTSIDE: [&str; 4] = [".git", "glassbox-lab", "runs", "node_modules"];
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("readable directory") {
-            let path = entry.expect("directory entry").path();
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if OUTSIDE.contains(&name) || name.starts_with("target") {
-                continue;
-            }
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
+    walk(root, |name| {
+        OUTSIDE.contains(&name) || name.starts_with("target")
+    })
 }
 
 /// A user's clone has nothing beside it: no test, benchmark, script or document may read or

@@ -38,7 +38,7 @@ pub use curves::{CurveNames, Curves, OVERVIEW_POINTS, Overview};
 
 /// The key of the PostgreSQL advisory lock the index's writers hold for a transaction
 /// (arbitrary; ASCII "gbindex" read as a number).
-const INDEX_WRITER_LOCK: i64 = 0x6762_696e_6465_78;
+const INDEX_WRITER_LOCK: i64 = 0x0067_6269_6e64_6578;
 
 /// The embedded migrations, in order.
 const MIGRATIONS: &[(i64, &str, &str)] = &[

@@ -169,6 +169,49 @@ async fn drawn(c: &Client) -> u64 {
     .await
 }
 
+/// From now on, every uncaught exception on the page is kept in `window.__errors`.
+async fn keep_errors(c: &Client) {
+    js(
+        c,
+        "window.__errors = []; window.addEventListener('error', e => window.__errors.push(String(e.message)));",
+    )
+    .await;
+}
+
+/// The uncaught exceptions kept since [`keep_errors`].
+async fn errors(c: &Client) -> Vec<String> {
+    js(c, "return window.__errors || []")
+        .await
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// For each uPlot chart of the page, in order, the pixels of its canvas drawn in a colour (a
+/// line or marker: the axes, grid and labels are grey or black), so a chart whose drawing
+/// stopped half-way reads 0 however much of its frame is there.
+async fn coloured_pixels(c: &Client) -> Vec<u64> {
+    js(
+        c,
+        "return Array.from(document.querySelectorAll('.uplot canvas')).map(cv => { \
+           const d = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data; \
+           let n = 0; \
+           for (let i = 0; i < d.length; i += 4) { \
+             const hi = Math.max(d[i], d[i + 1], d[i + 2]), lo = Math.min(d[i], d[i + 1], d[i + 2]); \
+             if (d[i + 3] > 0 && hi - lo > 60) { n++; } \
+           } \
+           return n; })",
+    )
+    .await
+    .as_array()
+    .map(|a| a.iter().filter_map(Value::as_u64).collect())
+    .unwrap_or_default()
+}
+
 /// The data of the first chart whose lines include `name`: `[xs, ys...]`.
 async fn chart_data(c: &Client, name: &str) -> Vec<Vec<Option<f64>>> {
     let v = js(
@@ -485,6 +528,7 @@ async fn charts_zoom_smooth_scale_compare_and_fall_back_without_javascript() {
         .await
         .unwrap();
     drawn(&c).await;
+    keep_errors(&c).await;
     c.find(Locator::Css("#chart-controls input[name='logy']"))
         .await
         .unwrap()
@@ -504,6 +548,18 @@ async fn charts_zoom_smooth_scale_compare_and_fall_back_without_javascript() {
             .then_some(())
     })
     .await;
+    // Every chart still draws its lines on the log scale, and nothing threw (uPlot hands the
+    // tick formatter `null` for the log splits it leaves unlabelled).
+    let pixels = eventually("every chart drawn on log-y", || async {
+        let p = coloured_pixels(&c).await;
+        (!p.is_empty() && p.iter().all(|n| *n > 50)).then_some(p)
+    })
+    .await;
+    assert_eq!(
+        errors(&c).await,
+        Vec::<String>::new(),
+        "pixels per chart: {pixels:?}"
+    );
     c.find(Locator::Css("#chart-controls select[name='x']"))
         .await
         .unwrap()
@@ -530,6 +586,29 @@ async fn charts_zoom_smooth_scale_compare_and_fall_back_without_javascript() {
         "{url}"
     );
     shot(&c, "charts-logy-flops").await;
+    // The same view opened from its address: drawn at once, nothing thrown.
+    c.goto(&format!("{base}/experiments/acme/lab%231?run=run-1&logy=1"))
+        .await
+        .unwrap();
+    drawn(&c).await;
+    let pixels = coloured_pixels(&c).await;
+    assert!(
+        !pixels.is_empty() && pixels.iter().all(|n| *n > 50),
+        "a chart opened on log-y is blank: {pixels:?}"
+    );
+    // The scaling ladder's log-log fit: every chart of the page draws its points and lines.
+    c.goto(&format!("{base}/ladder")).await.unwrap();
+    drawn(&c).await;
+    let pixels = eventually("the ladder's log-log chart drawn", || async {
+        let p = coloured_pixels(&c).await;
+        (!p.is_empty() && p.iter().all(|n| *n > 50)).then_some(p)
+    })
+    .await;
+    assert!(!pixels.is_empty());
+    shot(&c, "charts-ladder").await;
+    // Back to the log-y, x-by-FLOPs view for the heatmap.
+    c.goto(url.as_str()).await.unwrap();
+    drawn(&c).await;
     // The heatmap has hover values with the layer.
     js(
         &c,
