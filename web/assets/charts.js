@@ -68,8 +68,11 @@
     if (scale && scale.distr === 3) { return splits.map(fmtLogTick); }
     var shown = splits.filter(function (v) { return v !== null && isFinite(v); });
     var step = shown.length > 1 ? Math.abs(shown[1] - shown[0]) : 0;
+    // One count of digits for the whole axis (the largest label's), so 2.0e+10 and 1.4e+11
+    // read alike.
+    var largest = shown.reduce(function (m, v) { return Math.max(m, Math.abs(v)); }, 0);
     return splits.map(function (v) {
-      return v === null || !isFinite(v) ? '' : fmtTick(v, step);
+      return v === null || !isFinite(v) ? '' : fmtTick(v, step, largest);
     });
   }
 
@@ -87,14 +90,14 @@
     return 28 + 7 * n;
   }
 
-  function fmtTick(v, step) {
+  function fmtTick(v, step, largest) {
     var a = Math.abs(v);
     if (v === 0) { return '0'; }
     // Whole numbers print whole while they fit a tick (steps up to ten million); beyond that,
     // FLOPs and tokens print in scientific notation, or neighbouring labels run together.
     if (a >= 1e5 && a < 1e7 && step >= 1 && Math.round(v) === v) { return String(v); }
     if (a >= 1e5 || a < 1e-3) {
-      var digits = step > 0 ? Math.ceil(Math.log10(a / step)) + 1 : 2;
+      var digits = step > 0 ? Math.ceil(Math.log10(Math.max(a, largest || 0) / step)) + 1 : 2;
       return v.toExponential(Math.max(0, Math.min(12, digits - 1)));
     }
     var dec = step > 0 ? -Math.floor(Math.log10(step)) : 4;
