@@ -6,7 +6,10 @@
 //! real deployment.
 //!
 //! Also here: [`LocalIssues`], which builds the signed webhook deliveries a real GitHub would
-//! send for an issue opened from the experiment form and for a comment on it.
+//! send for an issue opened from the experiment form and for a comment on it. Their links
+//! (`html_url`) point at the stand-in's own page of the issue (`<prefix>/<owner>/<repo>/issues/<n>`:
+//! the issue as opened, the bot's comments and the labels), never at github.com, where no such
+//! issue exists.
 //!
 //! Every comment it holds was posted through it, so it lists them as written by
 //! [`LOCAL_BOT_LOGIN`] (the bot finds its own comments by marker among them).
@@ -46,9 +49,18 @@ pub struct LocalComment {
     pub edits: u32,
 }
 
+/// An issue as it was opened, for the stand-in's page of it.
+#[derive(Debug, Clone, PartialEq)]
+struct LocalIssue {
+    author: String,
+    title: String,
+    body: String,
+}
+
 #[derive(Debug, Default)]
 struct Model {
     next_id: u64,
+    issues: BTreeMap<(String, u64), LocalIssue>,
     comments: BTreeMap<u64, LocalComment>,
     labels: BTreeMap<(String, u64), BTreeSet<String>>,
     /// Logins with write access.
@@ -87,9 +99,22 @@ impl LocalGitHub {
             .unwrap_or_default()
     }
 
-    /// The REST routes, to be nested under [`LOCAL_GITHUB_PREFIX`].
+    /// Remembers an issue as opened, so the stand-in's page of it can show it.
+    pub fn note_issue(&self, repo: &str, number: u64, author: &str, title: &str, body: &str) {
+        self.lock().issues.insert(
+            (repo.to_string(), number),
+            LocalIssue {
+                author: author.to_string(),
+                title: title.to_string(),
+                body: body.to_string(),
+            },
+        );
+    }
+
+    /// The REST routes and the issue pages, to be nested under [`LOCAL_GITHUB_PREFIX`].
     pub fn router(&self) -> Router {
         Router::new()
+            .route("/{owner}/{repo}/issues/{number}", get(issue_page))
             .route(
                 "/repos/{owner}/{repo}/issues/{number}/comments",
                 post(create_comment).get(list_comments),
@@ -118,6 +143,82 @@ fn not_found(what: &str) -> Response {
     (
         StatusCode::NOT_FOUND,
         Json(json!({"message": format!("Not Found ({what}, local stand-in)")})),
+    )
+        .into_response()
+}
+
+/// The page an issue's `html_url` points at: the issue as opened, then the bot's comments
+/// (Markdown shown as written) and the labels, under a banner saying this is a local stand-in.
+async fn issue_page(
+    State(gh): State<LocalGitHub>,
+    Path((owner, repo, number)): Path<(String, String, u64)>,
+) -> Response {
+    use maud::{DOCTYPE, html};
+    let repo = format!("{owner}/{repo}");
+    let m = gh.lock();
+    let issue = m.issues.get(&(repo.clone(), number)).cloned();
+    let comments: Vec<LocalComment> = m
+        .comments
+        .values()
+        .filter(|c| c.repo == repo && c.issue == number)
+        .cloned()
+        .collect();
+    let labels: Vec<String> = m
+        .labels
+        .get(&(repo.clone(), number))
+        .map(|s| s.iter().cloned().collect())
+        .unwrap_or_default();
+    drop(m);
+    if issue.is_none() && comments.is_empty() {
+        return (
+            StatusCode::NOT_FOUND,
+            format!("no issue #{number} in {repo} on this local stand-in for GitHub"),
+        )
+            .into_response();
+    }
+    let title = issue
+        .as_ref()
+        .map_or_else(|| format!("#{number}"), |i| i.title.clone());
+    let page = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { (title) " · " (repo) "#" (number) " (local stand-in)" }
+                link rel="stylesheet" href="/assets/style.css";
+            }
+            body {
+                main {
+                    p.banner {
+                        "A local stand-in for GitHub: this issue exists only on this machine, "
+                        "for the quickstart. Nothing here is on github.com."
+                    }
+                    h1 { (title) " " span.muted { (repo) "#" (number) } }
+                    @if !labels.is_empty() {
+                        p { "Labels: " @for l in &labels { span.badge { (l) } " " } }
+                    }
+                    @if let Some(i) = &issue {
+                        section {
+                            h2 { (i.author) " opened it" }
+                            pre.comment { (i.body) }
+                        }
+                    }
+                    @for c in &comments {
+                        section {
+                            h2 {
+                                (LOCAL_BOT_LOGIN) " commented"
+                                @if c.edits > 0 { " (edited " (c.edits) "×)" }
+                            }
+                            pre.comment { (c.body) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        page.into_string(),
     )
         .into_response()
 }
@@ -241,9 +342,20 @@ async fn permission(
 pub struct LocalIssues {
     /// `owner/repo`.
     pub repo: String,
+    /// Where the stand-in is served, e.g. `http://127.0.0.1:8080/local-github`: the issue
+    /// links point under it.
+    pub html_base: String,
 }
 
 impl LocalIssues {
+    /// The deliveries of `repo`'s issues, linking to the stand-in served at `html_base`.
+    pub fn new(repo: &str, html_base: &str) -> Self {
+        Self {
+            repo: repo.to_string(),
+            html_base: html_base.trim_end_matches('/').to_string(),
+        }
+    }
+
     fn repository(&self) -> Value {
         let (owner, name) = self.repo.split_once('/').unwrap_or(("local", "lab"));
         json!({
@@ -252,7 +364,7 @@ impl LocalIssues {
             "full_name": self.repo,
             "private": false,
             "owner": {"login": owner, "type": "Organization"},
-            "html_url": format!("https://github.com/{}", self.repo),
+            "html_url": format!("{}/{}", self.html_base, self.repo),
         })
     }
 
@@ -267,7 +379,7 @@ impl LocalIssues {
             "state": "open",
             "user": {"login": author, "type": "User"},
             "labels": [{"name": "experiment", "color": "ededed"}],
-            "html_url": format!("https://github.com/{}/issues/{number}", self.repo),
+            "html_url": format!("{}/{}/issues/{number}", self.html_base, self.repo),
             "updated_at": now,
         })
     }
@@ -346,12 +458,46 @@ mod tests {
         assert_eq!(send(page("")).await.as_array().unwrap().len(), 3);
     }
 
+    #[tokio::test]
+    async fn an_issue_link_opens_the_stand_ins_page_of_it_escaped() {
+        use tower::ServiceExt;
+        let gh = LocalGitHub::new(&[]);
+        gh.note_issue(
+            "o/r",
+            1,
+            "ada",
+            "[experiment] <b>tiny</b>",
+            "hello <script>",
+        );
+        let get = |path: &str| {
+            gh.router().oneshot(
+                axum::http::Request::get(path)
+                    .body(axum::body::Body::empty())
+                    .unwrap(),
+            )
+        };
+        let resp = get("/o/r/issues/1").await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let bytes = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let page = String::from_utf8(bytes.to_vec()).unwrap();
+        assert!(page.contains("local stand-in"), "{page}");
+        assert!(page.contains("hello &lt;script&gt;"), "{page}");
+        assert!(!page.contains("<script>"), "{page}");
+        let missing = get("/o/r/issues/2").await.unwrap();
+        assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    }
+
     #[test]
     fn built_deliveries_parse_as_the_bot_expects() {
-        let issues = LocalIssues {
-            repo: "local/lab".into(),
-        };
+        let issues = LocalIssues::new("local/lab", "http://127.0.0.1:9/local-github/");
         let opened = issues.opened(1, "ada", "[experiment] tiny", "body");
+        assert_eq!(
+            opened["issue"]["html_url"],
+            "http://127.0.0.1:9/local-github/local/lab/issues/1"
+        );
         let e = WebhookEvent::parse("issues", &serde_json::to_vec(&opened).unwrap()).unwrap();
         assert!(matches!(e, WebhookEvent::Issue { .. }), "{e:?}");
         let c = issues.comment(

@@ -762,22 +762,9 @@ pub fn run_alert(run: &str, alert: &RunAlert, dashboard: &str) -> String {
             anomaly,
             ledger_index,
         } => {
-            let layer = anomaly
-                .layer
-                .map(|l| format!(" in layer {l}"))
-                .unwrap_or_default();
-            let expert = anomaly
-                .expert
-                .map(|e| format!(" (expert {e})"))
-                .unwrap_or_default();
             format!(
-                "⚠️ Alert: run `{run}` shows a **{}**{layer}{expert} at step {}: `{}` = {:.4}, against a trailing median of {:.4} ({:.1} robust deviations). Recorded as ledger entry {ledger_index}. Later anomalies of this run are drawn on its charts without another comment.",
-                anomaly.kind.describe(),
-                anomaly.step,
-                anomaly.metric,
-                anomaly.value,
-                anomaly.baseline,
-                anomaly.deviations.min(1e9)
+                "⚠️ Alert on run `{run}`: {}. Recorded as ledger entry {ledger_index}. Later anomalies of this run are drawn on its charts without another comment.",
+                anomaly.message(),
             )
         }
         RunAlert::Stalled {

@@ -71,12 +71,13 @@ pub fn metric_volume_problem(limits: &Limits, spec: &ExperimentSpec) -> Option<S
     let v = cost::metric_volume(spec);
     (v.total() > limits.max_metric_points).then(|| {
         format!(
-            "it would record {} metric values ({} scalar points over {} steps and {} expert-load components, one vector per layer every {} steps); the lab's limit is {} (limits.max_metric_points): record fewer steps or set a larger metrics.vector_interval",
+            "it would record {} metric values ({} scalar points over {} steps, {} expert-load components, one vector per layer every {} steps, and up to {} hardware telemetry points); the lab's limit is {} (limits.max_metric_points): record fewer steps or set a larger metrics.vector_interval",
             v.total(),
             v.scalar_points,
             spec.train.steps,
             v.vector_components,
             v.vector_interval,
+            v.hardware_points,
             limits.max_metric_points
         )
     })

@@ -66,7 +66,7 @@ use glassbox_ledger::board::BoardDef;
 mod recording;
 pub mod run_log;
 
-pub use run_log::RunLog;
+pub use run_log::{LogChunk, RunLog};
 
 /// Where a run's live telemetry goes as it happens (the dashboard's SSE feed). Called from the
 /// training thread: implementations must not block.
@@ -222,6 +222,8 @@ pub struct Finished {
     pub unpublished: Option<String>,
     /// The runner's outcome, when training started.
     pub outcome: Option<RunOutcome>,
+    /// The forecast the result settles, when one was registered: its verdict is on the record.
+    pub forecast: Option<ForecastOutcome>,
 }
 
 /// What happened to a leased job.
@@ -671,8 +673,19 @@ impl Worker {
                     return end;
                 }
                 let peak = be.run(|| self.peak(threads));
-                self.train_on(&be, peak, job, run, spec, resume, scratch, cancel, log)
-                    .await
+                self.train_on(
+                    &be,
+                    peak,
+                    &selection.why,
+                    job,
+                    run,
+                    spec,
+                    resume,
+                    scratch,
+                    cancel,
+                    log,
+                )
+                .await
             }
             Selected::Cuda(be) => {
                 let device_memory = be.memory().map(|(_, total)| total as u64);
@@ -686,8 +699,19 @@ impl Worker {
                         Err(e) => return self.conclude_early(job, run, e.to_string(), log).await,
                     },
                 };
-                self.train_on(&be, peak, job, run, spec, resume, scratch, cancel, log)
-                    .await
+                self.train_on(
+                    &be,
+                    peak,
+                    &selection.why,
+                    job,
+                    run,
+                    spec,
+                    resume,
+                    scratch,
+                    cancel,
+                    log,
+                )
+                .await
             }
         }
     }
@@ -697,6 +721,7 @@ impl Worker {
         &self,
         be: &B,
         peak: Peak,
+        why: &str,
         job: &Job,
         run: &RunId,
         spec: ExperimentSpec,
@@ -775,7 +800,7 @@ impl Worker {
                 run,
                 &spec,
                 trainer.info(),
-                kind.as_str(),
+                (kind.as_str(), why),
                 resumed,
                 run_data,
             )
@@ -996,7 +1021,7 @@ impl Worker {
         run: &RunId,
         spec: &ExperimentSpec,
         info: &RunInfo,
-        backend: &str,
+        (backend, why): (&str, &str),
         resumed: Option<u64>,
         data: Option<glassbox_schemas::data::RunData>,
     ) -> Result<u64, LabError> {
@@ -1017,6 +1042,7 @@ impl Worker {
             spec_hash: job.spec_hash,
             code_revision: self.opts.code_revision.clone(),
             backend: format!("{backend}: {}", info.backend),
+            backend_reason: Some(why.to_string()),
             hardware: hardware_description(),
             seed: spec.train.seed,
             kernel_hashes,
@@ -1064,7 +1090,7 @@ impl Worker {
             params,
         } = outcome;
         ending.final_metrics.retain(|_, v| v.is_finite());
-        let forecast = match spec.and_then(|s| s.forecast.clone()) {
+        let mut forecast = match spec.and_then(|s| s.forecast.clone()) {
             Some(f) => Some(f),
             None => registered_forecast(&self.queue, &job.spec_hash).await?,
         }
@@ -1089,6 +1115,7 @@ impl Worker {
         // The run's first result stands: the job ends as it says.
         if let Fenced::AlreadyRecorded(_, existing) = &recorded {
             ending = existing.ending.clone();
+            forecast = existing.forecast.clone();
         }
         let (entry, unpublished) = self
             .end_in_queue(
@@ -1103,7 +1130,7 @@ impl Worker {
             experiment: job.experiment.clone(),
             run: run.clone(),
             ending: ending.clone(),
-            forecast,
+            forecast: forecast.clone(),
             entry,
         };
         self.announce_notice(job, &notice).await?;
@@ -1122,6 +1149,7 @@ impl Worker {
             result_entry: entry,
             unpublished,
             outcome: None,
+            forecast,
         })))
     }
 
@@ -1491,6 +1519,7 @@ impl Worker {
             result_entry: entry,
             unpublished,
             outcome: None,
+            forecast: None,
         })))
     }
 
@@ -1542,14 +1571,12 @@ pub async fn registered_forecast(
 
 /// Forecast against outcome: a hit when the metric exists and is within the tolerance.
 pub fn compare_forecast(f: &Forecast, metrics: &BTreeMap<String, f64>) -> ForecastOutcome {
-    let actual = metrics.get(&f.metric).copied();
-    ForecastOutcome {
-        metric: f.metric.clone(),
-        predicted: f.value,
-        tolerance: f.tolerance,
-        actual,
-        hit: actual.is_some_and(|a| (a - f.value).abs() <= f.tolerance),
-    }
+    ForecastOutcome::settle(
+        &f.metric,
+        f.value,
+        f.tolerance,
+        metrics.get(&f.metric).copied(),
+    )
 }
 
 /// The CPU model and core count, for `run_started`.

@@ -226,6 +226,7 @@ impl Series {
                     deviations: if sigma > 0.0 { off / sigma } else { f64::MAX },
                     layer: self.layer,
                     expert: None,
+                    charted: None,
                 });
             }
         }
@@ -253,6 +254,7 @@ impl Collapse {
             .filter(|(_, s)| s.is_finite())
             .max_by(|a, b| a.1.total_cmp(b.1))
             .map(|(e, s)| (e, s * top_k));
+        let charted = top.map(|(e, _)| shares[e]);
         match (top, &mut self.current) {
             (Some((e, share)), Some((cur, since, flagged)))
                 if share > cfg.collapse_share && e == *cur =>
@@ -269,6 +271,7 @@ impl Collapse {
                         deviations: run as f64,
                         layer: Some(layer as u32),
                         expert: Some(e as u32),
+                        charted,
                     });
                 }
                 None
@@ -287,6 +290,7 @@ impl Collapse {
                         deviations: 1.0,
                         layer: Some(layer as u32),
                         expert: Some(e as u32),
+                        charted,
                     });
                 }
                 None
@@ -375,6 +379,62 @@ mod tests {
         assert_eq!(flags[0].kind, AnomalyKind::RouterBiasJump);
         assert_eq!((flags[0].step, flags[0].layer), (40, Some(1)));
         assert_eq!(flags[0].metric, mn::bias_norm(1));
+    }
+
+    /// With top-2 routing, an expert taking half of the assignments takes every token: the
+    /// message says which expert, the token share and the charted assignment share, the steps,
+    /// and the threshold, never a "trailing median".
+    #[test]
+    fn a_collapse_message_states_its_own_rule_with_the_charted_value() {
+        let cfg = AnomalyConfig {
+            collapse_steps: 3,
+            ..AnomalyConfig::default()
+        };
+        let mut d = AnomalyDetector::new(&cfg, 2, 4, 2);
+        let mut flags = Vec::new();
+        for step in 1..=5u64 {
+            let loads = vec![0.25, 0.5, 0.15, 0.10];
+            flags.extend(d.observe(&record(step, &[], &[(1, loads)])));
+        }
+        assert_eq!(flags.len(), 1, "{flags:?}");
+        let a = &flags[0];
+        assert_eq!((a.step, a.layer, a.expert), (3, Some(1), Some(1)));
+        assert_eq!(a.charted, Some(0.5));
+        assert!((a.value - 1.0).abs() < 1e-12);
+        let m = a.message();
+        for want in [
+            "expert collapse in layer 1 at step 3",
+            "expert 1 took 100.0% of the layer's tokens",
+            "0.5000 of its assignments",
+            &mn::expert_load(1),
+            "for 3 steps in a row",
+            &format!("threshold of {:.1}%", cfg.collapse_share * 100.0),
+        ] {
+            assert!(m.contains(want), "{want:?} missing from {m}");
+        }
+        assert!(!m.contains("median"), "{m}");
+    }
+
+    #[test]
+    fn a_spike_message_names_the_median_and_the_deviations() {
+        let a = Anomaly {
+            kind: AnomalyKind::LossSpike,
+            step: 40,
+            metric: mn::TRAIN_LOSS.into(),
+            value: 9.0,
+            baseline: 2.5,
+            deviations: 31.0,
+            layer: None,
+            expert: None,
+            charted: None,
+        };
+        let m = a.message();
+        assert!(
+            m.contains("loss spike at step 40")
+                && m.contains("= 9.0000")
+                && m.contains("31.0 robust deviations above its trailing median of 2.5000"),
+            "{m}"
+        );
     }
 
     #[test]

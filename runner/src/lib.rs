@@ -14,6 +14,7 @@ pub mod error;
 pub mod model;
 pub mod observer;
 pub mod peak;
+pub mod progress;
 pub mod rng;
 pub mod scalar;
 pub mod scaling;

@@ -147,6 +147,8 @@ pub struct Trainer<'a, B: Backend> {
     last: BTreeMap<String, f64>,
     /// Watches the train records for spikes, jumps and collapse.
     detector: AnomalyDetector,
+    /// Which step records carry hardware telemetry (`hw/...`).
+    hardware: crate::backend::telemetry::Sampler,
 }
 
 impl<B: Backend> std::fmt::Debug for Trainer<'_, B> {
@@ -222,6 +224,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
         );
         let mut t = Self {
             detector,
+            hardware: crate::backend::telemetry::Sampler::new(be.host_threads()),
             be,
             spec,
             spec_hash,
@@ -473,6 +476,15 @@ impl<'a, B: Backend> Trainer<'a, B> {
             );
             for (k, v) in &record.scalars {
                 last.insert(k.clone(), *v);
+            }
+            // Hardware telemetry at a bounded rate (`backend::telemetry`); it describes the
+            // machine, so it is charted but is not among the run's final metrics.
+            let be = self.be;
+            for (k, v) in self
+                .hardware
+                .sample(self.step, Instant::now(), || be.telemetry())
+            {
+                record.scalars.insert(k.to_string(), v);
             }
             obs.on_metrics(&record);
             for a in &anomalies {

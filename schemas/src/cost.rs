@@ -27,7 +27,9 @@
 //! train metrics of [`crate::metrics`], one `bias_norm` per layer and one
 //! `data/<domain>/tokens` per domain), every evaluation `2`
 //! per domain (loss, bpb), and every `spec.vector_interval()` steps (and at the last step) one
-//! expert-load vector of `E` components per layer.
+//! expert-load vector of `E` components per layer. Hardware telemetry (`hw/...`) adds at most
+//! [`HARDWARE_SERIES`] scalars per sample and at most [`MAX_HARDWARE_SAMPLES`] samples a run
+//! (never more than one a step): the runner's sampler keeps to both.
 
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +65,14 @@ impl CostEstimate {
     }
 }
 
+/// The most `hw/...` series one hardware sample holds: the process's resident memory, peak
+/// resident memory and CPU time, the utilisation of the run's cores, the machine's available
+/// memory, and on a GPU its utilisation, memory used and peak, power, temperature and SM clock.
+pub const HARDWARE_SERIES: u64 = 11;
+
+/// The most hardware samples one run records, however long it is.
+pub const MAX_HARDWARE_SAMPLES: u64 = 4096;
+
 /// How many metric values a run of the spec records (module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetricVolume {
@@ -72,12 +82,18 @@ pub struct MetricVolume {
     pub vector_components: u64,
     /// Scalar points: `steps * (13 + L + D) + evaluations * 2 * D` (`D` domains).
     pub scalar_points: u64,
+    /// Hardware telemetry points at most: `min(steps, MAX_HARDWARE_SAMPLES) * HARDWARE_SERIES`.
+    #[serde(default)]
+    pub hardware_points: u64,
 }
 
 impl MetricVolume {
-    /// Scalar points plus vector components: what a lab's `max_metric_points` bounds.
+    /// Scalar points, vector components and hardware points: what a lab's
+    /// `max_metric_points` bounds.
     pub fn total(&self) -> u64 {
-        self.scalar_points.saturating_add(self.vector_components)
+        self.scalar_points
+            .saturating_add(self.vector_components)
+            .saturating_add(self.hardware_points)
     }
 }
 
@@ -101,6 +117,7 @@ pub fn metric_volume(spec: &ExperimentSpec) -> MetricVolume {
         scalar_points: steps
             .saturating_mul(train_scalars_per_step(spec))
             .saturating_add(evals.saturating_mul(2 * domains)),
+        hardware_points: steps.min(MAX_HARDWARE_SAMPLES) * HARDWARE_SERIES,
     }
 }
 

@@ -99,6 +99,56 @@ pub const ROUTER_Z_LOSS: &str = "train/router/router_z_loss";
 /// Assignments dropped by a capacity limit.
 pub const DROPPED_ASSIGNMENTS: &str = "moe/dropped_assignments";
 
+/// Hardware telemetry (`hw/...`): what the machine did while a run trained. They describe
+/// the machine, not the experiment: a reproduction does not compare them, and they are not
+/// among a run's final metrics.
+pub mod hw {
+    use crate::cost::HARDWARE_SERIES;
+
+    /// Resident memory of the training process (bytes).
+    pub const PROCESS_RSS_BYTES: &str = "hw/process/rss_bytes";
+    /// Peak resident memory of the training process so far (bytes).
+    pub const PROCESS_PEAK_RSS_BYTES: &str = "hw/process/peak_rss_bytes";
+    /// CPU time of the training process so far, user + system, all threads (seconds).
+    pub const PROCESS_CPU_SECONDS: &str = "hw/process/cpu_seconds";
+    /// Busy share of the cores the run uses since the previous sample (percent).
+    pub const CPU_UTILIZATION: &str = "hw/cpu/utilization_percent";
+    /// Memory the machine has available for new work (`MemAvailable`, bytes).
+    pub const MACHINE_MEMORY_AVAILABLE_BYTES: &str = "hw/machine/memory_available_bytes";
+    /// GPU busy fraction over NVML's last sample period (percent).
+    pub const GPU_UTILIZATION: &str = "hw/gpu/utilization_percent";
+    /// GPU memory in use on the device, all processes (bytes).
+    pub const GPU_MEMORY_USED_BYTES: &str = "hw/gpu/memory_used_bytes";
+    /// The most GPU memory in use seen by this run's samples (bytes).
+    pub const GPU_MEMORY_PEAK_BYTES: &str = "hw/gpu/memory_peak_bytes";
+    /// Board power draw (watts).
+    pub const GPU_POWER_WATTS: &str = "hw/gpu/power_watts";
+    /// GPU temperature (degrees Celsius).
+    pub const GPU_TEMPERATURE_C: &str = "hw/gpu/temperature_c";
+    /// SM clock (MHz).
+    pub const GPU_SM_CLOCK_MHZ: &str = "hw/gpu/sm_clock_mhz";
+
+    /// Every hardware series, in the order the run page shows them.
+    pub const ALL: [&str; HARDWARE_SERIES as usize] = [
+        CPU_UTILIZATION,
+        PROCESS_CPU_SECONDS,
+        PROCESS_RSS_BYTES,
+        PROCESS_PEAK_RSS_BYTES,
+        MACHINE_MEMORY_AVAILABLE_BYTES,
+        GPU_UTILIZATION,
+        GPU_MEMORY_USED_BYTES,
+        GPU_MEMORY_PEAK_BYTES,
+        GPU_POWER_WATTS,
+        GPU_TEMPERATURE_C,
+        GPU_SM_CLOCK_MHZ,
+    ];
+
+    /// Whether `name` is a hardware series.
+    pub fn is_hardware(name: &str) -> bool {
+        name.starts_with("hw/")
+    }
+}
+
 /// `eval/<domain>/loss` (nats per token).
 pub fn eval_loss(domain: &str) -> String {
     format!("eval/{domain}/loss")

@@ -724,6 +724,10 @@ pub struct RunStartedBody {
     pub code_revision: String,
     /// `cpu` or `cuda`.
     pub backend: String,
+    /// Why that backend: what was asked for and what the machine offered (e.g. `asked for
+    /// auto; CUDA not usable (no libcuda.so); using the CPU`). Absent in older entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_reason: Option<String>,
     /// Hardware description (CPU model and threads, or GPU name).
     pub hardware: String,
     /// Training seed.
@@ -869,6 +873,67 @@ pub struct ForecastOutcome {
     pub actual: Option<f64>,
     /// `|actual - predicted| <= tolerance`.
     pub hit: bool,
+}
+
+impl ForecastOutcome {
+    /// A forecast of `predicted ± tolerance` against what was measured: a hit when the metric
+    /// was measured and is within the tolerance.
+    pub fn settle(metric: &str, predicted: f64, tolerance: f64, actual: Option<f64>) -> Self {
+        ForecastOutcome {
+            metric: metric.to_string(),
+            predicted,
+            tolerance,
+            actual,
+            hit: actual.is_some_and(|a| (a - predicted).abs() <= tolerance),
+        }
+    }
+
+    /// The forecast settled by a finished run: a hit or a miss (a run that ended without the
+    /// metric misses).
+    pub fn verdict(&self) -> ForecastVerdict {
+        if self.hit {
+            ForecastVerdict::Hit
+        } else {
+            ForecastVerdict::Miss
+        }
+    }
+
+    /// `actual - predicted`, when the metric was measured.
+    pub fn error(&self) -> Option<f64> {
+        self.actual.map(|a| a - self.predicted)
+    }
+}
+
+/// What became of a forecast: the one vocabulary every page, the API, the CLI and the bot use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForecastVerdict {
+    /// The outcome was within the tolerance of the prediction.
+    Hit,
+    /// The outcome was outside it, or the run ended without measuring the metric.
+    Miss,
+    /// No finished run of the forecast's spec yet.
+    Pending,
+}
+
+impl ForecastVerdict {
+    /// Every verdict, in the order they are explained.
+    pub const ALL: [ForecastVerdict; 3] = [Self::Hit, Self::Miss, Self::Pending];
+
+    /// The word shown and served (`hit`, `miss`, `pending`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Hit => "hit",
+            Self::Miss => "miss",
+            Self::Pending => "pending",
+        }
+    }
+}
+
+impl fmt::Display for ForecastVerdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// How a run ended — the one ending type. The runner produces it (in its `RunOutcome`); the
@@ -1109,6 +1174,75 @@ pub struct Anomaly {
     /// The expert, for a collapse.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expert: Option<u32>,
+    /// What the chart of `metric` shows at that step, where it is not `value`: for a collapse,
+    /// the expert's share of the layer's assignments (`value` is its share of the tokens, the
+    /// assignment share times `top_k`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub charted: Option<f64>,
+}
+
+impl Anomaly {
+    /// What happened, in one sentence that states the kind's own rule with its numbers: for a
+    /// spike, the value against its trailing median in robust deviations; for a jump, the
+    /// step's change against the typical change; for a collapse, which expert took what share
+    /// of its layer's tokens (and what the metric's chart shows), for how many steps, against
+    /// which threshold.
+    pub fn message(&self) -> String {
+        let layer = self
+            .layer
+            .map(|l| format!(" in layer {l}"))
+            .unwrap_or_default();
+        let how_far = |d: f64| {
+            if d >= 1e9 {
+                "with no spread in its trailing window".to_string()
+            } else {
+                format!("{d:.1} robust deviations")
+            }
+        };
+        match self.kind {
+            AnomalyKind::LossSpike | AnomalyKind::GradNormSpike => format!(
+                "{}{layer} at step {}: `{}` = {:.4}, {} above its trailing median of {:.4}",
+                self.kind.describe(),
+                self.step,
+                self.metric,
+                self.value,
+                how_far(self.deviations),
+                self.baseline
+            ),
+            AnomalyKind::ParamsNormJump | AnomalyKind::RouterBiasJump => format!(
+                "{}{layer} at step {}: `{}` changed by {:+.4} in one step, {} from its typical change of {:+.4}",
+                self.kind.describe(),
+                self.step,
+                self.metric,
+                self.value,
+                how_far(self.deviations),
+                self.baseline
+            ),
+            AnomalyKind::ExpertCollapse => {
+                let expert = self
+                    .expert
+                    .map_or_else(|| "one expert".to_string(), |e| format!("expert {e}"));
+                let charted = self
+                    .charted
+                    .map(|c| {
+                        format!(
+                            " ({c:.4} of its assignments, as the `{}` chart shows)",
+                            self.metric
+                        )
+                    })
+                    .unwrap_or_else(|| format!(" (`{}`)", self.metric));
+                let steps = self.deviations.max(1.0).min(1e9) as u64;
+                format!(
+                    "{}{layer} at step {}: {expert} took {:.1}% of the layer's tokens{charted} for {steps} step{} in a row, above the collapse threshold of {:.1}% (`[train.anomaly] collapse_share`)",
+                    self.kind.describe(),
+                    self.step,
+                    self.value * 100.0,
+                    if steps == 1 { "" } else { "s" },
+                    self.baseline * 100.0
+                )
+            }
+        }
+    }
 }
 
 /// Body of an `anomaly` entry: the lab's own annotation of a run, written by the worker.

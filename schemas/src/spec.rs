@@ -576,7 +576,7 @@ pub struct Forecast {
     pub tolerance: f64,
 }
 
-fn default_vocab() -> u32 {
+pub(crate) fn default_vocab() -> u32 {
     256
 }
 fn default_rope_theta() -> f64 {

@@ -20,10 +20,7 @@ use jsonschema::error::ValidationErrorKind;
 use serde_json::Value;
 
 use crate::schema;
-use crate::spec::{
-    DataConfig, Experiment, ExperimentSpec, Forecast, GeneratorKind, ModelConfig, MoeConfig,
-    Tokenizer, TrainConfig,
-};
+use crate::spec::{DataConfig, Experiment, ExperimentSpec, Forecast, GeneratorKind, Tokenizer};
 
 /// Largest spec text accepted (1 MiB); bigger input is refused before it is parsed.
 pub const MAX_SPEC_BYTES: usize = 1 << 20;
@@ -134,7 +131,19 @@ pub fn parse_json(text: &str) -> Result<ExperimentSpec, SpecError> {
 /// Validates a JSON value against the schema, then deserializes and checks cross-field rules.
 pub fn parse_value(value: &Value) -> Result<ExperimentSpec, SpecError> {
     let mut errors = shape_errors(value);
-    errors.extend(semantic_errors(value));
+    // A cross-field rule about a field (or a table) the shape pass already flagged inside
+    // would only repeat that error in other words: it is left out.
+    let semantic: Vec<FieldError> = semantic_errors(value, &errors)
+        .into_iter()
+        .filter(|s| {
+            !errors.iter().any(|e| {
+                e.path == s.path
+                    || e.path.starts_with(&format!("{}.", s.path))
+                    || e.path.starts_with(&format!("{}[", s.path))
+            })
+        })
+        .collect();
+    errors.extend(semantic);
     if !errors.is_empty() {
         return Err(SpecError::Invalid(errors));
     }
@@ -438,37 +447,115 @@ const PLACEHOLDER_HYPOTHESES: &[&str] = &[
     "todo", "tbd", "n/a", "test", "testing", "lorem", "ipsum", "xxx", "asdf", "foo", "bar",
 ];
 
-/// The sections of a spec that deserialized on their own. Cross-field rules run on whatever
-/// parsed, so a type error in `train` does not hide a `top_k` mistake in `model`.
+/// The sections of a spec that deserialized on their own, after the fields the shape pass
+/// already flagged were taken out. Cross-field rules run on whatever parsed, so a type error in
+/// `train` or a misspelt field in `[model.moe]` does not hide a `d_model`/`n_heads` mistake: a
+/// spec's every error is reported in one pass.
 struct Sections {
     experiment: Option<Experiment>,
-    model: Option<ModelConfig>,
-    moe: Option<MoeConfig>,
     data: Option<DataConfig>,
-    train: Option<TrainConfig>,
     forecast: Option<Forecast>,
 }
 
 impl Sections {
-    fn of(value: &Value) -> Self {
+    fn of(value: &Value, flagged: &[FieldError]) -> Self {
+        let mut pruned = value.clone();
+        for e in flagged {
+            // A missing field cannot be taken out; anything else flagged at a path is.
+            if e.rule != "is required" {
+                remove_path(&mut pruned, &e.path);
+            }
+        }
         fn section<T: serde::de::DeserializeOwned>(value: &Value, name: &str) -> Option<T> {
             value
                 .get(name)
                 .and_then(|v| serde_json::from_value(v.clone()).ok())
         }
         Sections {
-            experiment: section(value, "experiment"),
-            model: section(value, "model"),
-            moe: value.get("model").and_then(|m| section(m, "moe")),
-            data: section(value, "data"),
-            train: section(value, "train"),
-            forecast: section(value, "forecast"),
+            experiment: section(&pruned, "experiment"),
+            data: section(&pruned, "data"),
+            forecast: section(&pruned, "forecast"),
         }
     }
 }
 
-fn semantic_errors(value: &Value) -> Vec<FieldError> {
-    let s = Sections::of(value);
+/// Removes the field at a shown path (`model.moe.topk`, `data.mixture[0].weight`) from
+/// `value`, if it is there.
+fn remove_path(value: &mut Value, path: &str) {
+    let mut segments: Vec<&str> = Vec::new();
+    for part in path.split('.') {
+        let (name, rest) = part.split_once('[').unwrap_or((part, ""));
+        if !name.is_empty() {
+            segments.push(name);
+        }
+        for index in rest.split('[') {
+            let index = index.trim_end_matches(']');
+            if !index.is_empty() {
+                segments.push(index);
+            }
+        }
+    }
+    let Some((last, parents)) = segments.split_last() else {
+        return;
+    };
+    let mut here = value;
+    for seg in parents {
+        here = match here {
+            Value::Object(m) => match m.get_mut(*seg) {
+                Some(v) => v,
+                None => return,
+            },
+            Value::Array(a) => match seg.parse::<usize>().ok().and_then(|i| a.get_mut(i)) {
+                Some(v) => v,
+                None => return,
+            },
+            _ => return,
+        };
+    }
+    if let Value::Object(m) = here {
+        m.remove(*last);
+    }
+}
+
+/// The model's whole-number fields the cross-field rules use, read one by one so that any
+/// other problem in `[model]` (a misspelt `[model.moe]` field, a wrong type elsewhere) does not
+/// hide them. A field the shape pass flagged is left out.
+struct ModelNumbers {
+    vocab: Option<u32>,
+    d_model: Option<u32>,
+    n_heads: Option<u32>,
+    n_layers: Option<u32>,
+    n_experts: Option<u32>,
+    top_k: Option<u32>,
+}
+
+impl ModelNumbers {
+    fn of(value: &Value, flagged: &[FieldError]) -> Self {
+        let read = |path: &str| -> Option<u32> {
+            if flagged.iter().any(|e| e.path == path) {
+                return None;
+            }
+            let pointer = format!("/{}", path.replace('.', "/"));
+            value
+                .pointer(&pointer)?
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+        };
+        let has_model = value.get("model").is_some_and(Value::is_object);
+        ModelNumbers {
+            vocab: read("model.vocab").or(has_model.then(crate::spec::default_vocab)),
+            d_model: read("model.d_model"),
+            n_heads: read("model.n_heads"),
+            n_layers: read("model.n_layers"),
+            n_experts: read("model.moe.n_experts"),
+            top_k: read("model.moe.top_k"),
+        }
+    }
+}
+
+fn semantic_errors(value: &Value, flagged: &[FieldError]) -> Vec<FieldError> {
+    let s = Sections::of(value, flagged);
+    let m = ModelNumbers::of(value, flagged);
     let mut errs = Vec::new();
     let mut err = |path: &str, value: String, rule: String| {
         errs.push(FieldError {
@@ -505,68 +592,90 @@ fn semantic_errors(value: &Value) -> Vec<FieldError> {
         }
     }
 
-    if let Some(m) = &s.model {
-        if m.n_heads == 0 || m.d_model % m.n_heads != 0 {
+    if let (Some(d_model), Some(n_heads)) = (m.d_model, m.n_heads) {
+        if n_heads == 0 || d_model % n_heads != 0 {
             err(
                 "model.n_heads",
-                m.n_heads.to_string(),
-                format!("must divide model.d_model ({})", m.d_model),
+                n_heads.to_string(),
+                format!("must divide model.d_model ({d_model})"),
             );
-        } else if (m.d_model / m.n_heads) % 2 != 0 {
+        } else if (d_model / n_heads) % 2 != 0 {
             err(
                 "model.n_heads",
-                m.n_heads.to_string(),
+                n_heads.to_string(),
                 format!(
                     "must leave an even head size for RoPE (d_model / n_heads = {})",
-                    m.d_model / m.n_heads
+                    d_model / n_heads
                 ),
             );
         }
+    }
+    if let Some(vocab) = m.vocab {
         if let Some(d) = &s.data {
-            if d.tokenizer == Tokenizer::Bytes && m.vocab != 256 {
+            if d.tokenizer == Tokenizer::Bytes && vocab != 256 {
                 err(
                     "model.vocab",
-                    m.vocab.to_string(),
+                    vocab.to_string(),
                     "must be 256 with data.tokenizer = \"bytes\"".into(),
                 );
             }
         }
     }
 
-    if let Some(moe) = &s.moe {
-        if moe.top_k > moe.n_experts {
+    if let (Some(top_k), Some(n_experts)) = (m.top_k, m.n_experts) {
+        if top_k > n_experts {
             err(
                 "model.moe.top_k",
-                moe.top_k.to_string(),
-                format!("must be <= model.moe.n_experts ({})", moe.n_experts),
+                top_k.to_string(),
+                format!("must be <= model.moe.n_experts ({n_experts})"),
             );
         }
     }
 
-    if let Some(t) = &s.train {
-        if t.warmup_steps > t.steps {
-            err(
-                "train.warmup_steps",
-                t.warmup_steps.to_string(),
-                format!("must be <= train.steps ({})", t.steps),
-            );
+    // Read field by field, like the model's numbers, so a wrong type elsewhere in `[train]`
+    // does not hide these.
+    let train_number = |path: &str| -> Option<u64> {
+        if flagged.iter().any(|e| e.path == path) {
+            return None;
         }
-        let mut previous = 0;
-        for (i, m) in t.lr_milestones.iter().enumerate() {
-            if m.step >= t.steps {
+        value
+            .pointer(&format!("/{}", path.replace('.', "/")))?
+            .as_u64()
+    };
+    if let Some(steps) = train_number("train.steps") {
+        if let Some(warmup) = train_number("train.warmup_steps") {
+            if warmup > steps {
                 err(
-                    &format!("train.lr_milestones[{i}].step"),
-                    m.step.to_string(),
-                    format!("must be < train.steps ({})", t.steps),
+                    "train.warmup_steps",
+                    warmup.to_string(),
+                    format!("must be <= train.steps ({steps})"),
                 );
-            } else if m.step <= previous && i > 0 {
+            }
+        }
+        let milestones = value
+            .pointer("/train/lr_milestones")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let mut previous = 0;
+        for (i, m) in milestones.iter().enumerate() {
+            let Some(step) = m.get("step").and_then(Value::as_u64) else {
+                continue;
+            };
+            if step >= steps {
                 err(
                     &format!("train.lr_milestones[{i}].step"),
-                    m.step.to_string(),
+                    step.to_string(),
+                    format!("must be < train.steps ({steps})"),
+                );
+            } else if step <= previous && i > 0 {
+                err(
+                    &format!("train.lr_milestones[{i}].step"),
+                    step.to_string(),
                     format!("must be after the previous milestone's step ({previous})"),
                 );
             }
-            previous = m.step;
+            previous = step;
         }
     }
 
@@ -599,12 +708,12 @@ fn semantic_errors(value: &Value) -> Vec<FieldError> {
                                 format!("must be <= {p}.generator.alphabet ({})", g.alphabet),
                             );
                         }
-                        if let Some(m) = &s.model {
-                            if g.alphabet > m.vocab {
+                        if let Some(vocab) = m.vocab {
+                            if g.alphabet > vocab {
                                 err(
                                     &format!("{p}.generator.alphabet"),
                                     g.alphabet.to_string(),
-                                    format!("must be <= model.vocab ({})", m.vocab),
+                                    format!("must be <= model.vocab ({vocab})"),
                                 );
                             }
                         }
@@ -623,10 +732,9 @@ fn semantic_errors(value: &Value) -> Vec<FieldError> {
     }
 
     if let (Some(f), Some(_)) = (&s.forecast, &s.data) {
-        let layers_ok = s
-            .model
-            .as_ref()
-            .is_none_or(|m| crate::metrics::layer_in_range(&f.metric, m.n_layers));
+        let layers_ok = m
+            .n_layers
+            .is_none_or(|n| crate::metrics::layer_in_range(&f.metric, n));
         if !(crate::metrics::is_known_metric(&f.metric, domains.iter().copied()) && layers_ok) {
             err(
                 "forecast.metric",
@@ -653,6 +761,41 @@ mod tests {
         );
         assert_eq!(pointer_to_path(""), "");
         assert_eq!(pointer_to_path("/model"), "model");
+    }
+
+    /// Every error in one pass: a misspelt `[model.moe]` field, a wrong type in `[train]` and
+    /// a field the schema refuses do not hide the cross-field rules (heads against width,
+    /// `top_k` against the experts, warm-up against steps).
+    #[test]
+    fn every_error_is_reported_in_one_pass() {
+        let tiny = include_str!("../../examples/tiny.toml");
+        let text = tiny
+            .replace("n_heads = 4", "n_heads = 5")
+            .replace("top_k = 2", "topk = 2\ntop_k = 9")
+            .replace("batch_size = 8", "batch_size = \"eight\"")
+            .replace("warmup_steps = 30", "warmup_steps = 3000");
+        let err = parse_toml(&text).unwrap_err();
+        let paths: Vec<&str> = err.field_errors().iter().map(|e| e.path.as_str()).collect();
+        for want in [
+            "model.moe.topk",
+            "train.batch_size",
+            "model.n_heads",
+            "model.moe.top_k",
+            "train.warmup_steps",
+        ] {
+            assert!(paths.contains(&want), "{want} missing from {paths:?}");
+        }
+        // The clean file is valid, so each error above comes from one edit.
+        parse_toml(tiny).unwrap();
+    }
+
+    #[test]
+    fn flagged_fields_come_out_at_any_depth() {
+        let mut v = serde_json::json!({"a": {"b": [{"c": 1, "d": 2}]}, "e": 3});
+        remove_path(&mut v, "a.b[0].c");
+        remove_path(&mut v, "e");
+        remove_path(&mut v, "x.y[3]");
+        assert_eq!(v, serde_json::json!({"a": {"b": [{"d": 2}]}}));
     }
 
     #[test]

@@ -59,6 +59,21 @@ pub fn run(args: BoardArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
             return Ok(exit::code(exit::CHECK_FAILED));
         }
     }
+    if defs.is_empty() && !args.json {
+        // Nothing to derive: say so and where boards are declared, rather than print nothing.
+        println!(
+            "no leaderboards declared in {}{}; declare one with a [[leaderboard]] table \
+             (name, metric, direction), e.g.\n\n  [[leaderboard]]\n  name = \"eval-loss\"\n  \
+             metric = \"eval/loss\"\n  direction = \"min\"",
+            config_path.display(),
+            if config_path.exists() {
+                ""
+            } else {
+                " (the file does not exist)"
+            },
+        );
+        return Ok(exit::code(exit::OK));
+    }
     let boards = derive(&global.lab, &defs)?;
     if args.json {
         let out = match (&args.name, boards.as_slice()) {

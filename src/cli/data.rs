@@ -302,10 +302,11 @@ fn print(done: &Done, json: bool) -> anyhow::Result<()> {
                 println!("  entropy {h:.6} bits/byte (the loss floor)");
             }
             println!("  recorded as dataset entry {}", d.entry);
-            println!(
-                "  use it in a spec: [[data.mixture]] domain = \"{}\" corpus = \"{}\"",
-                d.body.domain, d.hash
-            );
+            print_snippet(&format!(
+                "[[data.mixture]]\ndomain = {}\ncorpus = {}",
+                toml_string(&d.body.domain),
+                toml_string(&d.hash.to_string())
+            ));
         }
         Done::Tokenizer(t) => {
             println!("{}", t.hash);
@@ -319,10 +320,11 @@ fn print(done: &Done, json: bool) -> anyhow::Result<()> {
                 t.body.source
             );
             println!("  recorded as tokenizer entry {}", t.entry);
-            println!(
-                "  use it in a spec: [data] tokenizer = \"{}\" and [model] vocab = {}",
-                t.hash, t.body.vocab_size
-            );
+            print_snippet(&format!(
+                "[data]\ntokenizer = {}\n\n[model]\nvocab = {}",
+                toml_string(&t.hash.to_string()),
+                t.body.vocab_size
+            ));
         }
         Done::Tokenized(t) => {
             println!("{}", t.body.shard);
@@ -338,4 +340,21 @@ fn print(done: &Done, json: bool) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A string as a TOML value, quoted and escaped.
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// Prints a spec snippet, indented, that is valid TOML once the indentation is taken off.
+fn print_snippet(toml_text: &str) {
+    println!("  use it in a spec:\n");
+    for line in toml_text.lines() {
+        if line.is_empty() {
+            println!();
+        } else {
+            println!("    {line}");
+        }
+    }
 }

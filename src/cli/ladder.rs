@@ -112,11 +112,12 @@ pub fn run(args: LadderArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
         } else {
             match &report.outcome {
                 Some(o) => println!(
-                    "target: forecast {:.4}, actual {}; {} (tolerance {})",
+                    "target: forecast {:.4} ± {}, actual {}, error {}; verdict: {}",
                     o.predicted,
+                    o.tolerance,
                     o.actual.map_or("-".into(), |a| format!("{a:.4}")),
-                    if o.hit { "within tolerance" } else { "outside tolerance: the forecast is refuted" },
-                    o.tolerance
+                    o.error().map_or("-".into(), |e| format!("{e:+.4}")),
+                    o.verdict(),
                 ),
                 None => println!("target ended {} without `{metric}`", report.target.status),
             }

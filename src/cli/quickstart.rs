@@ -241,7 +241,7 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
         );
 
         // 1. An outsider opens an experiment issue through the form.
-        let issues = LocalIssues { repo: REPO.into() };
+        let issues = LocalIssues::new(REPO, &format!("{base}{LOCAL_GITHUB_PREFIX}"));
         let title = format!("[experiment] {}", spec.experiment.name);
         let body = render_issue_form(
             &spec.experiment.hypothesis,
@@ -249,6 +249,7 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
             TINY,
             true,
         );
+        github.note_issue(REPO, 1, PROPOSER, &title, &body);
         let status = deliver(addr, &secret, "issues", "quickstart-1", &issues.opened(1, PROPOSER, &title, &body)).await?;
         stage("issue", format!("#1 opened by {PROPOSER}: signed webhook delivered ({status})"));
         let gh = github.clone();
@@ -300,12 +301,15 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
             ),
         );
         let gh = github.clone();
+        // The result comment by its marker: an alert about the same run also names the run
+        // and the ledger.
+        let marker = glassbox_github_bot::render::comment_marker(&format!("result:{}", done.run()));
         let result = wait_for("the bot's result comment", Duration::from_secs(60), async || {
             Ok(gh
                 .comments()
                 .into_iter()
                 .filter(|c| c.issue == 1)
-                .find(|c| c.body.contains(done.run().0.as_str()) && c.body.contains("ledger")))
+                .find(|c| c.body.starts_with(&marker)))
         })
         .await?;
         stage(

@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::Instant;
 
 use anyhow::Context;
 use glassbox_runner::backend::{self, Backend, BackendRequest, Selected};
@@ -459,6 +458,17 @@ fn run_through_lab(
                     }
                 }
             }
+            if let Some(fc) = &f.forecast {
+                println!(
+                    "forecast: {} = {} ± {}, actual {}, error {}; verdict: {}",
+                    fc.metric,
+                    fc.predicted,
+                    fc.tolerance,
+                    fc.actual.map_or("not measured".into(), |a| format!("{a:.4}")),
+                    fc.error().map_or("-".into(), |e| format!("{e:+.4}")),
+                    fc.verdict()
+                );
+            }
             if let Some((blob, step)) = &checkpoint {
                 println!(
                     "checkpoint: step {step} in the ledger's blob store (`glassbox ledger get {blob} -o FILE`)"
@@ -613,10 +623,8 @@ fn print_summary(o: &RunOutcome, out_dir: &Path, peak_rss: Option<u64>) {
 struct Progress {
     quiet: bool,
     bar: Option<indicatif::ProgressBar>,
-    every: u64,
-    start: Instant,
-    total: u64,
-    first_step: u64,
+    /// The lines printed when stderr is not a terminal.
+    lines: Option<glassbox_runner::progress::ProgressLines>,
 }
 
 impl Progress {
@@ -624,10 +632,7 @@ impl Progress {
         Self {
             quiet,
             bar: None,
-            every: 1,
-            start: Instant::now(),
-            total: 0,
-            first_step: 0,
+            lines: None,
         }
     }
 }
@@ -643,10 +648,7 @@ impl Progress {
 
 impl Observer for Progress {
     fn on_start(&mut self, step: u64, total: u64, info: &RunInfo) {
-        self.total = total;
-        self.first_step = step;
-        self.every = (total / 20).max(1);
-        self.start = Instant::now();
+        self.lines = Some(glassbox_runner::progress::ProgressLines::new(step, total));
         if self.quiet {
             return;
         }
@@ -679,36 +681,17 @@ impl Observer for Progress {
                 bar.set_message(format!("loss {loss:.4}  {tps:.0} tok/s"));
             }
             (Some(bar), RecordKind::Eval) => {
-                bar.println(format!("step {}: {}", r.step, fmt_eval(r)));
+                bar.println(glassbox_runner::progress::eval_line(r));
             }
-            (None, RecordKind::Train) => {
-                if r.step % self.every == 0 || r.step == self.total {
-                    let done = (r.step - self.first_step) as f64;
-                    let secs = self.start.elapsed().as_secs_f64();
-                    let eta = if done > 0.0 {
-                        secs / done * (self.total - r.step) as f64
-                    } else {
-                        0.0
-                    };
-                    eprintln!(
-                        "step {}/{}  loss {loss:.4}  {tps:.0} tok/s  ETA {eta:.0} s",
-                        r.step, self.total
-                    );
+            (None, _) => {
+                if let Some(line) = self.lines.as_ref().and_then(|p| p.line(r)) {
+                    eprintln!("{line}");
                 }
             }
-            (None, RecordKind::Eval) => eprintln!("step {}: {}", r.step, fmt_eval(r)),
         }
     }
 
     fn on_end(&mut self, _o: &RunOutcome) {
         self.finish();
     }
-}
-
-fn fmt_eval(r: &MetricRecord) -> String {
-    r.scalars
-        .iter()
-        .map(|(k, v)| format!("{k} {v:.4}"))
-        .collect::<Vec<_>>()
-        .join("  ")
 }

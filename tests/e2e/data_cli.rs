@@ -119,6 +119,20 @@ fn importing_a_file_records_a_dataset_and_bad_input_is_refused() {
         text.starts_with("blake3:") && text.contains("dataset entry 0"),
         "{text}"
     );
+    // The snippet it suggests is TOML as printed (indentation aside) and names the corpus.
+    let snippet: String = text
+        .lines()
+        .skip_while(|l| !l.contains("use it in a spec"))
+        .skip(1)
+        .map(|l| format!("{}\n", l.trim_start()))
+        .collect();
+    let parsed: toml::Table = toml::from_str(&snippet).unwrap_or_else(|e| panic!("{e}: {snippet}"));
+    let entry = &parsed["data"]["mixture"][0];
+    assert_eq!(entry["domain"].as_str(), Some("text"), "{snippet}");
+    assert!(
+        text.starts_with(entry["corpus"].as_str().unwrap()),
+        "{snippet}"
+    );
     let log = glassbox(d, &["ledger", "log", "--json"]);
     assert!(String::from_utf8_lossy(&log.stdout).contains("\"dataset\""));
 

@@ -13,6 +13,7 @@ mod hostile;
 mod ladder_reproduce;
 mod ledger_cli;
 mod multi_machine;
+mod observatory_cli;
 mod quickstart;
 mod research;
 mod run_record;

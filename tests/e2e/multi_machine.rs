@@ -302,7 +302,7 @@ max_wait_seconds = 5
     let w2 = worker("worker-2", 2);
 
     // Five outsiders propose; the maintainer approves each.
-    let issues = LocalIssues { repo: REPO.into() };
+    let issues = LocalIssues::new(REPO, &format!("http://{github_addr}{LOCAL_GITHUB_PREFIX}"));
     for i in 1..=PROPOSALS {
         let author = format!("proposer-{i}");
         let title = format!("[experiment] multi machine {i}");

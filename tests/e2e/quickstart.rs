@@ -40,11 +40,33 @@ fn quickstart_plays_the_whole_path_and_refuses_to_overwrite() {
     ] {
         assert!(stderr.contains(stage), "missing stage {stage:?}:\n{stderr}");
     }
+    // The result line quotes the result comment, never an alert about the run.
+    let result = stderr
+        .lines()
+        .find(|l| l.contains("result  recorded and commented"))
+        .unwrap();
+    assert!(
+        !result.contains("Alert") && result.contains("run-000001"),
+        "{result}"
+    );
     assert!(
         stdout.lines().any(|l| l.starts_with("verified: size ")),
         "{stdout}"
     );
     assert!(dir.path().join("glassbox-lab/log/checkpoint").is_file());
+
+    // The stand-in issue's links point at the stand-in, which exists, not at github.com.
+    let log = Command::new(BIN)
+        .args(["ledger", "log", "--json", "--lab"])
+        .arg(dir.path().join("glassbox-lab"))
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(
+        log.contains("/local-github/local/glassbox-quickstart/issues/1"),
+        "{log}"
+    );
+    assert!(!log.contains("github.com"), "{log}");
 
     let again = Command::new(BIN)
         .args(["quickstart", "--bind", "127.0.0.1:0", "--exit"])

@@ -64,6 +64,8 @@ fn metrics(out: &Path) -> Vec<serde_json::Value> {
             if let Some(s) = v.get_mut("scalars").and_then(|s| s.as_object_mut()) {
                 s.remove("throughput/tokens_per_second");
                 s.remove("throughput/mfu");
+                // Hardware telemetry describes the machine and its moment, not the run.
+                s.retain(|k, _| !k.starts_with("hw/"));
             }
             v
         })

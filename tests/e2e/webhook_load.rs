@@ -112,7 +112,7 @@ fn sender(n: usize, url: &str, first_issue: u64) -> Vec<Sent> {
         .timeout_global(Some(Duration::from_secs(30)))
         .build()
         .into();
-    let issues = LocalIssues { repo: REPO.into() };
+    let issues = LocalIssues::new(REPO, &format!("http://127.0.0.1:9{LOCAL_GITHUB_PREFIX}"));
     let examples: Vec<(&str, serde_json::Value)> = EXAMPLES
         .iter()
         .map(|(event, file)| (*event, fixture(file)))

@@ -358,6 +358,7 @@
       legend: { live: true },
       hooks: {
         draw: [function (u) { self.drawMarks(u); }],
+        setCursor: [function (u) { self.markTip(u); }],
         setSelect: [function (u) {
           if (u.select.width < 3) { return; }
           var a = u.posToVal(u.select.left, 'x');
@@ -382,12 +383,16 @@
     var left = u.bbox.left;
     var right = left + u.bbox.width;
     var drawn = 0;
+    var hover = [];
     ctx.save();
     this.marks.forEach(function (m) {
       var a = at(m.from);
       var b = at(m.to);
       if (!isFinite(a) || !isFinite(b) || b < left || a > right) { return; }
       drawn++;
+      // Where the cursor finds it, in CSS pixels of the plotting area.
+      hover.push({ a: u.valToPos(map ? interp(map, m.from) : m.from, 'x'),
+        b: u.valToPos(map ? interp(map, m.to) : m.to, 'x'), mark: m });
       a = Math.max(a, left);
       b = Math.min(b, right);
       if (m.anomaly || b - a < 2) {
@@ -399,8 +404,39 @@
       }
     });
     ctx.restore();
+    this.hover = hover;
     // How many are in view, for a reader of the page's DOM (and the browser test).
     this.el.dataset.marksDrawn = String(drawn);
+  };
+
+  // The mark under the cursor (within a few pixels of a line, or inside a band) shows its kind
+  // and message in a tip over the chart.
+  Chart.prototype.markTip = function (u) {
+    var x = u.cursor.left;
+    var found = null;
+    if (x != null && x >= 0 && this.hover) {
+      // An anomaly (a thin line) wins over a note's band it falls in.
+      this.hover.forEach(function (h) {
+        if (x >= h.a - 4 && x <= h.b + 4 && (!found || (h.mark.anomaly && !found.mark.anomaly))) {
+          found = h;
+        }
+      });
+    }
+    var tip = this.tip;
+    if (!found) {
+      if (tip) { tip.style.display = 'none'; }
+      return;
+    }
+    if (!tip) {
+      tip = this.tip = document.createElement('div');
+      tip.className = 'mark-tip';
+      u.over.appendChild(tip);
+    }
+    tip.textContent = found.mark.label;
+    tip.classList.toggle('anomaly', !!found.mark.anomaly);
+    tip.style.display = 'block';
+    var width = u.over.clientWidth;
+    tip.style.left = Math.max(0, Math.min(found.b + 8, width - 320)) + 'px';
   };
 
   // The step range of x range [a, b] on this chart's axis.
@@ -547,7 +583,8 @@
   Heatmap.prototype.load = function (from, to) {
     var self = this;
     var seq = ++this.seq;
-    var p = new URLSearchParams();
+    // The page's colour scale, shared by every layer, so a zoomed layer keeps it.
+    var p = new URLSearchParams(this.el.dataset.scale || '');
     if (from !== null) { p.set('from', String(from)); }
     if (to !== null) { p.set('to', String(to)); }
     return fetch(this.src + (String(p) ? '?' + p : '')).then(function (r) {

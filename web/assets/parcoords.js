@@ -53,7 +53,7 @@
     var W = Math.max(480, Math.floor(root.getBoundingClientRect().width || 720));
     var H = 320;
     var top = 30;
-    var bottom = 40;
+    var bottom = 56;
     var left = 120;
     var right = 60;
     var span = H - top - bottom;
@@ -68,7 +68,7 @@
     var paths = runs.map(function (run, r) {
       var d = axes.map(function (a, i) {
         var t = scales[i].at(a.values[r]);
-        var y = isFinite(t) ? top + (1 - t) * span : H - bottom + 14;
+        var y = isFinite(t) ? top + (1 - t) * span : H - bottom + 6;
         return (i ? 'L' : 'M') + (left + i * gap).toFixed(1) + ',' + y.toFixed(1);
       }).join('');
       var p = el('path', { d: d, fill: 'none', 'stroke-width': 2,
@@ -81,8 +81,14 @@
       var x = left + i * gap;
       var g = el('g', { class: 'pc-axis', 'data-axis': a.name }, svg);
       el('line', { x1: x, x2: x, y1: top, y2: H - bottom, stroke: '#555' }, g);
-      var label = el('text', { x: x, y: H - bottom + 28, 'text-anchor': 'middle', 'font-size': 11 }, g);
-      label.textContent = a.name;
+      // Axis names take two rows, alternating, and are cut to the room two gaps give them
+      // (about 6.5 px a character at this size), so neighbours never overlap; the full name
+      // is the tooltip.
+      var room = axes.length > 1 ? Math.max(4, Math.floor((2 * gap - 8) / 6.5)) : 40;
+      var label = el('text', { x: x, y: H - bottom + (i % 2 ? 38 : 20), 'text-anchor': 'middle',
+        'font-size': 11, class: 'pc-label' }, g);
+      label.textContent = a.name.length > room ? a.name.slice(0, room - 1) + '…' : a.name;
+      el('title', {}, label).textContent = a.name;
       scales[i].ticks.forEach(function (t) {
         var tx = el('text', { x: x - 6, y: top + (1 - t[0]) * span + 4, 'text-anchor': 'end', 'font-size': 10, fill: '#555' }, g);
         // Long category names (a hypothesis) are cut; the full text is the tooltip.

@@ -152,6 +152,7 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (LabDir, In
                 spec_hash,
                 code_revision: "load".into(),
                 backend: "cpu".into(),
+                backend_reason: None,
                 hardware: "load".into(),
                 seed: k,
                 kernel_hashes: BTreeMap::new(),

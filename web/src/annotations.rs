@@ -88,16 +88,7 @@ impl RunMark {
                 to_step: a.step,
                 author: None,
                 label: a.kind.as_str().into(),
-                text: format!(
-                    "{}{}: {} = {:.6} against a trailing median of {:.6}",
-                    a.kind.describe(),
-                    a.layer
-                        .map(|l| format!(" in layer {l}"))
-                        .unwrap_or_default(),
-                    a.metric,
-                    a.value,
-                    a.baseline
-                ),
+                text: a.message(),
                 url: None,
                 supersedes: None,
                 superseded_by: None,
@@ -155,7 +146,7 @@ pub fn chart_marks(marks: &[RunMark]) -> Vec<Mark> {
             to: m.to_step as f64,
             label: match &m.author {
                 Some(a) => format!("{} note by {a}: {}", m.label, m.text),
-                None => format!("anomaly: {}", m.text),
+                None => format!("anomaly ({}): {}", m.label, m.text),
             },
             anomaly: m.kind == "anomaly",
         })

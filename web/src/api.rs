@@ -37,7 +37,7 @@ use crate::pages::compare::{self, CompareRun};
 use crate::pages::data::{
     self as data_pages, DatasetDetail, DocQuery, DocumentView, DomainUse, RunConsumption, TokenSpan,
 };
-use crate::pages::ladder::{self, Ladder, Law, Rung};
+use crate::pages::ladder::{self, Ladder, Law, Rung, Settled};
 use crate::pages::ledger::{self, LedgerSummary};
 use crate::pages::sweeps::{self, SweepChild, SweepFilter, SweepSummary, SweepView};
 use crate::series::{self, MAX_POINTS_PER_LINE};
@@ -45,6 +45,8 @@ use crate::series::{self, MAX_POINTS_PER_LINE};
 /// The API's routes.
 pub fn routes() -> Router<WebState> {
     Router::new()
+        .route("/api/v1", get(index))
+        .route("/api/v1/", get(index))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/api/v1/experiments", get(experiments))
         .route("/api/v1/experiments/{*id}", get(experiment))
@@ -77,6 +79,66 @@ pub fn routes() -> Router<WebState> {
         .route("/api/v1/queue", get(queue))
 }
 
+/// What `GET /api/v1/` answers: where the API's document and collections are.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiIndex {
+    /// The API's name.
+    pub name: &'static str,
+    /// The OpenAPI document that describes every route.
+    pub openapi: &'static str,
+    /// Each collection, by name, with its path.
+    pub collections: Vec<ApiLink>,
+    /// The log in the C2SP tlog-tiles layout (its checkpoint).
+    pub log_checkpoint: &'static str,
+}
+
+/// One collection of the API.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiLink {
+    /// What it lists.
+    pub name: &'static str,
+    /// Its path.
+    pub href: &'static str,
+}
+
+/// The collections [`index`] lists.
+const COLLECTIONS: [(&str, &str); 12] = [
+    ("experiments", "/api/v1/experiments"),
+    ("runs", "/api/v1/runs"),
+    ("entries", "/api/v1/entries"),
+    ("datasets", "/api/v1/datasets"),
+    ("tokenizers", "/api/v1/tokenizers"),
+    ("ladder", "/api/v1/ladder"),
+    ("boards", "/api/v1/boards"),
+    ("sweeps", "/api/v1/sweeps"),
+    ("negative", "/api/v1/negative"),
+    ("compare", "/api/v1/compare"),
+    ("ledger", "/api/v1/ledger"),
+    ("openapi", "/api/v1/openapi.json"),
+];
+
+/// The API's index: links to the OpenAPI document and to each collection (the job queue
+/// only where this dashboard is attached to one).
+#[utoipa::path(get, path = "/api/v1/", responses((status = 200, body = ApiIndex)))]
+async fn index(State(st): State<WebState>) -> Json<ApiIndex> {
+    let mut collections: Vec<ApiLink> = COLLECTIONS
+        .iter()
+        .map(|&(name, href)| ApiLink { name, href })
+        .collect();
+    if st.queue.is_some() {
+        collections.push(ApiLink {
+            name: "queue",
+            href: "/api/v1/queue",
+        });
+    }
+    Json(ApiIndex {
+        name: "glassbox dashboard API",
+        openapi: "/api/v1/openapi.json",
+        collections,
+        log_checkpoint: "/log/checkpoint",
+    })
+}
+
 /// The OpenAPI document.
 #[derive(Debug, OpenApi)]
 #[openapi(
@@ -85,6 +147,7 @@ pub fn routes() -> Router<WebState> {
         description = "Read-only JSON view of an open lab: experiments, runs, metric curves, ledger entries and proofs. The log itself is served in the C2SP tlog-tiles layout at /log/ and blobs at /blobs/."
     ),
     paths(
+        index,
         experiments,
         experiment,
         runs,
@@ -113,6 +176,8 @@ pub fn routes() -> Router<WebState> {
         queue
     ),
     components(schemas(
+        ApiIndex,
+        ApiLink,
         ListPage,
         ListRow,
         ExperimentDetail,
@@ -138,6 +203,7 @@ pub fn routes() -> Router<WebState> {
         DomainUse,
         Ladder,
         Rung,
+        Settled,
         Law,
         BoardSummary,
         SweepSummary,

@@ -25,8 +25,8 @@ use glassbox_ledger::BlobStore;
 use glassbox_ledger::board::BoardBuilder;
 use glassbox_schemas::data::{CorpusFormat, TokenizedBody, TokenizerBody};
 use glassbox_schemas::record::{
-    AnomalyBody, ApprovalBody, DatasetBody, ForecastBody, GateBody, GateSide, IssueRef,
-    ProposalBody, RejectionBody, ResultBody, RunStartedBody, SweepBody,
+    AnomalyBody, ApprovalBody, DatasetBody, ForecastBody, ForecastVerdict, GateBody, GateSide,
+    IssueRef, ProposalBody, RejectionBody, ResultBody, RunStartedBody, SweepBody,
 };
 use glassbox_schemas::{BlobHash, EntryKind, ExperimentSpec, LedgerEntry};
 use serde::Serialize;
@@ -117,8 +117,13 @@ pub struct ForecastCheck {
     pub tolerance: f64,
     /// Observed value.
     pub actual: Option<f64>,
+    /// `actual - predicted`, when measured.
+    pub error: Option<f64>,
     /// Within tolerance.
     pub hit: bool,
+    /// `hit` or `miss` (`pending` only where no run has finished).
+    #[schema(value_type = String, example = "hit")]
+    pub verdict: ForecastVerdict,
 }
 
 /// One run.
@@ -677,7 +682,17 @@ impl CatalogData {
 
     /// What the spec `spec_hash` says, when its blob was read.
     pub fn spec_facts(&self, spec_hash: &str) -> Option<&SpecFacts> {
-        self.specs.get(spec_hash).and_then(|s| s.as_deref())
+        // Specs are read by their blob's hash, which is the spec hash only for a blob of the
+        // canonical JSON; a TOML blob is found through the experiment that proposed it.
+        self.specs
+            .get(spec_hash)
+            .and_then(|s| s.as_deref())
+            .or_else(|| {
+                self.experiments
+                    .values()
+                    .find(|e| e.spec_hash.as_deref() == Some(spec_hash))
+                    .and_then(|e| e.spec.as_ref())
+            })
     }
 
     fn experiment(&mut self, id: &str, idx: u64, time: &str) -> &mut ExperimentRow {
@@ -899,6 +914,8 @@ impl CatalogData {
                     run.final_metrics = b.ending.final_metrics;
                     run.reason = b.ending.reason;
                     run.forecast = b.forecast.map(|f| ForecastCheck {
+                        error: f.error(),
+                        verdict: f.verdict(),
                         metric: f.metric,
                         predicted: f.predicted,
                         tolerance: f.tolerance,

@@ -466,15 +466,18 @@ fn viridis(t: f64) -> RGBColor {
     RGBColor(mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
 }
 
-/// A heatmap: `columns` are (step from, step to, one value per row); row `r` is labelled
-/// `row_desc r`. Colour runs from the smallest to the largest value. Each hover target's title
-/// reads `{hover_prefix}{row_desc} r, steps a-b: {value_desc} v`.
+/// A heatmap of `columns` (each `(x from, x to, one value per row)`): a labelled tick per row
+/// (every row up to 32, then every second or fourth), axes and labels at a readable size, and a
+/// colour bar with its scale on the right. `scale` fixes the colours' range (one scale across
+/// several heatmaps, e.g. every layer of a run); without it the values' own range is used.
+/// Cells overlap their neighbours by a hair so anti-aliasing leaves no white seams.
 pub fn heatmap(
     title: &str,
     row_desc: &str,
     hover_prefix: &str,
     value_desc: &str,
     columns: &[(f64, f64, Vec<f64>)],
+    scale: Option<(f64, f64)>,
 ) -> String {
     let rows = columns.iter().map(|c| c.2.len()).max().unwrap_or(0);
     if columns.is_empty() || rows == 0 {
@@ -490,23 +493,26 @@ pub fn heatmap(
     if lo > hi {
         return placeholder(title, "no finite values");
     }
+    if let Some((a, b)) = scale.filter(|(a, b)| a.is_finite() && b.is_finite() && a <= b) {
+        (lo, hi) = (a, b);
+    }
     let span = if hi - lo < 1e-12 { 1.0 } else { hi - lo };
     let x0 = columns.first().map(|c| c.0).unwrap_or(0.0);
     let x1 = columns.last().map(|c| c.1).unwrap_or(1.0).max(x0 + 1.0);
-    let height = (60 + rows as u32 * 14).clamp(140, 420);
+    let height = (90 + rows as u32 * 16).clamp(180, 560);
+    let label_every = rows.div_ceil(32).next_power_of_two().max(1);
+    let seam = (x1 - x0) * 0.002;
     let mut svg = String::new();
     let mut hover = String::new();
     let drawn = (|| -> Result<(), Box<dyn std::error::Error + '_>> {
         let root = SVGBackend::with_string(&mut svg, (LINE_SIZE.0, height)).into_drawing_area();
         root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                escape_xml(&format!("{title} (colour: {lo:.3} .. {hi:.3})")),
-                ("sans-serif", 15),
-            )
+        let (plot_area, bar_area) = root.split_horizontally(LINE_SIZE.0 - 96);
+        let mut chart = ChartBuilder::on(&plot_area)
+            .caption(escape_xml(title), ("sans-serif", 19))
             .margin(8)
-            .x_label_area_size(34)
-            .y_label_area_size(64)
+            .x_label_area_size(40)
+            .y_label_area_size(58)
             .build_cartesian_2d(x0..x1, 0f64..rows as f64)?;
         chart
             .configure_mesh()
@@ -514,19 +520,85 @@ pub fn heatmap(
             .x_desc("step")
             .y_desc(escape_xml(row_desc))
             .x_labels(8)
-            .y_labels(rows.min(16))
+            .y_labels(0)
             .x_label_formatter(&|v| format!("{v:.0}"))
-            .y_label_formatter(&|v| format!("{}", v.floor() as i64))
-            .label_style(("sans-serif", 11))
+            .label_style(("sans-serif", 16))
+            .axis_desc_style(("sans-serif", 17))
             .draw()?;
-        chart.draw_series(columns.iter().flat_map(|(a, b, vals)| {
-            vals.iter().enumerate().map(move |(r, &v)| {
-                Rectangle::new(
-                    [(*a, r as f64), (*b, r as f64 + 1.0)],
-                    viridis((v - lo) / span).filled(),
-                )
-            })
+        // Each cell reaches the next column's start (and a hair beyond), so no background
+        // shows between them.
+        let ends: Vec<f64> = columns
+            .iter()
+            .enumerate()
+            .map(|(k, c)| columns.get(k + 1).map_or(c.1, |n| n.0.max(c.1)) + seam)
+            .collect();
+        chart.draw_series(columns.iter().zip(&ends).flat_map(|((a, _, vals), end)| {
+            vals.iter()
+                .enumerate()
+                .filter(|(_, v)| v.is_finite())
+                .map(move |(r, &v)| {
+                    Rectangle::new(
+                        [
+                            (*a, r as f64),
+                            (end.min(x1), (r as f64 + 1.02).min(rows as f64)),
+                        ],
+                        viridis(((v - lo) / span).clamp(0.0, 1.0)).filled(),
+                    )
+                })
         }))?;
+        // A tick and a label per row (per second or fourth row past 32).
+        // plotters' SVG text comes out at about 0.8 of the size asked for: these read as 13 px.
+        let tick = ("sans-serif", 16).into_font().color(&BLACK);
+        for r in (0..rows).filter(|r| r % label_every == 0) {
+            let (px, py) = chart.backend_coord(&(x0, r as f64 + 0.5));
+            plot_area.draw(&PathElement::new(vec![(px - 5, py), (px, py)], BLACK))?;
+            plot_area.draw(&Text::new(
+                format!("{r}"),
+                (px - 8, py),
+                tick.clone().pos(plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Right,
+                    plotters::style::text_anchor::VPos::Center,
+                )),
+            ))?;
+        }
+        // The colour bar: the scale from `lo` (bottom) to `hi` (top), with its ends and middle.
+        let (top, bottom) = (40i32, height as i32 - 48);
+        let steps = 48;
+        for k in 0..steps {
+            let y0 = bottom - (bottom - top) * (k + 1) / steps;
+            let y1 = bottom - (bottom - top) * k / steps + 1;
+            bar_area.draw(&Rectangle::new(
+                [(10, y0), (28, y1)],
+                viridis((k as f64 + 0.5) / steps as f64).filled(),
+            ))?;
+        }
+        bar_area.draw(&Rectangle::new(
+            [(10, top), (28, bottom)],
+            BLACK.stroke_width(1),
+        ))?;
+        let small = ("sans-serif", 15).into_font().color(&BLACK);
+        for (t, v) in [(0.0, lo), (0.5, lo + span / 2.0), (1.0, hi)] {
+            let y = bottom - ((bottom - top) as f64 * t) as i32;
+            bar_area.draw(&Text::new(
+                fmt_value(v),
+                (32, y),
+                small.clone().pos(plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Left,
+                    plotters::style::text_anchor::VPos::Center,
+                )),
+            ))?;
+        }
+        // The scale's name above the bar, on two lines when it is more than one word.
+        let words: Vec<&str> = value_desc.split(' ').collect();
+        let half = words.len().div_ceil(2);
+        let lines = [words[..half].join(" "), words[half..].join(" ")];
+        for (k, line) in lines.iter().filter(|l| !l.is_empty()).enumerate() {
+            bar_area.draw(&Text::new(
+                escape_xml(line),
+                (4, top - 30 + 14 * k as i32),
+                small.clone(),
+            ))?;
+        }
         let stride = columns.len().div_ceil(40).max(1);
         for (k, (a, b, vals)) in columns.iter().enumerate() {
             if k % stride != 0 {
@@ -603,19 +675,45 @@ mod tests {
             },
         );
         assert!(one.starts_with("<svg"));
-        assert!(heatmap("h", "expert", "", "load", &[]).contains("no data yet"));
+        assert!(heatmap("h", "expert", "", "load", &[], None).contains("no data yet"));
         let h = heatmap(
             "h",
             "expert",
             "layer 2, ",
             "load",
             &[(0.0, 10.0, vec![0.25, 0.75])],
+            None,
         );
         assert!(h.contains("<rect"));
         assert!(
             h.contains("<title>layer 2, expert 1, steps 0-10: load 0.75000</title>"),
             "{h}"
         );
+    }
+
+    /// A tick label per row, the colour bar's ends at the given scale, and every cell's
+    /// rectangle reaching its neighbour's (no seam the background shows through).
+    #[test]
+    fn heatmaps_label_each_row_and_show_their_scale() {
+        let columns: Vec<(f64, f64, Vec<f64>)> = (0..10)
+            .map(|k| {
+                (
+                    k as f64 * 10.0,
+                    k as f64 * 10.0 + 9.0,
+                    vec![0.1, 0.2, 0.3, 0.4],
+                )
+            })
+            .collect();
+        let h =
+            heatmap("layer 0", "expert", "", "load", &columns, Some((0.0, 1.0))).replace('\n', "");
+        for r in 0..4 {
+            assert!(
+                h.contains(&format!(">{r}</text>")),
+                "row {r} unlabelled: {h}"
+            );
+        }
+        assert!(h.contains(">1.00000</text>"), "{h}");
+        assert!(h.contains(">0.50000</text>"), "{h}");
     }
 
     #[test]

@@ -90,6 +90,10 @@ pub struct QueueRow {
     pub estimated_seconds: Option<f64>,
     /// In how many seconds from now it should start (waiting jobs), or end (running ones).
     pub estimated_start_in_seconds: Option<f64>,
+    /// How long its run took, start to result (finished jobs whose run is on the record).
+    pub took_seconds: Option<f64>,
+    /// How long it was on the queue, from enqueued to ended (finished jobs).
+    pub queued_to_end_seconds: Option<f64>,
 }
 
 /// The queue page's and `/api/v1/queue`'s content.
@@ -178,6 +182,29 @@ pub fn estimate(jobs: QueueJobs, cat: &CatalogData) -> QueueView {
             flops,
             estimated_seconds,
             estimated_start_in_seconds: None,
+            took_seconds: None,
+            queued_to_end_seconds: None,
+        }
+    };
+    let unix_ms = |rfc3339: Option<&str>| {
+        let t =
+            time::OffsetDateTime::parse(rfc3339?, &time::format_description::well_known::Rfc3339)
+                .ok()?;
+        Some((t.unix_timestamp_nanos() / 1_000_000) as i64)
+    };
+    let finished_row = |job: QueueJob| {
+        let took_seconds = job
+            .run
+            .as_deref()
+            .and_then(|run| cat.runs.get(run))
+            .and_then(|r| Some((unix_ms(r.started.as_deref())?, unix_ms(r.ended.as_deref())?)))
+            .map(|(a, b)| (b - a).max(0) as f64 / 1000.0);
+        let queued_to_end_seconds =
+            Some((job.updated_at_ms - job.created_at_ms).max(0) as f64 / 1000.0);
+        QueueRow {
+            took_seconds,
+            queued_to_end_seconds,
+            ..row(job)
         }
     };
     let (mut running, mut waiting, mut held) = (Vec::new(), Vec::new(), Vec::new());
@@ -207,14 +234,7 @@ pub fn estimate(jobs: QueueJobs, cat: &CatalogData) -> QueueView {
     let started: BTreeMap<&str, i64> = cat
         .runs
         .values()
-        .filter_map(|r| {
-            let t = time::OffsetDateTime::parse(
-                r.started.as_deref()?,
-                &time::format_description::well_known::Rfc3339,
-            )
-            .ok()?;
-            Some((r.id.as_str(), (t.unix_timestamp_nanos() / 1_000_000) as i64))
-        })
+        .filter_map(|r| Some((r.id.as_str(), unix_ms(r.started.as_deref())?)))
         .collect();
     let mut free: Vec<Option<f64>> = vec![Some(0.0); workers];
     for (i, r) in running.iter_mut().enumerate() {
@@ -247,7 +267,7 @@ pub fn estimate(jobs: QueueJobs, cat: &CatalogData) -> QueueView {
         running,
         waiting,
         held,
-        finished: jobs.finished.into_iter().map(row).collect(),
+        finished: jobs.finished.into_iter().map(finished_row).collect(),
         measured_flops_per_second: rate,
         measured_runs,
         workers,

@@ -611,6 +611,7 @@ fn alerts_of_every_kind() {
             deviations: 412.5,
             layer: Some(3),
             expert: None,
+            charted: None,
         },
         ledger_index: 88,
     };

@@ -200,6 +200,7 @@ async fn alerts_are_commented_once_per_kind_and_run() {
                 deviations: 31.0,
                 layer: None,
                 expert: None,
+                charted: None,
             },
             ledger_index: 12,
         },
@@ -241,7 +242,11 @@ async fn alerts_are_commented_once_per_kind_and_run() {
         4,
         "anomaly, stalled, result, divergence: {new:#?}"
     );
-    assert!(new[0].contains("**loss spike** at step 41"), "{}", new[0]);
+    assert!(
+        new[0].contains("Alert on run `run-000070`: loss spike at step 41: `train/loss` = 7.5000"),
+        "{}",
+        new[0]
+    );
     assert!(
         new[1].contains("has **stalled**: no step since step 41 for 10.0 min"),
         "{}",

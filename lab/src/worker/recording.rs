@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use glassbox_runner::observer::{Anomaly, MetricRecord, Observer, RecordKind};
+use glassbox_runner::progress::ProgressLines;
 use glassbox_runner::train::RunOutcome;
 use glassbox_schemas::record::{AnomalyBody, ArtifactBody, SnapshotBody};
 use glassbox_schemas::{BlobHash, ExperimentId, RunId};
@@ -95,6 +96,8 @@ pub(super) fn spawn(
         chunk_train_steps: 0,
         flush_steps: flush_steps.max(1),
         to_thread: Some(tx),
+        log: ctx.log.clone(),
+        lines: None,
     };
     let thread = std::thread::Builder::new()
         .name(format!("record-{}", ctx.run))
@@ -128,6 +131,9 @@ pub(super) struct RecordingObserver {
     flush_steps: u64,
     /// `None` once the recording thread has gone away (it failed and stopped listening).
     to_thread: Option<SyncSender<Work>>,
+    /// The run's log, which gets the progress and evaluation lines.
+    log: Arc<RunLog>,
+    lines: Option<ProgressLines>,
 }
 
 impl RecordingObserver {
@@ -150,9 +156,16 @@ impl RecordingObserver {
 }
 
 impl Observer for RecordingObserver {
+    fn on_start(&mut self, step: u64, total: u64, _info: &glassbox_runner::observer::RunInfo) {
+        self.lines = Some(ProgressLines::new(step, total));
+    }
+
     fn on_metrics(&mut self, record: &MetricRecord) {
         if let Some(live) = &self.live {
             live.metrics(&self.experiment, &self.run, record);
+        }
+        if let Some(line) = self.lines.as_ref().and_then(|p| p.line(record)) {
+            self.log.info(line);
         }
         self.chunk.push(record.clone());
         if record.kind == RecordKind::Train {
@@ -192,7 +205,9 @@ fn record_all(ctx: RunContext, rx: Receiver<Work>) -> Recording {
             continue;
         }
         let done = match work {
-            Work::Chunk(records) => store_chunk(&ctx, &records),
+            Work::Chunk(records) => {
+                store_chunk(&ctx, &records).and_then(|()| store_log_chunk(&ctx))
+            }
             Work::Snapshot { step, path } => store_snapshot(&ctx, &mut state, step, &path),
             Work::Anomaly(anomaly) => store_anomaly(&ctx, anomaly),
         };
@@ -235,22 +250,31 @@ fn store_chunk(ctx: &RunContext, records: &[MetricRecord]) -> Result<(), LabErro
     Ok(())
 }
 
+/// The run's log lines written since its last chunk, as a blob with an `artifact` entry
+/// (`logs/<run>/attempt-<n>/lines-<first>-<last>.log`), so the log is on the record as the run
+/// goes; the whole log is stored again when the attempt ends.
+fn store_log_chunk(ctx: &RunContext) -> Result<(), LabError> {
+    let Some(chunk) = ctx.log.take_chunk() else {
+        return Ok(());
+    };
+    let hash = ctx.recorder.put_bytes(chunk.text.as_bytes())?;
+    let body = ArtifactBody {
+        name: format!(
+            "logs/{}/attempt-{}/lines-{:06}-{:06}.log",
+            ctx.run, ctx.attempt, chunk.first_line, chunk.last_line
+        ),
+        bytes: chunk.text.len() as u64,
+        run: Some(ctx.run.clone()),
+    };
+    ctx.recorder
+        .record(Some(&ctx.experiment), one_ref("artifact", &hash), body)?;
+    Ok(())
+}
+
 /// An anomaly: a warning in the run's log, an `anomaly` entry, its count, and, for the run's
 /// first, an alert.
 fn store_anomaly(ctx: &RunContext, anomaly: Anomaly) -> Result<(), LabError> {
-    let where_ = anomaly
-        .layer
-        .map(|l| format!(" in layer {l}"))
-        .unwrap_or_default();
-    ctx.log.warn(format!(
-        "anomaly at step {}: {}{where_} ({} = {:.6}, trailing median {:.6}, {:.1} deviations)",
-        anomaly.step,
-        anomaly.kind.describe(),
-        anomaly.metric,
-        anomaly.value,
-        anomaly.baseline,
-        anomaly.deviations
-    ));
+    ctx.log.warn(format!("anomaly: {}", anomaly.message()));
     let body = AnomalyBody {
         run: ctx.run.clone(),
         anomaly,

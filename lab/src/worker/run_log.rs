@@ -1,13 +1,18 @@
-//! A run's own log: what the worker said about one run (the backend it chose and why, resuming,
-//! warnings and retries, the error that ended it), kept so it can be stored as a blob with an
-//! `artifact` entry when the run ends, whatever the ending.
+//! A run's own log: what a person at the worker's terminal sees about one run (the backend it
+//! chose and why, resuming, each progress and evaluation line, warnings and retries, anomalies,
+//! the error that ended it), kept so it can be stored as a blob with an `artifact` entry when
+//! the run ends, whatever the ending, and handed out in chunks while it runs
+//! ([`RunLog::take_chunk`]: the recording thread stores each with the metric chunks, so a
+//! killed worker's log is on the record up to its last chunk).
 //!
 //! Every line also goes to `tracing`, as the worker's messages always did. The text is bounded
 //! ([`MAX_RUN_LOG_BYTES`]): past the cap the first half is kept, then the newest lines that fit
 //! in the second half, with a note of what was left out between them (the end of a log, where
 //! the error that ended the run is, matters most). A log may also have a listener that sees
 //! every line as it is written (the worker passes them to its [`super::LiveSink`], so the
-//! dashboard can stream a running attempt's log). Not here: storing it (the worker does).
+//! dashboard can stream a running attempt's log). The chunks keep the same bound: they carry
+//! the lines up to the first half of the cap, then one note that the rest waits for the end of
+//! the attempt (whose stored log has the newest lines). Not here: storing it (the worker does).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -46,6 +51,28 @@ struct Lines {
     /// Lines (and their bytes) dropped between head and tail.
     omitted_lines: u64,
     omitted_bytes: u64,
+    /// Lines written so far.
+    written: u64,
+    /// Lines not handed out in a chunk yet, from line `chunk_from` (1-based).
+    pending: String,
+    chunk_from: u64,
+    /// Bytes handed out in chunks so far.
+    chunked_bytes: usize,
+    /// Whether the chunks have reached their bound (later lines wait for the end).
+    chunks_full: bool,
+    /// Whether the note saying so was handed out.
+    chunks_noted: bool,
+}
+
+/// Lines of a run's log not yet on the record, numbered from 1 in the attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogChunk {
+    /// The number of its first line.
+    pub first_line: u64,
+    /// The number of its last line.
+    pub last_line: u64,
+    /// The lines, each ending in a newline (and the note, when the chunks reached their bound).
+    pub text: String,
 }
 
 impl Default for RunLog {
@@ -95,21 +122,46 @@ impl RunLog {
         let stamp = now
             .format(&time::format_description::well_known::Rfc3339)
             .unwrap_or_default();
-        let line = format!("{stamp} {level} {text}\n");
+        // One line per line: a message with newlines in it is written as several lines, so
+        // that line numbers and the level of each stay true.
+        let mut out = String::new();
+        for part in text.split('\n') {
+            out.push_str(&format!(
+                "{stamp} {level} {}\n",
+                part.trim_end_matches('\r')
+            ));
+        }
+        for line in out.split_inclusive('\n') {
+            self.push_line(line);
+        }
+    }
+
+    fn push_line(&self, line: &str) {
         if let Some(f) = &self.listener {
             f(line.trim_end_matches('\n'));
         }
         let half = self.cap / 2;
         let mut l = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        l.written += 1;
+        if !l.chunks_full {
+            if l.chunked_bytes + l.pending.len() + line.len() <= half {
+                if l.pending.is_empty() {
+                    l.chunk_from = l.written;
+                }
+                l.pending.push_str(line);
+            } else {
+                l.chunks_full = true;
+            }
+        }
         if !l.head_full {
             if l.head.len() + line.len() <= half {
-                l.head.push_str(&line);
+                l.head.push_str(line);
                 return;
             }
             l.head_full = true;
         }
         l.tail_bytes += line.len();
-        l.tail.push_back(line);
+        l.tail.push_back(line.to_string());
         while l.tail_bytes > half {
             match l.tail.pop_front() {
                 Some(old) => {
@@ -120,6 +172,34 @@ impl RunLog {
                 None => break,
             }
         }
+    }
+
+    /// The lines written since the last chunk, if any (see the module text for the bound).
+    pub fn take_chunk(&self) -> Option<LogChunk> {
+        let mut l = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut text = std::mem::take(&mut l.pending);
+        let n = text.matches('\n').count() as u64;
+        let (first_line, last_line) = if n > 0 {
+            (l.chunk_from, l.chunk_from + n - 1)
+        } else {
+            (l.written, l.written)
+        };
+        l.chunked_bytes += text.len();
+        if l.chunks_full && !l.chunks_noted {
+            l.chunks_noted = true;
+            text.push_str(&format!(
+                "[... later lines are stored when the attempt ends: a run log keeps at most {} bytes, and the chunks written while it runs the first half ...]\n",
+                self.cap
+            ));
+        }
+        if text.is_empty() {
+            return None;
+        }
+        Some(LogChunk {
+            first_line,
+            last_line,
+            text,
+        })
     }
 
     /// The log's text: the head, a note when lines were left out, the tail.
@@ -157,6 +237,41 @@ mod tests {
         assert!(seen[0].ends_with(" info backend cpu"), "{seen:?}");
         assert!(seen[1].ends_with(" warn retrying"), "{seen:?}");
         assert_eq!(log.text().lines().collect::<Vec<_>>(), seen);
+    }
+
+    /// Chunks hand out every line once, in order and numbered, until half the cap; then one
+    /// note; the whole log still ends with the newest lines.
+    #[test]
+    fn chunks_hand_out_each_line_once_up_to_their_bound() {
+        let log = RunLog::with_cap(2000);
+        assert_eq!(log.take_chunk(), None);
+        log.info("backend: cpu");
+        log.info("step 1/3 loss 5.0\nsecond line of one message");
+        let c = log.take_chunk().unwrap();
+        assert_eq!((c.first_line, c.last_line), (1, 3));
+        assert_eq!(c.text.lines().count(), 3);
+        assert!(
+            c.text
+                .lines()
+                .nth(2)
+                .unwrap()
+                .ends_with(" info second line of one message")
+        );
+        assert_eq!(log.take_chunk(), None);
+        log.warn("retrying");
+        let c = log.take_chunk().unwrap();
+        assert_eq!((c.first_line, c.last_line), (4, 4));
+        let mut chunked = String::new();
+        for i in 0..200 {
+            log.info(format!("step {i}"));
+            if let Some(c) = log.take_chunk() {
+                chunked.push_str(&c.text);
+            }
+        }
+        assert!(chunked.len() <= 1000 + 300, "{}", chunked.len());
+        assert_eq!(chunked.matches("stored when the attempt ends").count(), 1);
+        assert!(log.text().trim_end().ends_with("step 199"));
+        assert_eq!(log.take_chunk(), None);
     }
 
     #[test]

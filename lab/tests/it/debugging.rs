@@ -59,7 +59,11 @@ async fn an_injected_spike_is_flagged_at_its_step(engine: &str) {
                 || a.anomaly.metric.contains("bias_norm")),
         "the router bias is its own series"
     );
-    assert!(run_log(&s, &f.run.0).contains("anomaly at step 41: parameter-norm jump"));
+    let log = run_log(&s, &f.run.0);
+    assert!(
+        log.contains(" warn anomaly: parameter-norm jump (trained parameters) at step 41: `params/norm/total` changed by "),
+        "{log}"
+    );
 
     // Exactly one alert, however many anomalies: the run's first.
     let alerts: Vec<Notice> = outbox::pending(&s.queue, 100)

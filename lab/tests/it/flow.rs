@@ -935,7 +935,12 @@ pub(crate) fn run_log(s: &Setup, run: &str) -> String {
                 .ok()
                 .map(|b| b.name)
                 .as_deref()
-                .is_some_and(|n| n.starts_with(&format!("logs/{run}/")))
+                .is_some_and(|n| {
+                    // The whole log of an attempt, not a chunk written while it ran.
+                    n.strip_prefix(&format!("logs/{run}/attempt-"))
+                        .and_then(|rest| rest.strip_suffix(".log"))
+                        .is_some_and(|a| a.parse::<u32>().is_ok())
+                })
         })
         .unwrap_or_else(|| panic!("no log artifact of {run}: {:?}", kinds(&entries)));
     let hash = glassbox_schemas::BlobHash(e.refs["artifact"]);
@@ -1184,7 +1189,9 @@ async fn a_spec_over_the_metric_volume_limit_is_refused_with_the_figure() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("it would record 154 metric values"), "{err}");
+    // 122 scalar points, 32 expert-load components and up to 8 x 11 hardware points.
+    assert!(err.contains("it would record 242 metric values"), "{err}");
+    assert!(err.contains("up to 88 hardware telemetry points"), "{err}");
     assert!(
         err.contains("limit is 100 (limits.max_metric_points)"),
         "{err}"

@@ -49,6 +49,7 @@ fn lab_with_a_run() -> (tempfile::TempDir, LabDir) {
             spec_hash: spec,
             code_revision: "abc".into(),
             backend: "cpu".into(),
+            backend_reason: None,
             hardware: "test".into(),
             seed: 1,
             kernel_hashes: BTreeMap::new(),

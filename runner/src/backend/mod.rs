@@ -389,6 +389,11 @@ pub trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     /// A one-line description for run records (device, threads).
     fn describe(&self) -> String;
+    /// Host threads the backend keeps busy: the CPU backend's pool, one for a device backend
+    /// (what hardware telemetry's CPU utilisation is a share of).
+    fn host_threads(&self) -> usize {
+        1
+    }
     /// The BLAKE3 of every kernel source this backend runs.
     fn kernel_sources(&self) -> Vec<KernelSource>;
     /// The first failure since the last call, for backends whose ops can fail (a device out of

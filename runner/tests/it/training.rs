@@ -98,6 +98,8 @@ fn deterministic_part(records: &[MetricRecord]) -> Vec<(u64, BTreeMap<String, f6
             let mut s = r.scalars.clone();
             s.remove(mn::TOKENS_PER_SECOND);
             s.remove(mn::MFU);
+            // Hardware telemetry describes the machine and its moment, not the run.
+            s.retain(|k, _| !mn::hw::is_hardware(k));
             (r.step, s)
         })
         .collect()
@@ -303,13 +305,31 @@ fn vector_metrics_are_recorded_every_vector_interval_steps() {
     assert_eq!(with_vectors, [4, 8, 10]);
     for r in &train_recs {
         assert_eq!(
-            r.scalars.len() as u64,
+            r.scalars.keys().filter(|k| !k.starts_with("hw/")).count() as u64,
             glassbox_schemas::cost::train_scalars_per_step(&s),
             "step {}",
             r.step
         );
     }
     let volume = glassbox_schemas::cost::metric_volume(&s);
+    // Hardware telemetry: the first step carries a sample (process memory and CPU time at
+    // least); all of it stays within what the volume counts.
+    let hw = |r: &MetricRecord| r.scalars.keys().filter(|k| k.starts_with("hw/")).count() as u64;
+    assert!(
+        train_recs[0].scalars.contains_key("hw/process/rss_bytes"),
+        "{:?}",
+        train_recs[0].scalars.keys().collect::<Vec<_>>()
+    );
+    let hw_points: u64 = train_recs.iter().map(|r| hw(r)).sum();
+    assert!(
+        hw_points <= volume.hardware_points,
+        "{hw_points} > {volume:?}"
+    );
+    assert!(
+        recs.iter()
+            .all(|r| r.kind == RecordKind::Train || hw(r) == 0),
+        "evaluation records carry no telemetry"
+    );
     let components: usize = recs
         .iter()
         .flat_map(|r| r.vectors.values())

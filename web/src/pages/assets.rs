@@ -2,7 +2,7 @@
 //! Content-Security-Policy can forbid inline script and style: the stylesheet, the chart script
 //! (`charts.js`: uPlot charts fed by the metric API, zoom, smoothing, log-y, x by tokens/FLOPs/
 //! time, live points over SSE), the parallel-coordinates script, the list's copy-link script, the run log's live-follow
-//! script, and uPlot itself, vendored from
+//! script, the tab icon, and uPlot itself, vendored from
 //! the npm registry (`web/assets/vendor/uplot/README.md` names the version, the tarball's
 //! integrity and each file's SHA-256; a test below checks them).
 //!
@@ -32,17 +32,21 @@ pub const RUNLOG_JS: &str = "/assets/runlog.js";
 pub const VIEW_JS: &str = "/assets/view.js";
 /// The stylesheet.
 pub const STYLE_CSS: &str = "/assets/style.css";
+/// The tab icon (also answered at `/favicon.ico`, where browsers look without a link).
+pub const FAVICON_SVG: &str = "/assets/favicon.svg";
 
 const STYLE: &str = include_str!("../../assets/style.css");
 const CHARTS: &str = include_str!("../../assets/charts.js");
 const PARCOORDS: &str = include_str!("../../assets/parcoords.js");
 const VIEW: &str = include_str!("../../assets/view.js");
 const RUNLOG: &str = include_str!("../../assets/runlog.js");
+const FAVICON: &str = include_str!("../../assets/favicon.svg");
 const UPLOT_MIN_JS: &str = include_str!("../../assets/vendor/uplot/uPlot.iife.min.js");
 const UPLOT_MIN_CSS: &str = include_str!("../../assets/vendor/uplot/uPlot.min.css");
 
 const JS: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
+const SVG: &str = "image/svg+xml";
 /// Our own files change with the code: a short lifetime.
 const SHORT: &str = "public, max-age=300";
 /// A versioned vendor file never changes under its path.
@@ -65,6 +69,8 @@ pub fn routes() -> Router<WebState> {
         .route(PARCOORDS_JS, file(JS, SHORT, PARCOORDS))
         .route(VIEW_JS, file(JS, SHORT, VIEW))
         .route(RUNLOG_JS, file(JS, SHORT, RUNLOG))
+        .route(FAVICON_SVG, file(SVG, SHORT, FAVICON))
+        .route("/favicon.ico", file(SVG, SHORT, FAVICON))
         .route(UPLOT_JS, file(JS, IMMUTABLE, UPLOT_MIN_JS))
         .route(UPLOT_CSS, file(CSS, IMMUTABLE, UPLOT_MIN_CSS))
 }

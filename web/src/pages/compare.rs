@@ -16,9 +16,7 @@ use maud::{Markup, html};
 use serde_json::Value;
 
 use super::controls::{self, LineRef, View, ViewQuery, line_figure};
-use super::{
-    Nav, Scripts, encode_path, experiment_href, frame_with, num, short_hash, status_badge,
-};
+use super::{Nav, Scripts, encode_path, experiment_href, frame_with, short_hash, status_badge};
 use crate::WebState;
 use crate::catalog::parse_spec_text;
 use crate::chart::{self, Axes, Line};
@@ -44,6 +42,30 @@ pub struct CompareQuery {
     pub pc_metric: String,
     /// The chart view.
     pub view: View,
+    /// Whether `metrics` is the default (no `metric=` given): the page then charts the
+    /// metrics a reader looks at first, of those the runs have.
+    pub default_metrics: bool,
+}
+
+/// What the page charts when no `metric=` is given, in order, where the runs have them:
+/// the train loss, each domain's held-out loss, the learning rate, the gradient norm and the
+/// throughput (small multiples sharing the x axis and the crosshair).
+fn default_metrics(names: &BTreeSet<String>) -> Vec<String> {
+    use glassbox_schemas::metrics as m;
+    let mut out = vec![m::TRAIN_LOSS.to_string()];
+    out.extend(
+        names
+            .iter()
+            .filter(|n| n.starts_with("eval/") && n.ends_with("/loss"))
+            .take(4)
+            .cloned(),
+    );
+    for n in [m::LEARNING_RATE, m::GRAD_NORM_TOTAL, m::TOKENS_PER_SECOND] {
+        if names.contains(n) {
+            out.push(n.to_string());
+        }
+    }
+    out
 }
 
 /// Parses `run=a&run=b&metric=...&pc=...` (also `runs=a,b`) and the view parameters.
@@ -84,7 +106,8 @@ pub fn parse_query(raw: Option<&str>) -> Result<CompareQuery, WebError> {
             metrics.len()
         )));
     }
-    if metrics.is_empty() {
+    let default_metrics = metrics.is_empty();
+    if default_metrics {
         metrics.push(glassbox_schemas::metrics::TRAIN_LOSS.to_string());
     }
     Ok(CompareQuery {
@@ -92,6 +115,7 @@ pub fn parse_query(raw: Option<&str>) -> Result<CompareQuery, WebError> {
         metrics,
         pc_metric,
         view: vq.view()?,
+        default_metrics,
     })
 }
 
@@ -315,7 +339,7 @@ pub async fn load(st: &WebState, runs: &[String]) -> Result<Vec<CompareRun>, Web
 /// and parsed (then kept); `None` when the blob is absent, too large or not a spec.
 ///
 /// [`SpecCache`]: crate::spec_cache::SpecCache
-async fn flat_spec(st: &WebState, hash: &str) -> Option<crate::spec_cache::FlatSpec> {
+pub(crate) async fn flat_spec(st: &WebState, hash: &str) -> Option<crate::spec_cache::FlatSpec> {
     if let Some(s) = st.specs.get(hash) {
         return Some(s);
     }
@@ -332,7 +356,7 @@ async fn flat_spec(st: &WebState, hash: &str) -> Option<crate::spec_cache::FlatS
 
 /// `GET /compare?run=a&run=b[&metric=name...][&pc=name]`.
 pub async fn page(State(st): State<WebState>, RawQuery(raw): RawQuery) -> Result<Markup, WebError> {
-    let q = parse_query(raw.as_deref())?;
+    let mut q = parse_query(raw.as_deref())?;
     let view = q.view;
     let runs = load(&st, &q.runs).await?;
     // (final metrics, FLOPs per token, running) of each run, from the catalog.
@@ -356,6 +380,9 @@ pub async fn page(State(st): State<WebState>, RawQuery(raw): RawQuery) -> Result
     let mut names = BTreeSet::new();
     for r in &runs {
         names.extend(series::metric_names(st.index.pool(), &st.live, &r.run).await?);
+    }
+    if q.default_metrics {
+        q.metrics = default_metrics(&names);
     }
     let (from, to) = (view.from.unwrap_or(0), view.to.unwrap_or(u64::MAX));
     let mut figures = Vec::new();
@@ -455,7 +482,7 @@ pub async fn page(State(st): State<WebState>, RawQuery(raw): RawQuery) -> Result
             }
             h2 { "Final metrics" }
             p.meta { "The best value of each loss column (lowest) and throughput column (highest) is marked ★." }
-            table.list #final-metrics {
+            div.table-scroll { table.list #final-metrics {
                 thead { tr { th { "Run" } @for c in &columns { th { code { (c) } } } } }
                 tbody {
                     @for (r, f) in runs.iter().zip(&finals) { tr data-run=(r.run) {
@@ -464,12 +491,12 @@ pub async fn page(State(st): State<WebState>, RawQuery(raw): RawQuery) -> Result
                             @let v = f.get(*c).copied();
                             @let is_best = v.is_some() && v == best.get(*c).copied();
                             td.n.best[is_best] title=[is_best.then_some("best of the runs compared")] {
-                                (num(v)) @if is_best { " ★" }
+                                @match v { Some(v) => (super::metric_value(c, v)), None => "–" } @if is_best { " ★" }
                             }
                         }
                     } }
                 }
-            }
+            } }
             @if runs.len() >= 2 {
                 h2 { "Parallel coordinates" }
                 form.filters method="get" action="/compare" {
@@ -532,6 +559,21 @@ mod tests {
             .join("&");
         assert!(parse_query(Some(&many)).is_err());
         assert_eq!(parse_query(None).unwrap().metrics, ["train/loss"]);
+        assert!(parse_query(None).unwrap().default_metrics);
+        let names: BTreeSet<String> = [
+            "train/loss",
+            "eval/a/loss",
+            "eval/a/bpb",
+            "optim/learning_rate",
+            "moe/dropped_assignments",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            default_metrics(&names),
+            ["train/loss", "eval/a/loss", "optim/learning_rate"]
+        );
     }
 
     #[test]

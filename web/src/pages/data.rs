@@ -375,7 +375,15 @@ pub async fn page(
                         td { (d.format.as_ref().map_or("bytes", |f| f.name())) }
                         td.n { (d.bytes) }
                         td.n { @if let Some(n) = d.documents { (n) } }
-                        td.n { @for t in cat.tokenized.iter().filter(|t| Some(&t.corpus) == d.corpus.as_ref()) { (t.tokens) " " } }
+                        td.n {
+                            @let shards: Vec<_> = cat.tokenized.iter().filter(|t| Some(&t.corpus) == d.corpus.as_ref()).collect();
+                            @if shards.is_empty() {
+                                span title="under the bytes tokenizer (a spec without data.tokenizer): one token per byte of text" {
+                                    (super::count(d.text_bytes.unwrap_or(d.bytes) as f64)) " (bytes)"
+                                }
+                            }
+                            @for t in shards { span title={ "under tokenizer " (t.tokenizer) } { (super::count(t.tokens as f64)) } " " }
+                        }
                         td { (d.source) }
                         td.n { (num(d.entropy_bits_per_byte)) }
                     } } }
@@ -427,9 +435,17 @@ pub async fn corpus_page(
     Path(hash): Path<String>,
     Query(q): Query<DocQuery>,
 ) -> Result<Markup, WebError> {
-    let detail = {
+    let (detail, bytes_runs) = {
         let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
-        dataset_detail(&cat, &hash)?
+        let detail = dataset_detail(&cat, &hash)?;
+        // The runs that read it as bytes: no stored tokenizer in their `run_started`.
+        let bytes_runs: Vec<String> = detail
+            .runs
+            .iter()
+            .filter(|r| cat.runs.get(*r).is_some_and(|x| x.tokenizer.is_none()))
+            .cloned()
+            .collect();
+        (detail, bytes_runs)
     };
     let doc = q.doc.unwrap_or(0);
     let tokenizer = q
@@ -456,7 +472,14 @@ pub async fn corpus_page(
             tr { th { "Entry" } td { a href={ "/api/v1/entries/" (d.entry) } { (d.entry) } } }
         }
         h2 { "Tokens" }
-        @if detail.tokenized.is_empty() { p.empty { "Not tokenized with a stored tokenizer yet." } }
+        @if detail.tokenized.is_empty() {
+            p.empty #bytes-tokens {
+                "Not tokenized with a stored tokenizer. Under the bytes tokenizer (a spec without "
+                code { "data.tokenizer" } ") each byte is one token: "
+                (super::count(d.text_bytes.unwrap_or(d.bytes) as f64)) " tokens."
+                @if !bytes_runs.is_empty() { " Runs that read it so: " (bytes_runs.join(", ")) "." }
+            }
+        }
         @else {
             table.list #corpus-tokens {
                 thead { tr { th { "Tokenizer" } th { "Tokens" } th { "Bytes per token" } th { "Shard" } } }
@@ -471,20 +494,22 @@ pub async fn corpus_page(
         h2 { "Runs that used it" }
         @if detail.runs.is_empty() { p.empty { "No run has named it yet." } }
         @else { ul #corpus-runs { @for r in &detail.runs { li { a href={ "/data/runs/" (encode_path(r)) } { (r) } } } } }
-        h2 { "Document " (doc) }
+        h2 { "Document " (doc + 1) @if let Some(n) = view.as_ref().ok().and_then(|v| v.documents) { " of " (super::count(n as f64)) } }
         @match &view {
             Err(e) => { p.empty #document-error { (e.to_string()) } }
             Ok(v) => {
                 p {
                     @if let Some(t) = &v.tokenizer {
                         "Token boundaries under " (short_hash(t)) ": " (v.token_count.unwrap_or(0)) " tokens."
-                    } @else { "No token boundaries: this corpus has no token shard yet." }
+                    } @else if !bytes_runs.is_empty() {
+                        "Read as bytes by " (bytes_runs.join(", ")) ": every byte is one token (no stored tokenizer)."
+                    } @else { "No stored tokenizer has tokenized this corpus; under the bytes tokenizer every byte is one token." }
                     @if v.truncated { " The text is cut at " (MAX_VIEW_CHARS) " characters." }
                 }
                 pre.document #document { (token_markup(v)) }
                 nav.pager {
                     @if doc > 0 { a href=(doc_href(&hash, doc - 1, v.tokenizer.as_deref())) { "← previous" } }
-                    span { "document " (doc) @if let Some(n) = v.documents { " of " (n) " (from 0)" } }
+                    span { "document " (doc + 1) @if let Some(n) = v.documents { " of " (super::count(n as f64)) } }
                     @if v.documents.is_none_or(|n| doc + 1 < n) { a #next-document href=(doc_href(&hash, doc + 1, v.tokenizer.as_deref())) { "next →" } }
                 }
             }
@@ -537,7 +562,7 @@ pub async fn run_page(
                 td { @if d.source.starts_with("blake3:") { a href={ "/data/corpora/" (d.source) } { (short_hash(&d.source)) } } @else { (d.source) } }
                 td.n { (num(Some(d.weight))) }
                 td.n { (format!("{:.1}%", 100.0 * d.planned_fraction)) }
-                td.n { (num(d.tokens)) }
+                td.n { (d.tokens.map(super::count).unwrap_or_else(|| "–".into())) }
                 td.n { @if let Some(f) = d.drawn_fraction { (format!("{:.1}%", 100.0 * f)) } }
                 td { @if let Some(s) = &d.shard { (short_hash(s)) } }
             } } }

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::header;
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::response::{Html, IntoResponse, Response};
 use glassbox_schemas::metrics as m;
 use maud::{Markup, PreEscaped, html};
 use sqlx::Row;
@@ -35,6 +35,8 @@ use crate::pages::controls::{self, LineRef, View, ViewQuery, line_figure};
 use crate::render_cache::Stamp;
 use crate::series::{self, RunSeries};
 
+/// Runs an experiment page overlays at most (the newest).
+const MAX_OVERLAID_RUNS: usize = 8;
 /// Columns of an expert-load heatmap at most.
 const HEATMAP_COLUMNS: usize = 150;
 /// Largest spec blob shown (the schema's own limit on a spec).
@@ -113,7 +115,72 @@ const PANELS: &[Panel] = &[
         unit: "count",
         pick: |n| n == m::DROPPED_ASSIGNMENTS,
     },
+    Panel {
+        title: "Data: tokens trained per domain",
+        unit: "tokens",
+        pick: |n| n.starts_with("data/") && n.ends_with("/tokens"),
+    },
 ];
+
+/// The hardware telemetry's panels (`hw/...`), on the run page's Hardware section.
+const HARDWARE_PANELS: &[Panel] = &[
+    Panel {
+        title: "CPU: utilisation of the run's cores",
+        unit: "percent",
+        pick: |n| n == m::hw::CPU_UTILIZATION,
+    },
+    Panel {
+        title: "Memory: the training process (resident, peak)",
+        unit: "bytes",
+        pick: |n| n == m::hw::PROCESS_RSS_BYTES || n == m::hw::PROCESS_PEAK_RSS_BYTES,
+    },
+    Panel {
+        title: "Memory: available on the machine",
+        unit: "bytes",
+        pick: |n| n == m::hw::MACHINE_MEMORY_AVAILABLE_BYTES,
+    },
+    Panel {
+        title: "CPU time of the process",
+        unit: "seconds",
+        pick: |n| n == m::hw::PROCESS_CPU_SECONDS,
+    },
+    Panel {
+        title: "GPU: utilisation",
+        unit: "percent",
+        pick: |n| n == m::hw::GPU_UTILIZATION,
+    },
+    Panel {
+        title: "GPU: memory",
+        unit: "bytes",
+        pick: |n| n == m::hw::GPU_MEMORY_USED_BYTES || n == m::hw::GPU_MEMORY_PEAK_BYTES,
+    },
+    Panel {
+        title: "GPU: power",
+        unit: "watts",
+        pick: |n| n == m::hw::GPU_POWER_WATTS,
+    },
+    Panel {
+        title: "GPU: temperature",
+        unit: "°C",
+        pick: |n| n == m::hw::GPU_TEMPERATURE_C,
+    },
+    Panel {
+        title: "GPU: SM clock",
+        unit: "MHz",
+        pick: |n| n == m::hw::GPU_SM_CLOCK_MHZ,
+    },
+];
+
+/// Which panels a chart block draws.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PanelSet {
+    /// The training panels and the expert-load heatmaps.
+    Training,
+    /// The hardware telemetry's panels.
+    Hardware,
+    /// Both.
+    All,
+}
 
 /// Splits `train/router/layer_<l>/expert_load/<e>` into (l, e).
 fn expert_load_component(n: &str) -> Option<(u32, u32)> {
@@ -176,26 +243,70 @@ pub fn charts(
     flops_per_token: Option<f64>,
     marks: &[chart::Mark],
 ) -> Markup {
+    charts_of(PanelSet::All, run, all, view, flops_per_token, marks)
+}
+
+/// [`charts`] of one set of panels.
+pub fn charts_of(
+    set: PanelSet,
+    run: &str,
+    all: &RunSeries,
+    view: &View,
+    flops_per_token: Option<f64>,
+    marks: &[chart::Mark],
+) -> Markup {
+    overlaid_charts(set, &[(run, all)], view, flops_per_token, marks)
+}
+
+/// The panels of several runs at once, each panel overlaying every run's lines (labelled with
+/// the run when there is more than one); the heatmaps and marks are the first run's.
+pub fn overlaid_charts(
+    set: PanelSet,
+    runs: &[(&str, &RunSeries)],
+    view: &View,
+    flops_per_token: Option<f64>,
+    marks: &[chart::Mark],
+) -> Markup {
     let (mut lo, mut hi) = (u64::MAX, 0u64);
-    for pts in all.values() {
-        if let (Some(a), Some(b)) = (pts.first(), pts.last()) {
-            lo = lo.min(a.0);
-            hi = hi.max(b.0);
+    for (_, all) in runs {
+        for pts in all.values() {
+            if let (Some(a), Some(b)) = (pts.first(), pts.last()) {
+                lo = lo.min(a.0);
+                hi = hi.max(b.0);
+            }
         }
     }
-    let x_range = (lo <= hi).then_some((lo as f64, hi.max(lo + 1) as f64));
+    let x_range = (lo <= hi).then(|| (lo as f64, hi.max(lo.saturating_add(1)) as f64));
+    let panels: Vec<&Panel> = match set {
+        PanelSet::Training => PANELS.iter().collect(),
+        PanelSet::Hardware => HARDWARE_PANELS.iter().collect(),
+        PanelSet::All => PANELS.iter().chain(HARDWARE_PANELS).collect(),
+    };
+    let several = runs.len() > 1;
     let mut out = Vec::new();
-    for p in PANELS {
-        let names: Vec<&String> = all.keys().filter(|n| (p.pick)(n)).collect();
+    for p in panels {
+        // (run, metric, label) of every line.
+        let mut names: Vec<(&str, &String, String)> = Vec::new();
+        for (run, all) in runs {
+            for n in all.keys().filter(|n| (p.pick)(n)) {
+                let label = if several {
+                    format!("{run} {n}")
+                } else {
+                    n.clone()
+                };
+                names.push((run, n, label));
+            }
+        }
         if names.is_empty() {
             continue;
         }
         let lines: Vec<Line> = names
             .iter()
-            .map(|n| {
-                let pts = &all[*n];
+            .map(|(run, n, label)| {
+                let all = runs.iter().find(|(r, _)| r == run).map(|(_, a)| *a);
+                let pts = &all.expect("a line's run is among the runs")[*n];
                 Line {
-                    label: (*n).clone(),
+                    label: label.clone(),
                     points: series::downsample(pts, chart::SVG_POINTS_PER_LINE)
                         .into_iter()
                         .map(|(s, v)| (s as f64, v))
@@ -218,24 +329,29 @@ pub fn charts(
         );
         let refs: Vec<LineRef> = names
             .iter()
-            .map(|n| LineRef {
+            .map(|(run, n, label)| LineRef {
                 run,
                 name: n,
-                label: n,
+                label,
                 flops_per_token,
             })
             .collect();
         out.push(line_figure(p.title, p.unit, &refs, marks, &svg));
     }
-    type Experts<'a> = BTreeMap<u32, &'a Vec<(u64, f64)>>;
-    let mut layers: BTreeMap<u32, Experts> = BTreeMap::new();
-    for (n, pts) in all {
-        if let Some((l, e)) = expert_load_component(n) {
-            layers.entry(l).or_default().insert(e, pts);
+    if set != PanelSet::Hardware {
+        if let Some((run, all)) = runs.first() {
+            type Experts<'a> = BTreeMap<u32, &'a Vec<(u64, f64)>>;
+            let mut layers: BTreeMap<u32, Experts> = BTreeMap::new();
+            for (n, pts) in all.iter() {
+                if let Some((l, e)) = expert_load_component(n) {
+                    layers.entry(l).or_default().insert(e, pts);
+                }
+            }
+            let scale = shared_scale(layers.values().flat_map(|e| e.values().copied()));
+            for (l, experts) in &layers {
+                out.push(heatmap_figure(run, *l, experts, scale));
+            }
         }
-    }
-    for (l, experts) in &layers {
-        out.push(heatmap_figure(run, *l, experts));
     }
     html! {
         @if out.is_empty() {
@@ -251,7 +367,7 @@ pub fn charts(
 /// whole curve: the heatmap averages every point, so those are read whole. Anything else (a
 /// step range, a running run, a run whose overviews are not drawn yet) reads the points in the
 /// view's range.
-async fn page_series(
+pub(crate) async fn page_series(
     st: &WebState,
     run: &str,
     finished: bool,
@@ -290,19 +406,36 @@ async fn page_series(
 }
 
 /// One layer's expert-load heatmap, in the figure the chart script redraws on zoom.
-fn heatmap_figure(run: &str, layer: u32, experts: &BTreeMap<u32, &Vec<(u64, f64)>>) -> Markup {
+fn heatmap_figure(
+    run: &str,
+    layer: u32,
+    experts: &BTreeMap<u32, &Vec<(u64, f64)>>,
+    scale: (f64, f64),
+) -> Markup {
     let title = format!("Router: expert load, layer {layer}");
     let svg = chart::heatmap(
         &title,
         "expert",
         &format!("layer {layer}, "),
-        "load",
+        "share of assignments",
         &heatmap_columns(experts),
+        Some(scale),
     );
+    let query = super::query(&[("lo", &scale.0.to_string()), ("hi", &scale.1.to_string())]);
     html! {
         figure.chart.heatmap data-title=(title)
-            data-heatmap={ "/runs/" (encode_path(run)) "/heatmap/" (layer) } { (PreEscaped(svg)) }
+            data-heatmap={ "/runs/" (encode_path(run)) "/heatmap/" (layer) } data-scale=(query) { (PreEscaped(svg)) }
     }
+}
+
+/// One colour scale for every layer's heatmap: from 0 to the largest share any expert of any
+/// layer had (so the layers can be compared at a glance).
+fn shared_scale<'a>(layers: impl Iterator<Item = &'a Vec<(u64, f64)>>) -> (f64, f64) {
+    let hi = layers
+        .flat_map(|pts| pts.iter().map(|p| p.1))
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, f64::max);
+    (0.0, if hi > 0.0 { hi } else { 1.0 })
 }
 
 /// `GET /runs/{run}/heatmap/{layer}?from=&to=`: one layer's expert-load heatmap over a step
@@ -345,12 +478,22 @@ pub async fn heatmap_svg(
         )
             .into_response());
     }
+    let scale = match (q.lo, q.hi) {
+        (Some(lo), Some(hi)) if lo.is_finite() && hi.is_finite() && lo <= hi => Some((lo, hi)),
+        (None, None) => None,
+        (lo, hi) => {
+            return Err(WebError::BadRequest(format!(
+                "lo={lo:?}, hi={hi:?}: give both, finite, with lo <= hi (the colour scale), or neither"
+            )));
+        }
+    };
     let svg = chart::heatmap(
         &title,
         "expert",
         &format!("layer {layer}, "),
-        "load",
+        "share of assignments",
         &heatmap_columns(&experts),
+        scale,
     );
     Ok((
         [
@@ -362,13 +505,18 @@ pub async fn heatmap_svg(
         .into_response())
 }
 
-/// A step range.
+/// A step range, and the colour scale of a heatmap (`lo`, `hi`: the page's scale shared by
+/// every layer; without them, the range's own).
 #[derive(Debug, Default, serde::Deserialize)]
 pub struct StepRange {
     /// First step.
     pub from: Option<u64>,
     /// Last step.
     pub to: Option<u64>,
+    /// The colour scale's low end.
+    pub lo: Option<f64>,
+    /// The colour scale's high end.
+    pub hi: Option<f64>,
 }
 
 /// The experiment page's query: the run shown and the chart view.
@@ -458,7 +606,7 @@ fn forecast_block(exp: &ExperimentRow, forecasts: &[ForecastRow], run: Option<&R
                     dt { "Outcome" }
                     dd {
                         code { (fc.metric) } " = " (num(fc.actual)) " "
-                        @if fc.hit { span.badge.ok { "hit" } } @else { span.badge.bad { "miss" } }
+                        (super::verdict_badge(fc.verdict))
                     }
                 } @else if let Some(r) = run {
                     dt { "Outcome" }
@@ -632,14 +780,28 @@ pub async fn page(
     }
     st.renders.count(false);
     let flops_per_token = exp.spec.as_ref().map(|s| s.flops_per_token);
+    // With no run asked for, an experiment with several runs (reruns, reproductions) overlays
+    // them, newest first; a run asked for is drawn alone.
+    let overlaid: Vec<&RunRow> = match (&q.run, runs.len()) {
+        (None, n) if n > 1 => runs.iter().rev().take(MAX_OVERLAID_RUNS).collect(),
+        _ => selected.into_iter().collect(),
+    };
     let charts_markup = match selected {
         Some(r) => {
-            let finished = r.status != "running" && st.live.version(&r.id).is_none();
-            let all = page_series(&st, &r.id, finished, &view).await?;
+            let mut drawn_series = Vec::with_capacity(overlaid.len());
+            for o in &overlaid {
+                let finished = o.status != "running" && st.live.version(&o.id).is_none();
+                drawn_series.push((
+                    o.id.as_str(),
+                    page_series(&st, &o.id, finished, &view).await?,
+                ));
+            }
+            let refs: Vec<(&str, &RunSeries)> =
+                drawn_series.iter().map(|(id, s)| (*id, s)).collect();
             let marks = crate::annotations::run_marks(&st, &r.id).await?;
-            let drawn = charts(
-                &r.id,
-                &all,
+            let drawn = overlaid_charts(
+                PanelSet::All,
+                &refs,
                 &view,
                 flops_per_token,
                 &crate::annotations::chart_marks(&marks),
@@ -703,8 +865,13 @@ pub async fn page(
         }
         @if let (Some(r), Some((c, notes))) = (selected, &charts_markup) {
             section #charts-section {
-                h2 { "Charts: " (r.id) }
-                p.meta { "Hover a line for step and value. " a href={ "/live/" (encode_path(&r.id)) } { "Follow live" } " · " a href={ "/api/v1/runs/" (encode_path(&r.id)) "/metrics" } { "metrics as JSON" } " · " a href={ "/runs/" (encode_path(&r.id)) "/log" } { "log" } }
+                h2 {
+                    "Charts: "
+                    @if overlaid.len() > 1 {
+                        @for (i, o) in overlaid.iter().enumerate() { @if i > 0 { ", " } (o.id) } " overlaid"
+                    } @else { (r.id) }
+                }
+                p.meta { "Hover a line for step and value. " a href={ "/runs/" (encode_path(&r.id)) } { "run page" } " · " a href={ "/live/" (encode_path(&r.id)) } { "Follow live" } " · " a href={ "/api/v1/runs/" (encode_path(&r.id)) "/metrics" } { "metrics as JSON" } " · " a href={ "/runs/" (encode_path(&r.id)) "/log" } { "log" } }
                 (controls::form(&view, &[("run", r.id.as_str())]))
                 div #charts data-live=[(r.status == "running").then(|| live_list(&r.id))] { (c) }
                 (notes)
@@ -767,32 +934,6 @@ fn fresh(st: &WebState, key: &str, now: Stamp) -> Option<Bytes> {
         st.renders.count(true);
     }
     found
-}
-
-/// `GET /runs/{run}`: the run's experiment page with the run selected.
-pub async fn run_page(
-    State(st): State<WebState>,
-    Path(run): Path<String>,
-) -> Result<Response, WebError> {
-    let exp = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
-        let r = cat
-            .runs
-            .get(&run)
-            .ok_or_else(|| WebError::not_found(format!("run {run:?}")))?;
-        r.experiment.clone()
-    };
-    match exp {
-        Some(x) => Ok(Redirect::to(&format!(
-            "{}?{}",
-            experiment_href(&x),
-            query(&[("run", &run)])
-        ))
-        .into_response()),
-        None => Ok(live_page(State(st), Path(run), Query(ViewQuery::default()))
-            .await?
-            .into_response()),
-    }
 }
 
 /// The live page's chart block; kept in the render cache like the experiment page, so a

@@ -13,6 +13,7 @@ use super::{Nav, experiment_href, frame, num, query, short_hash, status_badge};
 use crate::WebState;
 use crate::catalog::{CatalogData, ExperimentFilter, ListPage};
 use crate::error::WebError;
+use glassbox_schemas::record::ForecastVerdict;
 
 const COLUMNS: &[(&str, &str)] = &[
     ("id", "Experiment"),
@@ -21,7 +22,7 @@ const COLUMNS: &[(&str, &str)] = &[
     ("author", "Author"),
     ("spec_hash", "Spec"),
     ("runs", "Runs"),
-    ("final_loss", "Final loss"),
+    ("final_loss", "Final train/loss"),
     ("forecast", "Forecast"),
     ("updated", "Updated"),
 ];
@@ -39,10 +40,24 @@ enum Col {
     Std(&'static str, &'static str),
     /// A final metric of the latest run.
     Metric(String),
+    /// A field of the current spec, by its dotted path (`train.lr`, `model.moe.n_experts`).
+    Spec(String),
 }
 
-/// The columns `cols` asks for (comma-separated keys of [`COLUMNS`] and `metric:<name>`), or
-/// all of [`COLUMNS`]; an unknown one is a 400 naming it and what is accepted.
+/// Whether `path` reads as a spec field's dotted path (`model.moe.n_experts`,
+/// `data.mixture[0].weight`).
+fn is_spec_path(path: &str) -> bool {
+    !path.is_empty()
+        && path.len() <= 200
+        && path.starts_with(|c: char| c.is_ascii_lowercase())
+        && path
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.[]".contains(c))
+}
+
+/// The columns `cols` asks for (comma-separated keys of [`COLUMNS`], `metric:<name>` and
+/// `spec:<path>`), or all of [`COLUMNS`]; an unknown one is a 400 naming it and what is
+/// accepted.
 fn columns(cols: Option<&str>) -> Result<Vec<Col>, WebError> {
     let Some(cols) = cols.map(str::trim).filter(|c| !c.is_empty()) else {
         return Ok(COLUMNS.iter().map(|(k, n)| Col::Std(k, n)).collect());
@@ -63,12 +78,22 @@ fn columns(cols: Option<&str>) -> Result<Vec<Col>, WebError> {
             out.push(Col::Metric(name.to_string()));
             continue;
         }
+        if let Some(path) = part.strip_prefix("spec:") {
+            if !is_spec_path(path) {
+                let shown: String = path.chars().take(40).collect();
+                return Err(WebError::BadRequest(format!(
+                    "cols: `spec:{shown}` needs a spec field's dotted path after `spec:`, e.g. spec:train.lr or spec:model.moe.n_experts"
+                )));
+            }
+            out.push(Col::Spec(path.to_string()));
+            continue;
+        }
         match COLUMNS.iter().find(|(k, _)| *k == part) {
             Some((k, n)) => out.push(Col::Std(k, n)),
             None => {
                 let shown: String = part.chars().take(40).collect();
                 return Err(WebError::BadRequest(format!(
-                    "cols: `{shown}` is not a column; use {} or metric:<name>",
+                    "cols: `{shown}` is not a column; use {}, metric:<name> or spec:<field>",
                     COLUMNS
                         .iter()
                         .map(|(k, _)| *k)
@@ -98,8 +123,17 @@ fn filter_pairs(f: &ExperimentFilter) -> Vec<(&'static str, &str)> {
     v
 }
 
-/// The final metric values the view's metric columns show, by experiment.
-type MetricCells = std::collections::HashMap<String, Vec<Option<f64>>>;
+/// The values the view's metric and spec columns show, by experiment.
+type MetricCells = std::collections::HashMap<String, Vec<Option<Cell>>>;
+
+/// One metric or spec column's value.
+#[derive(Debug, Clone, PartialEq)]
+enum Cell {
+    /// A final metric.
+    Number(f64),
+    /// A spec field, as written.
+    Text(String),
+}
 
 fn table(page: &ListPage, f: &ExperimentFilter, cols: &[Col], metrics: &MetricCells) -> Markup {
     let sort = f.sort.as_deref().unwrap_or("updated");
@@ -123,7 +157,8 @@ fn table(page: &ListPage, f: &ExperimentFilter, cols: &[Col], metrics: &MetricCe
                                 (name)
                                 @if sort == *key { @if desc { " ▼" } @else { " ▲" } }
                             } },
-                            Col::Metric(m) => th.metric { (m) },
+                            Col::Metric(m) => th.metric title="final value in the latest run" { (m) },
+                            Col::Spec(p) => th.spec title="field of the current spec" { code { (p) } },
                         }
                     }
                 } }
@@ -133,7 +168,7 @@ fn table(page: &ListPage, f: &ExperimentFilter, cols: &[Col], metrics: &MetricCe
                             td { @if let Some(run) = &r.latest_run {
                                 input type="checkbox" name="run" value=(run) aria-label={ "compare " (run) };
                             } }
-                            @for (i, c) in cols.iter().enumerate() { (cell(r, c, metrics.get(&r.id).and_then(|v| v.get(metric_slot(cols, i)).copied().flatten()))) }
+                            @for (i, c) in cols.iter().enumerate() { (cell(r, c, metrics.get(&r.id).and_then(|v| v.get(metric_slot(cols, i)).cloned().flatten()))) }
                         }
                         @if !r.tags.is_empty() {
                             tr.tags data-run=[r.latest_run.as_deref()] { td {} td colspan=(cols.len()) { @for t in &r.tags {
@@ -148,17 +183,23 @@ fn table(page: &ListPage, f: &ExperimentFilter, cols: &[Col], metrics: &MetricCe
     }
 }
 
-/// Which metric column (0-based among the metric columns) column `i` is.
+/// Which value column (0-based among the metric and spec columns) column `i` is.
 fn metric_slot(cols: &[Col], i: usize) -> usize {
     cols[..i]
         .iter()
-        .filter(|c| matches!(c, Col::Metric(_)))
+        .filter(|c| matches!(c, Col::Metric(_) | Col::Spec(_)))
         .count()
 }
 
-fn cell(r: &crate::catalog::ListRow, c: &Col, metric: Option<f64>) -> Markup {
-    let Col::Std(key, _) = c else {
-        return html! { td.n { (num(metric)) } };
+fn cell(r: &crate::catalog::ListRow, c: &Col, value: Option<Cell>) -> Markup {
+    let key = match c {
+        Col::Std(key, _) => key,
+        Col::Metric(name) => {
+            return html! { td.n { @match value { Some(Cell::Number(v)) => (super::metric_value(name, v)), _ => "–" } } };
+        }
+        Col::Spec(_) => {
+            return html! { td { @match value { Some(Cell::Text(t)) => code { (t) }, _ => "–" } } };
+        }
     };
     match *key {
         "id" => html! { td { a href=(experiment_href(&r.id)) { (r.id) } } },
@@ -171,8 +212,8 @@ fn cell(r: &crate::catalog::ListRow, c: &Col, metric: Option<f64>) -> Markup {
         "runs" => html! { td.n { (r.runs) } },
         "final_loss" => html! { td.n { (num(r.final_loss)) } },
         "forecast" => html! { td { @match r.forecast_hit {
-            Some(true) => span.badge.ok { "hit" },
-            Some(false) => span.badge.bad { "miss" },
+            Some(true) => (super::verdict_badge(ForecastVerdict::Hit)),
+            Some(false) => (super::verdict_badge(ForecastVerdict::Miss)),
             None => "",
         } } },
         _ => html! { td { time { (r.updated) } } },
@@ -205,42 +246,119 @@ fn pager(page: &ListPage, f: &ExperimentFilter) -> Markup {
     }
 }
 
-/// `GET /` and `GET /experiments`.
+/// The filter form; with `error`, the message beside the field it is about (`cols`, `q`, or
+/// none of them: above the form).
+fn filters_form(f: &ExperimentFilter, error: Option<(&str, &str)>) -> Markup {
+    let beside = |field: &str| -> Markup {
+        html! { @if let Some((at, msg)) = error.filter(|(at, _)| *at == field) { span.field-error role="alert" data-field=(at) { (msg) } } }
+    };
+    html! {
+        @if let Some((at, msg)) = error.filter(|(at, _)| *at != "cols" && *at != "q") {
+            p.field-error role="alert" data-field=(at) { (msg) }
+        }
+        form.filters method="get" action="/experiments" {
+            label { "Status " select name="status" {
+                option value="" { "any" }
+                @for s in crate::search::STATUSES { option value=(s) selected[f.status.as_deref() == Some(*s)] { (s) } }
+            } }
+            label { "Tag " input type="text" name="tag" value=(f.tag.as_deref().unwrap_or("")); }
+            label { "Author " input type="text" name="author" value=(f.author.as_deref().unwrap_or("")); }
+            label.search { "Search " input type="search" name="q" size="48"
+                placeholder="model.moe.n_experts >= 8 and metrics.\"eval/markov/loss\" < 1.3"
+                aria-invalid=[error.filter(|(at, _)| *at == "q").map(|_| "true")]
+                value=(f.q.as_deref().unwrap_or("")); (beside("q")) }
+            label { "Columns " input type="text" name="cols" placeholder="id,status,metric:eval/markov/loss,spec:train.lr"
+                aria-invalid=[error.filter(|(at, _)| *at == "cols").map(|_| "true")]
+                value=(f.cols.as_deref().unwrap_or("")); (beside("cols")) }
+            button type="submit" { "Filter" }
+        }
+    }
+}
+
+/// `GET /` and `GET /experiments`. A bad column or search is answered 400 with the page's
+/// form and the error beside the field, in the site's layout.
 pub async fn list_page(
     State(st): State<WebState>,
     Query(f): Query<ExperimentFilter>,
-) -> Result<Markup, WebError> {
+) -> Result<axum::response::Response, WebError> {
+    use axum::response::IntoResponse;
+    match list_view(&st, &f).await {
+        Ok(page) => Ok(page.into_response()),
+        Err(WebError::BadRequest(msg)) => {
+            let field = msg
+                .split_once(':')
+                .map(|(f, _)| f.trim())
+                .filter(|f| ["cols", "q", "sort", "dir", "status", "page", "per_page"].contains(f))
+                .unwrap_or("query");
+            let body = html! {
+                h1 { "Experiments" }
+                p.lead { "This view could not be shown: fix the field below and filter again." }
+                (filters_form(&f, Some((field, &msg))))
+            };
+            Ok((
+                axum::http::StatusCode::BAD_REQUEST,
+                frame("Experiments: bad request", Nav::Experiments, false, body),
+            )
+                .into_response())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+async fn list_view(st: &WebState, f: &ExperimentFilter) -> Result<Markup, WebError> {
     let cols = columns(f.cols.as_deref())?;
     let only = crate::search::for_filter(&st.index, f.q.as_deref()).await?;
-    let wanted: Vec<&str> = cols
+    let wanted: Vec<&Col> = cols
         .iter()
-        .filter_map(|c| match c {
-            Col::Metric(m) => Some(m.as_str()),
-            Col::Std(..) => None,
-        })
+        .filter(|c| matches!(c, Col::Metric(_) | Col::Spec(_)))
         .collect();
     // The catalog is read under its lock, which is let go before anything else is awaited.
-    let (page, metrics) = {
+    let (page, mut metrics, specs) = {
         let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
-        let page = cat.list(&f, only.as_ref())?;
+        let page = cat.list(f, only.as_ref())?;
+        let mut specs = Vec::new();
         let metrics: MetricCells = if wanted.is_empty() {
             MetricCells::new()
         } else {
             page.items
                 .iter()
                 .map(|r| {
-                    let last = cat.experiments.get(&r.id).and_then(|e| e.latest_run(&cat));
+                    let exp = cat.experiments.get(&r.id);
+                    let last = exp.and_then(|e| e.latest_run(&cat));
+                    if let Some(blob) = exp.and_then(|e| e.spec_blob.clone()) {
+                        specs.push((r.id.clone(), blob));
+                    }
                     let values = wanted
                         .iter()
-                        .map(|m| last.and_then(|run| run.final_metrics.get(*m).copied()))
+                        .map(|c| match c {
+                            Col::Metric(m) => last
+                                .and_then(|run| run.final_metrics.get(m.as_str()).copied())
+                                .map(Cell::Number),
+                            _ => None,
+                        })
                         .collect();
                     (r.id.clone(), values)
                 })
                 .collect()
         };
-        (page, metrics)
+        (page, metrics, specs)
     };
-    let mut view = filter_pairs(&f);
+    // Spec columns: each row's current spec blob, flattened (cached), after the catalog's lock.
+    if wanted.iter().any(|c| matches!(c, Col::Spec(_))) {
+        for (id, blob) in &specs {
+            let Some(flat) = super::compare::flat_spec(st, blob).await else {
+                continue;
+            };
+            if let Some(values) = metrics.get_mut(id) {
+                for (slot, c) in wanted.iter().enumerate() {
+                    if let Col::Spec(path) = c {
+                        values[slot] = flat.get(path.as_str()).cloned().map(Cell::Text);
+                    }
+                }
+            }
+        }
+    }
+    let mut view = filter_pairs(f);
     let (sort, dir) = (
         f.sort.clone().unwrap_or_default(),
         f.dir.clone().unwrap_or_default(),
@@ -257,7 +375,12 @@ pub async fn list_page(
     let pc_metric =
         f.pc.clone()
             .filter(|m| !m.trim().is_empty())
-            .or_else(|| wanted.first().map(|m| m.to_string()))
+            .or_else(|| {
+                wanted.iter().find_map(|c| match c {
+                    Col::Metric(m) => Some(m.clone()),
+                    _ => None,
+                })
+            })
             .unwrap_or_else(|| glassbox_schemas::metrics::TRAIN_LOSS.to_string());
     let searched = f.q.as_deref().is_some_and(|q| !q.trim().is_empty());
     let latest: Vec<String> = page
@@ -267,26 +390,14 @@ pub async fn list_page(
         .take(MAX_PC_RUNS)
         .collect();
     let pc = if searched {
-        super::compare::parallel_data(&st, &latest, &pc_metric).await?
+        super::compare::parallel_data(st, &latest, &pc_metric).await?
     } else {
         None
     };
     let body = html! {
         h1 { "Experiments" }
         p.lead { "Every proposal and run of the lab, failures included. Filter, sort, open one, or tick runs to compare." }
-        form.filters method="get" action="/experiments" {
-            label { "Status " select name="status" {
-                option value="" { "any" }
-                @for s in crate::search::STATUSES { option value=(s) selected[f.status.as_deref() == Some(*s)] { (s) } }
-            } }
-            label { "Tag " input type="text" name="tag" value=(f.tag.as_deref().unwrap_or("")); }
-            label { "Author " input type="text" name="author" value=(f.author.as_deref().unwrap_or("")); }
-            label.search { "Search " input type="search" name="q" size="48"
-                placeholder="model.moe.n_experts >= 8 and metrics.\"eval/markov/loss\" < 1.3"
-                value=(f.q.as_deref().unwrap_or("")); }
-            label { "Columns " input type="text" name="cols" placeholder="id,status,metric:eval/markov/loss" value=(f.cols.as_deref().unwrap_or("")); }
-            button type="submit" { "Filter" }
-        }
+        (filters_form(f, None))
         p.view {
             "This view: " a #view-link href=(view_url) { "link" } " "
             input #view-url type="text" readonly value=(view_url) aria-label="link to this view";
@@ -300,9 +411,11 @@ pub async fn list_page(
             p { "Operators " code { "= != < <= > >= ~ in (…)" } " (" code { "~" } " finds text), "
                 code { "and or not" } " and parentheses; dates as " code { "2026-01-31" }
                 "; a bare word or \"phrase\" is looked for in the id, title, author and hypothesis." }
+            p { "Columns: " code { "id title status author spec_hash runs final_loss forecast updated" }
+                ", a final metric as " code { "metric:eval/markov/loss" } ", a spec field as " code { "spec:train.lr" } "." }
         }
-        (table(&page, &f, &cols, &metrics))
-        (pager(&page, &f))
+        (table(&page, f, &cols, &metrics))
+        (pager(&page, f))
         @if let Some(pc) = &pc {
             h2 { "Parallel coordinates of the result" }
             p.meta { "The latest run of each experiment above: one axis per spec field that differs, then the final metric "
@@ -326,6 +439,45 @@ pub async fn list_page(
     ))
 }
 
+/// Why a run is a negative result, in words: the reason its result gives, else the forecast it
+/// missed or the status it ended with.
+pub fn negative_reason(r: &crate::catalog::RunRow) -> String {
+    if let Some(reason) = r.reason.as_deref().filter(|s| !s.trim().is_empty()) {
+        return reason.to_string();
+    }
+    if let Some(fc) = r.forecast.as_ref().filter(|f| !f.hit) {
+        return match (fc.actual, fc.error) {
+            (Some(a), Some(e)) => format!(
+                "missed its forecast: {} = {} ± {} predicted, {} measured ({:+.4} off)",
+                fc.metric,
+                num(Some(fc.predicted)),
+                num(Some(fc.tolerance)),
+                num(Some(a)),
+                e
+            ),
+            _ => format!(
+                "missed its forecast: {} was never measured (the run ended at step {})",
+                fc.metric,
+                r.steps.unwrap_or(0)
+            ),
+        };
+    }
+    match r.status.as_str() {
+        "diverged" => "the loss diverged".into(),
+        "budget_exceeded" => "it ran out of its budget".into(),
+        "failed" => "it failed (no reason recorded)".into(),
+        other => other.to_string(),
+    }
+}
+
+/// How many pages `n` rows make at `per_page` a page (at least one).
+pub fn page_count(n: usize, per_page: usize) -> usize {
+    n.div_ceil(per_page.max(1)).max(1)
+}
+
+/// Rows per page of the negative results.
+pub const NEGATIVE_PER_PAGE: usize = 200;
+
 /// The negative-results table body (shared with the API's selection).
 pub fn negative_rows(cat: &CatalogData, page: usize, per_page: usize) -> Markup {
     let all = cat.negative();
@@ -343,9 +495,9 @@ pub fn negative_rows(cat: &CatalogData, page: usize, per_page: usize) -> Markup 
                         td { @if let Some(fc) = &r.forecast {
                             (fc.metric) ": predicted " (num(Some(fc.predicted))) " ± " (num(Some(fc.tolerance)))
                             ", got " (num(fc.actual)) " "
-                            @if fc.hit { span.badge.ok { "hit" } } @else { span.badge.bad { "refuted" } }
+                            (super::verdict_badge(fc.verdict))
                         } }
-                        td { (r.reason.as_deref().unwrap_or("")) }
+                        td { (negative_reason(r)) }
                     }
                 }
             }
@@ -366,7 +518,7 @@ pub async fn negative_page(
     Query(p): Query<PageQuery>,
 ) -> Result<Markup, WebError> {
     let page = p.page.unwrap_or(1).max(1);
-    let (rows, gates) = {
+    let (rows, gates, pages) = {
         let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
         let gates: Vec<(String, String, String)> = cat
             .failed_gates()
@@ -382,7 +534,12 @@ pub async fn negative_page(
                 )
             })
             .collect();
-        (negative_rows(&cat, page - 1, 200), gates)
+        let pages = page_count(cat.negative().len(), NEGATIVE_PER_PAGE);
+        (
+            negative_rows(&cat, page - 1, NEGATIVE_PER_PAGE),
+            gates,
+            pages,
+        )
     };
     let body = html! {
         h1 { "Negative results" }
@@ -397,9 +554,12 @@ pub async fn negative_page(
             }
         }
         (rows)
-        nav.pager {
-            @if page > 1 { a href={ "/negative?page=" (page - 1) } { "← previous" } }
-            a href={ "/negative?page=" (page + 1) } { "next →" }
+        @if pages > 1 || page > 1 {
+            nav.pager {
+                @if page > 1 { a href={ "/negative?page=" ((page - 1).min(pages)) } { "← previous" } }
+                " page " (page) " of " (pages) " "
+                @if page < pages { a href={ "/negative?page=" (page + 1) } { "next →" } }
+            }
         }
     };
     Ok(frame("Negative results", Nav::Negative, false, body))

@@ -21,6 +21,7 @@ use crate::chart::{self, Axes, Line};
 use crate::error::WebError;
 use crate::pages::compare::flatten;
 use crate::series;
+use glassbox_schemas::record::{ForecastOutcome, ForecastVerdict};
 
 /// One rung's result.
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
@@ -33,6 +34,53 @@ pub struct Rung {
     pub compute: f64,
     /// Final value of the ladder metric.
     pub value: f64,
+}
+
+/// A forecast against the outcome of its target.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct Settled {
+    /// The newest finished run of the forecast's spec, if any.
+    pub run: Option<String>,
+    /// Its final value of the metric.
+    pub actual: Option<f64>,
+    /// `actual - predicted`.
+    pub error: Option<f64>,
+    /// `hit`, `miss` or `pending`.
+    #[schema(value_type = String, example = "hit")]
+    pub verdict: ForecastVerdict,
+}
+
+impl Settled {
+    /// `f` against the newest finished run of its spec in `cat`.
+    pub fn of(cat: &CatalogData, f: &ForecastRow) -> Self {
+        let run = cat
+            .runs
+            .values()
+            .filter(|r| r.spec_hash == f.spec_hash && r.result_entry.is_some())
+            .max_by_key(|r| r.result_entry);
+        match run {
+            None => Settled {
+                run: None,
+                actual: None,
+                error: None,
+                verdict: ForecastVerdict::Pending,
+            },
+            Some(r) => {
+                let o = ForecastOutcome::settle(
+                    &f.metric,
+                    f.value,
+                    f.tolerance,
+                    r.final_metrics.get(&f.metric).copied(),
+                );
+                Settled {
+                    run: Some(r.id.clone()),
+                    actual: o.actual,
+                    error: o.error(),
+                    verdict: o.verdict(),
+                }
+            }
+        }
+    }
 }
 
 /// The fitted law's parameters.
@@ -64,6 +112,8 @@ pub struct Ladder {
     pub forecasts: Vec<ForecastRow>,
     /// Compute of each forecast's target, when its spec is known (same order).
     pub targets: Vec<Option<f64>>,
+    /// What became of each forecast (same order): the newest finished run of its spec.
+    pub outcomes: Vec<Settled>,
     /// The law of the latest scaling-law forecast that states one.
     pub law: Option<Law>,
 }
@@ -146,6 +196,7 @@ pub fn ladders(cat: &CatalogData) -> Vec<Ladder> {
                 .iter()
                 .map(|f| compute_of_spec(&f.spec_hash))
                 .collect();
+            let outcomes = forecasts.iter().map(|f| Settled::of(cat, f)).collect();
             let law = forecasts
                 .iter()
                 .rev()
@@ -156,6 +207,7 @@ pub fn ladders(cat: &CatalogData) -> Vec<Ladder> {
                 rungs,
                 forecasts,
                 targets,
+                outcomes,
                 law,
             }
         })
@@ -282,13 +334,16 @@ pub async fn page(State(st): State<WebState>) -> Result<Markup, WebError> {
                 }
                 h3 { "Forecasts" }
                 table.list.forecasts {
-                    thead { tr { th { "Entry" } th { "Experiment" } th { "Method" } th { "Predicted" } th { "Target compute" } th { "Details" } } }
-                    tbody { @for (f, t) in l.forecasts.iter().zip(&l.targets) { tr {
+                    thead { tr { th { "Entry" } th { "Experiment" } th { "Method" } th { "Predicted" } th { "Target compute" } th { "Actual" } th { "Error" } th { "Verdict" } th { "Details" } } }
+                    tbody { @for ((f, t), o) in l.forecasts.iter().zip(&l.targets).zip(&l.outcomes) { tr {
                         td.n { a href={ "/api/v1/entries/" (f.entry) } { (f.entry) } }
                         td { @if let Some(x) = &f.experiment { a href=(experiment_href(x)) { (x) } } }
                         td { (f.method) }
                         td.n { (num(Some(f.value))) " ± " (num(Some(f.tolerance))) }
                         td.n { (num(*t)) }
+                        td.n { @if let Some(r) = &o.run { a href={ "/runs/" (super::encode_path(r)) } title=(r) { (num(o.actual)) } } }
+                        td.n { @if let Some(e) = o.error { (format!("{e:+.4}")) } }
+                        td { (super::verdict_badge(o.verdict)) }
                         td { @for (k, v) in &flat_details(&f.details) { code { (k) } "=" (v) " " } }
                     } } }
                 }

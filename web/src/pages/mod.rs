@@ -2,7 +2,8 @@
 //! interpolated value, so a hypothesis containing `<script>` is shown as text).
 //!
 //! One file per page family: `experiments` (the list and negative results), `experiment`
-//! (one experiment, its charts, and the Live page), `compare`, `ladder`, `boards`
+//! (one experiment, its charts, and the Live page), `run` (one run's summary, charts and
+//! hardware), `run_log` (its console log), `compare`, `ladder`, `boards`
 //! (leaderboards), `sweeps`, `data`, `ledger`, `queue`.
 //! This file holds the page frame, the routes and the small formatting pieces pages share; the
 //! stylesheet and scripts are in `assets` (served from `/assets/`, so the
@@ -19,6 +20,7 @@ pub mod experiments;
 pub mod ladder;
 pub mod ledger;
 pub mod queue;
+pub mod run;
 pub mod run_log;
 pub mod sweeps;
 
@@ -34,7 +36,7 @@ pub fn routes() -> Router<WebState> {
         .route("/", get(experiments::list_page))
         .route("/experiments", get(experiments::list_page))
         .route("/experiments/{*id}", get(experiment::page))
-        .route("/runs/{run}", get(experiment::run_page))
+        .route("/runs/{run}", get(run::page))
         .route("/runs/{run}/log", get(run_log::page))
         .route("/live/{run}", get(experiment::live_page))
         .route("/runs/{run}/heatmap/{layer}", get(experiment::heatmap_svg))
@@ -77,6 +79,20 @@ pub fn anomaly_badge(n: u32, href: &str) -> Markup {
             }
         }
     }
+}
+
+/// A forecast's verdict as a badge, in the vocabulary every page and the API share.
+pub fn verdict_badge(v: glassbox_schemas::record::ForecastVerdict) -> Markup {
+    use glassbox_schemas::record::ForecastVerdict;
+    let (class, title) = match v {
+        ForecastVerdict::Hit => ("badge ok", "the outcome is within the forecast's tolerance"),
+        ForecastVerdict::Miss => (
+            "badge bad",
+            "the outcome is outside the forecast's tolerance, or was never measured",
+        ),
+        ForecastVerdict::Pending => ("badge", "no finished run of the forecast's spec yet"),
+    };
+    html! { span class=(class) title=(title) { (v.as_str()) } }
 }
 
 /// Which navigation item is current.
@@ -129,6 +145,7 @@ pub fn frame_with(title: &str, nav: Nav, scripts: Scripts, body: Markup) -> Mark
                 @let charts = matches!(scripts, Scripts::Charts | Scripts::ChartsAndParcoords);
                 @if charts { link rel="stylesheet" href=(assets::UPLOT_CSS); }
                 link rel="stylesheet" href=(assets::STYLE_CSS);
+                link rel="icon" type="image/svg+xml" href=(assets::FAVICON_SVG);
                 @if charts {
                     script src=(assets::UPLOT_JS) defer {}
                     script src=(assets::CHARTS_JS) defer {}
@@ -217,6 +234,37 @@ pub fn num(v: Option<f64>) -> String {
     }
 }
 
+/// An integer count for people: `153,600`.
+pub fn count(v: f64) -> String {
+    if !v.is_finite() {
+        return format!("{v}");
+    }
+    let n = v.round() as i128;
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
+/// Whether a metric counts things (tokens, assignments), so it reads as an integer.
+pub fn is_count_metric(name: &str) -> bool {
+    name.ends_with("tokens") || name.ends_with("assignments") || name.ends_with("/count")
+}
+
+/// A final metric's value for tables: counts as integers, everything else as [`num`].
+pub fn metric_value(name: &str, v: f64) -> String {
+    if is_count_metric(name) {
+        count(v)
+    } else {
+        num(Some(v))
+    }
+}
+
 /// An external link only when it is http(s); otherwise the text alone.
 pub fn safe_link(url: &str) -> Markup {
     if url.starts_with("https://") || url.starts_with("http://") {
@@ -234,6 +282,17 @@ mod tests {
     fn paths_are_encoded_but_slashes_kept() {
         assert_eq!(encode_path("acme/lab#12"), "acme/lab%2312");
         assert_eq!(encode_path("a b<c>"), "a%20b%3Cc%3E");
+    }
+
+    #[test]
+    fn counts_read_as_integers_with_separators() {
+        assert_eq!(count(153600.0), "153,600");
+        assert_eq!(count(999.0), "999");
+        assert_eq!(count(1000.0), "1,000");
+        assert_eq!(count(-1234567.4), "-1,234,567");
+        assert_eq!(metric_value("throughput/total_tokens", 153600.0), "153,600");
+        assert_eq!(metric_value("data/markov/tokens", 2048.0), "2,048");
+        assert_eq!(metric_value("train/loss", 1.5), "1.5000");
     }
 
     #[test]

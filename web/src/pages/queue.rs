@@ -30,8 +30,16 @@ fn table(rows: &[QueueRow], what: &str, empty: &str) -> Markup {
         } @else {
             table.list id=(what) {
                 thead { tr {
-                    th { "#" } th { "Job" } th { "Experiment" } th { "Kind" } th { "Author" }
-                    th { "Priority" } th { "State" } th { "Run" } th { "Estimated duration" }
+                    // Only waiting jobs have a place in line.
+                    @if what == "waiting" { th title="place in line: 1 runs next" { "#" } }
+                    th { "Job" } th { "Experiment" } th { "Kind" } th { "Author" }
+                    th { "Priority" } th { "State" } th { "Run" }
+                    @if what == "finished" {
+                        th title="the run's wall time, start to result" { "Took" }
+                        th title="from enqueued to ended, waiting included" { "Queued to end" }
+                    } @else {
+                        th { "Estimated duration" }
+                    }
                     @if what == "waiting" { th { "Starts in" } }
                     @if what == "running" { th { "Ends in" } }
                     @if what != "waiting" && what != "running" { th { "Note" } }
@@ -39,7 +47,9 @@ fn table(rows: &[QueueRow], what: &str, empty: &str) -> Markup {
                 tbody {
                     @for r in rows {
                         tr {
-                            td { (r.position.map(|p| p.to_string()).unwrap_or_default()) }
+                            @if what == "waiting" {
+                                td.num { (r.position.map(|p| p.to_string()).unwrap_or_default()) }
+                            }
                             td { (r.job.id) }
                             td { a href=(experiment_href(&r.job.experiment)) { (r.job.experiment) } }
                             td { (r.job.kind) }
@@ -47,7 +57,12 @@ fn table(rows: &[QueueRow], what: &str, empty: &str) -> Markup {
                             td.num { (r.job.priority) }
                             td { (status_badge(&r.job.state)) }
                             td { @if let Some(run) = &r.job.run { a href={ "/runs/" (encode_path(run)) } { (run) } } }
-                            td.num { (duration(r.estimated_seconds)) }
+                            @if what == "finished" {
+                                td.num { (duration(r.took_seconds)) }
+                                td.num { (duration(r.queued_to_end_seconds)) }
+                            } @else {
+                                td.num { (duration(r.estimated_seconds)) }
+                            }
                             @if what == "waiting" || what == "running" {
                                 td.num { (duration(r.estimated_start_in_seconds)) }
                             } @else if what == "held" {

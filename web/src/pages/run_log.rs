@@ -1,11 +1,16 @@
-//! `GET /runs/{run}/log`: a run's own log (the worker's `logs/<run>/attempt-<n>.log` artifacts,
-//! one per attempt, in log order) on a page: the tail (`?lines=`, default [`DEFAULT_LINES`]),
-//! a search box (`?q=`, case-insensitive substring), warnings and errors highlighted.
+//! `GET /runs/{run}/log`: a run's own log on a page, one section per attempt: the log the
+//! worker stored when the attempt ended (`logs/<run>/attempt-<n>.log`) or, for an attempt that
+//! never ended (a killed worker), the chunks stored while it ran
+//! (`logs/<run>/attempt-<n>/lines-<first>-<last>.log`), joined. Lines are numbered as the
+//! worker wrote them (a stored log's note of left-out lines skips the numbers it left out),
+//! long lines wrap, warnings and errors are highlighted; the tail is shown (`?lines=`, default
+//! [`DEFAULT_LINES`]) and a search box keeps only matching lines (`?q=`, case-insensitive
+//! substring), with their numbers.
 //!
-//! The text is the log blob's, shown escaped (maud). A log is stored when its attempt ends; while
-//! an attempt runs in this server, its lines so far come from the [`crate::LiveHub`] and
-//! `/assets/runlog.js` appends new ones as they are written (SSE `log` events). Not here:
-//! writing logs (the lab's worker does).
+//! The text is the log blobs', shown escaped (maud). While an attempt runs in this server its
+//! lines so far come from the [`crate::LiveHub`] and `/assets/runlog.js` appends new ones as
+//! they are written (SSE `log` events), following the end unless the reader turns that off.
+//! Not here: writing logs (the lab's worker does).
 
 use axum::extract::{Path, Query, State};
 use glassbox_schemas::LedgerEntry;
@@ -44,6 +49,93 @@ fn level(line: &str) -> &'static str {
     }
 }
 
+/// One stored piece of a run's log, by its artifact name under `logs/<run>/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LogPiece {
+    /// `attempt-<n>.log`: the whole log, stored when the attempt ended.
+    Whole { attempt: u32 },
+    /// `attempt-<n>/lines-<first>-<last>.log`: a chunk stored while it ran.
+    Lines { attempt: u32, first: u64 },
+}
+
+impl LogPiece {
+    fn parse(name: &str) -> Option<Self> {
+        let rest = name.strip_prefix("attempt-")?;
+        if let Some(n) = rest.strip_suffix(".log").and_then(|n| n.parse().ok()) {
+            return Some(LogPiece::Whole { attempt: n });
+        }
+        let (n, chunk) = rest.split_once('/')?;
+        let range = chunk.strip_prefix("lines-")?.strip_suffix(".log")?;
+        let (first, _last) = range.split_once('-')?;
+        Some(LogPiece::Lines {
+            attempt: n.parse().ok()?,
+            first: first.parse().ok()?,
+        })
+    }
+
+    fn attempt(self) -> u32 {
+        match self {
+            LogPiece::Whole { attempt } | LogPiece::Lines { attempt, .. } => attempt,
+        }
+    }
+}
+
+/// What is stored of one attempt's log.
+#[derive(Debug, Default)]
+struct Attempt {
+    /// The whole log (its entry and text), once the attempt ended.
+    whole: Option<(i64, Option<String>)>,
+    /// Chunks stored while it ran: entry, first line number, text.
+    chunks: Vec<(i64, u64, Option<String>)>,
+}
+
+impl Attempt {
+    /// The attempt's lines with their numbers (a note the worker wrote has none): the whole
+    /// log where there is one, else the chunks in order.
+    fn numbered(&self) -> Vec<(Option<u64>, String)> {
+        let mut out = Vec::new();
+        if let Some((_, Some(text))) = &self.whole {
+            let mut n = 1;
+            for line in text.lines() {
+                if let Some(skipped) = left_out(line) {
+                    out.push((None, line.to_string()));
+                    n += skipped;
+                } else {
+                    out.push((Some(n), line.to_string()));
+                    n += 1;
+                }
+            }
+            return out;
+        }
+        let mut chunks: Vec<&(i64, u64, Option<String>)> = self.chunks.iter().collect();
+        chunks.sort_by_key(|c| (c.1, c.0));
+        for (_, first, text) in chunks {
+            let Some(text) = text else { continue };
+            let mut n = *first;
+            for line in text.lines() {
+                if line.starts_with("[... ") {
+                    out.push((None, line.to_string()));
+                } else {
+                    out.push((Some(n), line.to_string()));
+                    n += 1;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The number of lines a stored log's note says it left out (`[... N lines (B bytes) left out
+/// here ...]`).
+fn left_out(line: &str) -> Option<u64> {
+    line.strip_prefix("[... ")?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()
+        .filter(|_| line.contains("left out here"))
+}
+
 /// `GET /runs/{run}/log`.
 pub async fn page(
     State(st): State<WebState>,
@@ -66,7 +158,7 @@ pub async fn page(
     .fetch_all(st.index.pool())
     .await?;
     let prefix = format!("logs/{run}/");
-    let mut logs = Vec::new();
+    let mut attempts: std::collections::BTreeMap<u32, Attempt> = Default::default();
     for r in &rows {
         let text: String = r.try_get("entry")?;
         let Ok(e) = LedgerEntry::from_bytes(text.as_bytes()) else {
@@ -75,15 +167,19 @@ pub async fn page(
         let EntryBody::Artifact(a) = &e.body else {
             continue;
         };
-        if !a.name.starts_with(&prefix) {
+        let Some(piece) = a.name.strip_prefix(&prefix).and_then(LogPiece::parse) else {
             continue;
-        }
+        };
         let idx: i64 = r.try_get("idx")?;
         let body = match e.refs.get("artifact") {
             Some(h) => st.small_blob_text(&h.to_string(), MAX_LOG_BYTES).await,
             None => None,
         };
-        logs.push((idx, a.name.clone(), body));
+        let at = attempts.entry(piece.attempt()).or_default();
+        match piece {
+            LogPiece::Whole { .. } => at.whole = Some((idx, body)),
+            LogPiece::Lines { first, .. } => at.chunks.push((idx, first, body)),
+        }
     }
     let needle = find.map(str::to_lowercase);
     let live = st
@@ -92,7 +188,11 @@ pub async fn page(
         .filter(|r| !r.log.is_empty() || r.status.as_deref() == Some("running"));
     let body = html! {
         h1 { "Log of " (run) }
-        p.meta { a href={ "/runs/" (encode_path(&run)) } { "charts" } " · the worker's own log of each attempt, stored when the attempt ended." }
+        p.meta {
+            a href={ "/runs/" (encode_path(&run)) } { "run page" } " · "
+            "what the worker's terminal showed for each attempt: the backend, progress and evaluations, warnings, anomalies and how it ended. "
+            "Stored in chunks while the attempt runs and whole when it ends."
+        }
         form.filters method="get" {
             label { "Find " input type="search" name="q" value=(find.unwrap_or("")); }
             label { "Lines " input type="number" name="lines" min="1" max=(MAX_LINES) value=(lines); }
@@ -101,21 +201,39 @@ pub async fn page(
         @if let Some(l) = &live {
             section.run-log #live {
                 h2 { "Running attempt, live " small #live-log-status { (l.status.as_deref().unwrap_or("")) } }
-                p.meta { "The newest lines as the worker writes them; stored with the record when the attempt ends." }
+                p.meta {
+                    "The newest lines as the worker writes them. "
+                    label { input #follow type="checkbox" checked; " follow the end" }
+                }
                 pre.log #live-log data-run=(run) { @for line in &l.log { span class=(level(line)) { (line) } "\n" } }
             }
         }
-        @if logs.is_empty() && live.is_none() { p.empty { "No log is stored for this run yet (a log is stored when its attempt ends)." } }
-        @for (idx, name, text) in &logs {
+        @if attempts.is_empty() && live.is_none() { p.empty { "No log is stored for this run yet." } }
+        @for (attempt, at) in attempts.iter().rev() {
+            @let numbered = at.numbered();
             section.run-log {
-                h2 { (name) " " small { a href={ "/api/v1/entries/" (idx) } { "entry " (idx) } } }
-                @match text {
-                    None => p.empty { "The log blob is not available here." },
-                    Some(t) => {
-                        @let all: Vec<&str> = t.lines().filter(|l| needle.as_deref().is_none_or(|n| l.to_lowercase().contains(n))).collect();
-                        @let shown = &all[all.len().saturating_sub(lines)..];
-                        p.meta { (shown.len()) " of " (all.len()) " lines" @if find.is_some() { " matching" } }
-                        pre.log { @for l in shown { span class=(level(l)) { (l) } "\n" } }
+                h2 {
+                    "Attempt " (attempt) " "
+                    small {
+                        @match &at.whole {
+                            Some((idx, _)) => { a href={ "/api/v1/entries/" (idx) } { "entry " (idx) } },
+                            None => { (at.chunks.len()) " chunk" @if at.chunks.len() != 1 { "s" } " stored while it ran; it has no stored end (its worker stopped)" },
+                        }
+                    }
+                }
+                @if numbered.is_empty() {
+                    p.empty { "The log blob is not available here." }
+                } @else {
+                    @let all: Vec<&(Option<u64>, String)> = numbered.iter().filter(|(_, l)| needle.as_deref().is_none_or(|n| l.to_lowercase().contains(n))).collect();
+                    @let shown = &all[all.len().saturating_sub(lines)..];
+                    p.meta { (shown.len()) " of " (all.len()) " lines" @if find.is_some() { " matching" } }
+                    pre.log.numbered {
+                        @for (n, l) in shown.iter().map(|x| (&x.0, &x.1)) {
+                            span class=(level(l)) {
+                                span.ln { @if let Some(n) = n { (n) } }
+                                (l)
+                            } "\n"
+                        }
                     }
                 }
             }
@@ -132,4 +250,53 @@ pub async fn page(
         scripts,
         body,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_are_told_apart_by_name() {
+        assert_eq!(
+            LogPiece::parse("attempt-2.log"),
+            Some(LogPiece::Whole { attempt: 2 })
+        );
+        assert_eq!(
+            LogPiece::parse("attempt-1/lines-000051-000060.log"),
+            Some(LogPiece::Lines {
+                attempt: 1,
+                first: 51
+            })
+        );
+        assert_eq!(LogPiece::parse("attempt-x.log"), None);
+        assert_eq!(LogPiece::parse("notes.txt"), None);
+    }
+
+    #[test]
+    fn numbers_skip_what_a_stored_log_left_out_and_chunks_start_where_they_say() {
+        let whole = Attempt {
+            whole: Some((
+                9,
+                Some("a\nb\n[... 40 lines (900 bytes) left out here: ...]\nc\n".into()),
+            )),
+            chunks: Vec::new(),
+        };
+        let n: Vec<Option<u64>> = whole.numbered().into_iter().map(|x| x.0).collect();
+        assert_eq!(n, [Some(1), Some(2), None, Some(43)]);
+        let killed = Attempt {
+            whole: None,
+            chunks: vec![(5, 3, Some("c\nd\n".into())), (4, 1, Some("a\nb\n".into()))],
+        };
+        let lines: Vec<(Option<u64>, String)> = killed.numbered();
+        assert_eq!(
+            lines,
+            [
+                (Some(1), "a".to_string()),
+                (Some(2), "b".to_string()),
+                (Some(3), "c".to_string()),
+                (Some(4), "d".to_string())
+            ]
+        );
+    }
 }

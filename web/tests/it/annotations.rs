@@ -68,9 +68,21 @@ async fn a_runs_log_is_shown_with_levels_and_search() {
     let st = fx.state();
     let (status, _, page) = get(&st, "/runs/run-2/log").await;
     assert_eq!(status, StatusCode::OK, "{page}");
-    assert!(page.contains("logs/run-2/attempt-1.log"), "{page}");
-    assert!(page.contains("<span class=\"warn\">2026-12-01T10:00:01Z warn heartbeat"));
-    assert!(page.contains("<span class=\"error\">2026-12-01T10:00:09Z error"));
+    assert!(page.contains("Attempt 1"), "{page}");
+    // Each line numbered, in a gutter of its own, with its level's class.
+    assert!(
+        page.contains(
+            "<span class=\"warn\"><span class=\"ln\">2</span>2026-12-01T10:00:01Z warn heartbeat"
+        ),
+        "{page}"
+    );
+    assert!(
+        page.contains(
+            "<span class=\"error\"><span class=\"ln\">3</span>2026-12-01T10:00:09Z error"
+        ),
+        "{page}"
+    );
+    assert!(page.contains("pre class=\"log numbered\""), "{page}");
     assert!(page.contains("&lt;script&gt;x&lt;/script&gt;") && !page.contains("<script>x"));
     assert!(page.contains("3 of 3 lines"), "{page}");
     let (_, _, found) = get(&st, "/runs/run-2/log?q=RETRYING").await;
@@ -78,6 +90,8 @@ async fn a_runs_log_is_shown_with_levels_and_search() {
         found.contains("1 of 1 lines matching") && !found.contains("leased by"),
         "{found}"
     );
+    // A line found keeps its number.
+    assert!(found.contains("<span class=\"ln\">2</span>"), "{found}");
     let (_, _, tail) = get(&st, "/runs/run-2/log?lines=1").await;
     assert!(
         tail.contains("1 of 3 lines") && tail.contains("non-finite"),

@@ -55,6 +55,63 @@ pub(crate) async fn shot(c: &Client, name: &str) {
     std::fs::write(screenshots_dir().join(format!("{name}.png")), png).unwrap();
 }
 
+/// A screenshot of the whole page (the window made as tall as the page, at most 6,000 px, then
+/// put back).
+pub(crate) async fn full_shot(c: &Client, name: &str) {
+    let height = c
+        .execute(
+            "return Math.ceil(document.documentElement.scrollHeight)",
+            vec![],
+        )
+        .await
+        .ok()
+        .and_then(|v| v.as_u64())
+        .unwrap_or(1400)
+        .clamp(600, 6000) as u32;
+    let _ = c.set_window_size(1280, height).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    shot(c, name).await;
+    let _ = c.set_window_size(1280, 1400).await;
+}
+
+/// ChromeDriver's log of the browser's console (`goog:loggingPrefs`), which drains it.
+#[derive(Debug)]
+struct BrowserLog;
+
+impl fantoccini::wd::WebDriverCompatibleCommand for BrowserLog {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!(
+            "session/{}/se/log",
+            session_id.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _request_url: &url::Url) -> (http::Method, Option<String>) {
+        (http::Method::POST, Some(r#"{"type":"browser"}"#.into()))
+    }
+}
+
+/// The console errors the browser logged since the last call: uncaught exceptions,
+/// `console.error`, failed requests, Content-Security-Policy violations (level `SEVERE`).
+pub(crate) async fn console_errors(c: &Client) -> Vec<String> {
+    let v = c
+        .issue_cmd(BrowserLog)
+        .await
+        .expect("the browser's console log (goog:loggingPrefs)");
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|e| e["level"] == "SEVERE")
+                .filter_map(|e| e["message"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Polls `check` every 100 ms until it yields `Some`, for at most [`WAIT`]; the page updates
 /// asynchronously (SSE, fetch), so there is no event to wait on from outside the browser.
 pub(crate) async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
@@ -147,6 +204,11 @@ impl Browser {
         }
         let mut caps = serde_json::Map::new();
         caps.insert("goog:chromeOptions".into(), opts);
+        // Keep the browser's console for `console_errors`.
+        caps.insert(
+            "goog:loggingPrefs".into(),
+            serde_json::json!({ "browser": "ALL" }),
+        );
         ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
             .capabilities(caps)
             .connect(&format!("http://127.0.0.1:{}", self.driver_port))

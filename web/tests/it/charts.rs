@@ -65,6 +65,7 @@ async fn add_long_run(fx: &Fixture) {
                 spec_hash,
                 code_revision: "abc123".into(),
                 backend: "cpu".into(),
+                backend_reason: None,
                 hardware: "test cpu x2".into(),
                 seed: 2,
                 kernel_hashes: BTreeMap::new(),
@@ -638,7 +639,7 @@ async fn charts_zoom_smooth_scale_compare_and_fall_back_without_javascript() {
     })
     .await;
     assert!(
-        tip.starts_with("layer 0, expert ") && tip.contains(": load "),
+        tip.starts_with("layer 0, expert ") && tip.contains(": share of assignments "),
         "{tip}"
     );
     no_csp_violations(&c, "experiment (run-1)").await;

@@ -192,6 +192,7 @@ lr = 0.001
                 spec_hash,
                 code_revision: "abc".into(),
                 backend: "cpu".into(),
+                backend_reason: None,
                 hardware: "test".into(),
                 seed: 0,
                 kernel_hashes: BTreeMap::new(),
@@ -336,6 +337,22 @@ async fn data_routes_give_corpora_documents_with_tokens_and_run_consumption() {
         "{page}"
     );
     assert!(!page.contains("<script>alert('doc')"));
+    // Documents are numbered one way, from 1, in the heading and the pager alike.
+    assert!(page.contains("Document 2 of 3"), "{page}");
+    assert!(page.contains("document 2 of 3"), "{page}");
+    assert!(!page.contains("from 0"), "{page}");
+    // The run's data page prints token counts as integers.
+    let (_, page) = get(&d, "/data/runs/run-000001").await;
+    assert!(page.contains(">120<"), "{page}");
+    assert!(!page.contains("120.0000"), "{page}");
+    // The list of corpora gives every corpus its tokens.
+    let (_, page) = get(&d, "/data").await;
+    let row = page
+        .split("<tr>")
+        .find(|r| r.contains(&d.corpus.to_string()))
+        .unwrap();
+    let tokens_cell = row.split("<td").nth(7).unwrap_or_default();
+    assert!(tokens_cell.chars().any(|c| c.is_ascii_digit()), "{row}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,5 +8,6 @@ mod boards;
 mod browser;
 mod charts;
 mod data_browser;
+mod observatory;
 mod routes;
 mod search;

@@ -126,9 +126,22 @@ async fn pages_render_and_escape_proposer_text() {
     let (status, _, _) = get(&st, "/experiments/acme/lab%231?run=run-9").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
-    let (status, headers, _) = get(&st, "/runs/run-2").await;
-    assert_eq!(status, StatusCode::SEE_OTHER);
-    assert_eq!(headers["location"], "/experiments/acme/lab%232?run=run-2");
+    // A run has a page of its own: how it ended, its numbers, its links.
+    let run = ok(&st, "/runs/run-1").await;
+    for want in [
+        "id=\"summary\"",
+        "Final metrics",
+        "<code>train/loss</code>",
+        "href=\"/runs/run-1/log\"",
+        "href=\"/data/runs/run-1\"",
+        "href=\"/experiments/acme/lab%231\"",
+        "id=\"hardware\"",
+        "id=\"snapshots\"",
+        "Took",
+    ] {
+        assert!(run.contains(want), "run page lacks {want:?}");
+    }
+    assert_eq!(get(&st, "/runs/run-99").await.0, StatusCode::NOT_FOUND);
 
     let live = ok(&st, "/live/run-1").await;
     assert!(
@@ -491,6 +504,100 @@ async fn api_answers_what_the_pages_show() {
     let l = json(&st, "/api/v1/ledger").await;
     assert_eq!(l["size"], fx.size);
     assert_eq!(l["vkey"], fx.vkey.to_string());
+}
+
+/// `GET /api/v1/` (and without the slash) is an index a client can start from: the OpenAPI
+/// document and every collection, each of which answers.
+#[tokio::test]
+async fn the_api_root_is_an_index_whose_links_answer() {
+    let fx = crate::fixture::build().await;
+    let st = fx.state();
+    for root in ["/api/v1/", "/api/v1"] {
+        let index = json(&st, root).await;
+        assert_eq!(index["openapi"], "/api/v1/openapi.json", "{index}");
+        let links = index["collections"].as_array().unwrap();
+        assert!(links.len() >= 10, "{index}");
+        for l in links {
+            let href = l["href"].as_str().unwrap();
+            let (status, _, body) = get(&st, href).await;
+            assert_eq!(status, StatusCode::OK, "{href}: {body}");
+        }
+    }
+    let doc = json(&st, "/api/v1/openapi.json").await;
+    assert!(doc["paths"]["/api/v1/"].is_object());
+}
+
+/// The negative results say why each run is there, even when its result gives no reason (a
+/// forecast it missed), and the pager stops at the last page.
+#[tokio::test]
+async fn negative_results_give_a_reason_and_the_pager_ends() {
+    use glassbox_schemas::record::{ForecastOutcome, ResultBody, RunEnding};
+    let fx = crate::fixture::build().await;
+    let hash: glassbox_schemas::SpecHash =
+        json(&fx.state(), "/api/v1/runs/run-2").await["spec_hash"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+    let miss = crate::fixture::entry(
+        Some("acme/lab#2"),
+        std::collections::BTreeMap::new(),
+        ResultBody {
+            run: glassbox_schemas::RunId::from("run-miss"),
+            spec_hash: hash,
+            ending: RunEnding {
+                status: glassbox_schemas::RunStatus::Succeeded,
+                steps: 300,
+                final_metrics: [("eval/markov/loss".to_string(), 2.0)]
+                    .into_iter()
+                    .collect(),
+                reason: None,
+            },
+            forecast: Some(ForecastOutcome::settle(
+                "eval/markov/loss",
+                1.5,
+                0.2,
+                Some(2.0),
+            )),
+            params_blake3: None,
+        },
+    );
+    let w = fx.lab.writer(glassbox_ledger::LockMode::Wait).unwrap();
+    w.append_batch(vec![miss.to_canonical_bytes().unwrap()])
+        .unwrap();
+    drop(w);
+    let source = glassbox_ledger::DirSource {
+        root: fx.lab.root().to_path_buf(),
+    };
+    let reader = glassbox_ledger::LogReader::open(&source, &fx.vkey).unwrap();
+    fx.index.sync(&reader).await.unwrap();
+    let st = fx.state();
+    let page = ok(&st, "/negative").await;
+    let row = page
+        .split("<tr>")
+        .find(|r| r.contains(">run-miss<"))
+        .expect("the missed forecast is a negative result");
+    assert!(
+        row.contains(
+            "missed its forecast: eval/markov/loss = 1.5000 ± 0.2000 predicted, 2.0000 measured"
+        ),
+        "{row}"
+    );
+    assert!(row.contains(">miss<"), "one verdict word: {row}");
+    assert!(!page.contains("refuted"), "{page}");
+    assert!(
+        !page.contains("next →"),
+        "one page of results has no next page: {page}"
+    );
+    let api = json(&st, "/api/v1/negative").await;
+    let run = api
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "run-miss")
+        .unwrap();
+    assert_eq!(run["forecast"]["verdict"], "miss");
+    assert_eq!(run["forecast"]["error"], 0.5);
 }
 
 #[tokio::test]
@@ -1212,7 +1319,15 @@ async fn the_queue_page_and_api_show_the_jobs_in_the_order_they_run() {
                         job(11, 0, "running", "ann"),
                         job(14, 3, "queued", "<b>dave</b>"),
                     ],
-                    finished: vec![job(10, 0, "cancelled", "erin")],
+                    finished: vec![
+                        job(10, 0, "cancelled", "erin"),
+                        QueueJob {
+                            run: Some("run-1".into()),
+                            created_at_ms: 1_000,
+                            updated_at_ms: 61_000,
+                            ..job(9, 0, "succeeded", "ann")
+                        },
+                    ],
                     now_ms: 0,
                 })
             })
@@ -1235,7 +1350,13 @@ async fn the_queue_page_and_api_show_the_jobs_in_the_order_they_run() {
     assert_eq!(ids("running"), vec![11]);
     assert_eq!(ids("waiting"), vec![14, 13], "priority 3 runs first");
     assert_eq!(ids("held"), vec![12]);
-    assert_eq!(ids("finished"), vec![10]);
+    assert_eq!(ids("finished"), vec![10, 9]);
+    // A finished job says how long it took: its run's wall time, and enqueued to ended.
+    assert_eq!(v["finished"][1]["queued_to_end_seconds"], 60.0);
+    assert!(
+        v["finished"][1]["took_seconds"].as_f64().unwrap() >= 0.0,
+        "{v}"
+    );
     assert_eq!(v["waiting"][0]["position"], 1);
     assert_eq!(v["waiting"][1]["position"], 2);
     assert_eq!(v["workers"], 1);
@@ -1251,6 +1372,14 @@ async fn the_queue_page_and_api_show_the_jobs_in_the_order_they_run() {
         "an author is text"
     );
     assert!(page.contains("cancelled by @maint"));
+    // The finished table has the durations, and no `#` column left empty.
+    let finished = &page[page.find("id=\"finished\"").unwrap()..];
+    let finished = &finished[..finished.find("</table>").unwrap()];
+    assert!(
+        finished.contains(">Took<") && finished.contains("60 s"),
+        "{finished}"
+    );
+    assert!(!finished.contains(">#<"), "{finished}");
     assert!(
         page.contains("href=\"/queue\""),
         "the navigation links the queue"

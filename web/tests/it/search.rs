@@ -165,6 +165,7 @@ async fn fixture_lab(dir: &std::path::Path, url: &str) -> (LabDir, Index) {
                 spec_hash: hashes[&n],
                 code_revision: "abc".into(),
                 backend: "cpu".into(),
+                backend_reason: None,
                 hardware: "test".into(),
                 seed: 0,
                 kernel_hashes: BTreeMap::new(),
@@ -347,7 +348,7 @@ async fn the_list_page_and_api_search_and_refuse_bad_queries() {
     .await;
     assert_eq!(status, StatusCode::OK);
     assert!(
-        page.contains("<th class=\"metric\">eval/markov/loss</th>"),
+        page.contains("class=\"metric\"") && page.contains(">eval/markov/loss</th>"),
         "{page}"
     );
     assert!(
@@ -366,9 +367,33 @@ async fn the_list_page_and_api_search_and_refuse_bad_queries() {
     let (status, _, body) = get("/api/v1/experiments?q=status%20%3D%20winning").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body.contains("column 10: expected a status"), "{body}");
-    let (status, _, body) = get("/experiments?cols=id,bogus").await;
+    // A bad column is a page in the site's layout, the form kept and the error beside the
+    // field it is about; a bad search likewise.
+    let (status, headers, body) = get("/experiments?cols=id,bogus").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
     assert!(body.contains("`bogus` is not a column"), "{body}");
+    assert!(
+        body.contains("<nav") && body.contains("name=\"cols\""),
+        "{body}"
+    );
+    assert!(body.contains("data-field=\"cols\""), "{body}");
+    let (status, _, body) = get("/experiments?q=status%20%3D%20winning").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("data-field=\"q\""), "{body}");
+    // A spec field as a column.
+    let (status, _, page) = get("/experiments?cols=id,spec:model.moe.n_experts,final_loss").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("<code>model.moe.n_experts</code>"), "{page}");
+    assert!(page.contains("Final train/loss"), "{page}");
+    assert!(page.contains("<td><code>16</code></td>"), "{page}");
+    let (status, _, _) = get("/experiments?cols=spec:Bad%20Path").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
 }
 
 /// Words the compiled SQL may hold: keywords, the index's tables and columns, placeholders.

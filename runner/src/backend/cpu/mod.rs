@@ -120,6 +120,10 @@ impl<F: Real> Backend for CpuBackend<F> {
         BackendKind::Cpu
     }
 
+    fn host_threads(&self) -> usize {
+        self.threads
+    }
+
     fn describe(&self) -> String {
         format!(
             "cpu ({} threads, {})",
