@@ -1231,7 +1231,7 @@ impl Anomaly {
                         )
                     })
                     .unwrap_or_else(|| format!(" (`{}`)", self.metric));
-                let steps = self.deviations.max(1.0).min(1e9) as u64;
+                let steps = self.deviations.clamp(1.0, 1e9) as u64;
                 format!(
                     "{}{layer} at step {}: {expert} took {:.1}% of the layer's tokens{charted} for {steps} step{} in a row, above the collapse threshold of {:.1}% (`[train.anomaly] collapse_share`)",
                     self.kind.describe(),
