@@ -109,9 +109,13 @@ fn memory_available() -> Option<f64> {
 }
 
 fn parse_meminfo_available(meminfo: &str) -> Option<f64> {
-    meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
+    kib_field(meminfo, "MemAvailable:")
+}
+
+/// The value of the `/proc` line starting `key`, given in kB, in bytes.
+fn kib_field(text: &str, key: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|rest| {
             rest.trim()
                 .trim_end_matches("kB")
@@ -149,20 +153,7 @@ pub fn process() -> Vec<(&'static str, f64)> {
 
 /// `VmRSS` and `VmHWM` of `/proc/self/status`, in bytes.
 fn parse_status(status: &str) -> (Option<f64>, Option<f64>) {
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|rest| {
-                rest.trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-            })
-            .map(|k| k * 1024.0)
-    };
-    (kib("VmRSS:"), kib("VmHWM:"))
+    (kib_field(status, "VmRSS:"), kib_field(status, "VmHWM:"))
 }
 
 /// `utime + stime` of `/proc/self/stat` in seconds. The command name (field 2) is in

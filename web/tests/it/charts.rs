@@ -126,20 +126,7 @@ async fn add_long_run(fx: &Fixture) {
     ] {
         sqlx::query(sql).execute(pool).await.unwrap();
     }
-    let w = fx.lab.writer(glassbox_ledger::LockMode::Wait).unwrap();
-    w.append_batch(
-        batch
-            .iter()
-            .map(|e| e.to_canonical_bytes().unwrap())
-            .collect(),
-    )
-    .unwrap();
-    drop(w);
-    let source = glassbox_ledger::DirSource {
-        root: fx.lab.root().to_path_buf(),
-    };
-    let reader = glassbox_ledger::LogReader::open(&source, &fx.vkey).unwrap();
-    fx.index.sync(&reader).await.unwrap();
+    fx.append(&batch).await;
 }
 
 async fn js(c: &Client, script: &str) -> Value {

@@ -161,15 +161,7 @@ async fn fill(fx: &Fixture) {
             attempt: Some(1),
         },
     );
-    let w = fx.lab.writer(glassbox_ledger::LockMode::Wait).unwrap();
-    w.append_batch(vec![started.to_canonical_bytes().unwrap()])
-        .unwrap();
-    drop(w);
-    let source = glassbox_ledger::DirSource {
-        root: fx.lab.root().to_path_buf(),
-    };
-    let reader = glassbox_ledger::LogReader::open(&source, &fx.vkey).unwrap();
-    fx.index.sync(&reader).await.unwrap();
+    fx.append(&[started]).await;
     for step in 1..=40u64 {
         sqlx::query(
             "INSERT OR REPLACE INTO metric_points (run, name, step, value, entry) VALUES ('run-live', 'train/loss', $1, $2, 0)",

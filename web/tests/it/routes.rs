@@ -562,15 +562,7 @@ async fn negative_results_give_a_reason_and_the_pager_ends() {
             params_blake3: None,
         },
     );
-    let w = fx.lab.writer(glassbox_ledger::LockMode::Wait).unwrap();
-    w.append_batch(vec![miss.to_canonical_bytes().unwrap()])
-        .unwrap();
-    drop(w);
-    let source = glassbox_ledger::DirSource {
-        root: fx.lab.root().to_path_buf(),
-    };
-    let reader = glassbox_ledger::LogReader::open(&source, &fx.vkey).unwrap();
-    fx.index.sync(&reader).await.unwrap();
+    fx.append(&[miss]).await;
     let st = fx.state();
     let page = ok(&st, "/negative").await;
     let row = page
