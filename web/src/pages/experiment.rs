@@ -171,6 +171,9 @@ const HARDWARE_PANELS: &[Panel] = &[
     },
 ];
 
+/// One line of a panel: its run, metric, legend label and points.
+type PanelLine<'a> = (&'a str, &'a String, String, &'a Vec<(u64, f64)>);
+
 /// Which panels a chart block draws.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PanelSet {
@@ -285,16 +288,15 @@ pub fn overlaid_charts(
     let several = runs.len() > 1;
     let mut out = Vec::new();
     for p in panels {
-        // (run, metric, label) of every line.
-        let mut names: Vec<(&str, &String, String)> = Vec::new();
+        let mut names: Vec<PanelLine> = Vec::new();
         for (run, all) in runs {
-            for n in all.keys().filter(|n| (p.pick)(n)) {
+            for (n, pts) in all.iter().filter(|(n, _)| (p.pick)(n)) {
                 let label = if several {
                     format!("{run} {n}")
                 } else {
                     n.clone()
                 };
-                names.push((run, n, label));
+                names.push((run, n, label, pts));
             }
         }
         if names.is_empty() {
@@ -302,17 +304,13 @@ pub fn overlaid_charts(
         }
         let lines: Vec<Line> = names
             .iter()
-            .map(|(run, n, label)| {
-                let all = runs.iter().find(|(r, _)| r == run).map(|(_, a)| *a);
-                let pts = &all.expect("a line's run is among the runs")[*n];
-                Line {
-                    label: label.clone(),
-                    points: series::downsample(pts, chart::SVG_POINTS_PER_LINE)
-                        .into_iter()
-                        .map(|(s, v)| (s as f64, v))
-                        .collect(),
-                    markers: pts.len() == 1,
-                }
+            .map(|(_, _, label, pts)| Line {
+                label: label.clone(),
+                points: series::downsample(pts, chart::SVG_POINTS_PER_LINE)
+                    .into_iter()
+                    .map(|(s, v)| (s as f64, v))
+                    .collect(),
+                markers: pts.len() == 1,
             })
             .collect();
         let svg = chart::line_chart(
@@ -329,7 +327,7 @@ pub fn overlaid_charts(
         );
         let refs: Vec<LineRef> = names
             .iter()
-            .map(|(run, n, label)| LineRef {
+            .map(|(run, n, label, _)| LineRef {
                 run,
                 name: n,
                 label,

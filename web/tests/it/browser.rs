@@ -55,6 +55,18 @@ pub(crate) async fn shot(c: &Client, name: &str) {
     std::fs::write(screenshots_dir().join(format!("{name}.png")), png).unwrap();
 }
 
+/// A script function counting a canvas's pixels drawn in a colour (a line or marker: the axes,
+/// grid and labels are grey or black), so a chart whose drawing stopped half-way reads 0
+/// however much of its frame is there. Scripts call it as `colouredPixels(canvas)`.
+pub(crate) const COLOURED_PIXELS_JS: &str = "const colouredPixels = cv => { \
+       const d = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data; \
+       let n = 0; \
+       for (let i = 0; i < d.length; i += 4) { \
+         const hi = Math.max(d[i], d[i + 1], d[i + 2]), lo = Math.min(d[i], d[i + 1], d[i + 2]); \
+         if (d[i + 3] > 0 && hi - lo > 60) { n++; } \
+       } \
+       return n; };";
+
 /// A screenshot of the whole page (the window made as tall as the page, at most 6,000 px, then
 /// put back).
 pub(crate) async fn full_shot(c: &Client, name: &str) {

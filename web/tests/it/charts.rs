@@ -185,14 +185,10 @@ async fn errors(c: &Client) -> Vec<String> {
 async fn coloured_pixels(c: &Client) -> Vec<u64> {
     js(
         c,
-        "return Array.from(document.querySelectorAll('.uplot canvas')).map(cv => { \
-           const d = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data; \
-           let n = 0; \
-           for (let i = 0; i < d.length; i += 4) { \
-             const hi = Math.max(d[i], d[i + 1], d[i + 2]), lo = Math.min(d[i], d[i + 1], d[i + 2]); \
-             if (d[i + 3] > 0 && hi - lo > 60) { n++; } \
-           } \
-           return n; })",
+        &format!(
+            "{} return Array.from(document.querySelectorAll('.uplot canvas')).map(colouredPixels);",
+            crate::browser::COLOURED_PIXELS_JS
+        ),
     )
     .await
     .as_array()

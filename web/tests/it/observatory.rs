@@ -225,31 +225,8 @@ async fn settle(c: &Client) -> bool {
 /// Charts of the page drawn blank: each uPlot canvas's coloured pixels, and each visible
 /// server-drawn SVG chart's marks (lines, areas, cells); returns the blank ones' titles.
 async fn blank_charts(c: &Client) -> Vec<String> {
-    let v = c
-        .execute(
-            "const out = []; \
-             document.querySelectorAll('.uplot').forEach(u => { \
-               const cv = u.querySelector('canvas'); \
-               const t = (u.querySelector('.u-title') || {}).textContent || 'a uPlot chart'; \
-               const d = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data; \
-               let n = 0; \
-               for (let i = 0; i < d.length; i += 4) { \
-                 const hi = Math.max(d[i], d[i + 1], d[i + 2]), lo = Math.min(d[i], d[i + 1], d[i + 2]); \
-                 if (d[i + 3] > 0 && hi - lo > 60) { n++; } \
-               } \
-               if (n < 20) { out.push('canvas: ' + t + ' (' + n + ' coloured pixels)'); } \
-             }); \
-             document.querySelectorAll('figure.chart svg, div.chart svg').forEach(s => { \
-               const r = s.getBoundingClientRect(); \
-               if (r.width === 0 || r.height === 0) { return; } \
-               const marks = s.querySelectorAll('polyline, path, polygon, rect, circle').length; \
-               if (marks < 1) { out.push('svg: ' + (s.closest('figure, div').dataset.title || 'a chart') + ' (' + marks + ' marks)'); } \
-             }); \
-             return out;",
-            vec![],
-        )
-        .await
-        .unwrap();
+    let script = format!("{} {BLANK_CHARTS_JS}", crate::browser::COLOURED_PIXELS_JS);
+    let v = c.execute(&script, vec![]).await.unwrap();
     v.as_array()
         .map(|a| {
             a.iter()
@@ -258,6 +235,21 @@ async fn blank_charts(c: &Client) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// The blank charts of the page, by title (needs `colouredPixels`).
+const BLANK_CHARTS_JS: &str = "const out = []; \
+             document.querySelectorAll('.uplot').forEach(u => { \
+               const t = (u.querySelector('.u-title') || {}).textContent || 'a uPlot chart'; \
+               const n = colouredPixels(u.querySelector('canvas')); \
+               if (n < 20) { out.push('canvas: ' + t + ' (' + n + ' coloured pixels)'); } \
+             }); \
+             document.querySelectorAll('figure.chart svg, div.chart svg').forEach(s => { \
+               const r = s.getBoundingClientRect(); \
+               if (r.width === 0 || r.height === 0) { return; } \
+               const marks = s.querySelectorAll('polyline, path, polygon, rect, circle').length; \
+               if (marks < 1) { out.push('svg: ' + (s.closest('figure, div').dataset.title || 'a chart') + ' (' + marks + ' marks)'); } \
+             }); \
+             return out;";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_in_every_mode_draws_without_console_errors() {
