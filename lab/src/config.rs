@@ -119,7 +119,7 @@ pub struct QueueOrder {
     /// Priority by proposer login.
     pub author_priority: BTreeMap<String, i64>,
     /// What a committed queue change survives.
-    pub durability: crate::queue::Durability,
+    pub durability: crate::db::Durability,
 }
 
 impl QueueOrder {

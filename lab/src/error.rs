@@ -1,10 +1,13 @@
-//! The lab's error type: every failure of the flow, the worker and the datasets, with the
+//! The lab's error types: [`QueueError`] for the job queue's database and rules, and
+//! [`LabError`] for every failure of the flow, the worker and the datasets, with the
 //! thing it is about. The binary maps these to exit codes; the bot port maps them to
 //! [`glassbox_github_bot::port::LabError`] for comments.
 
 use std::path::PathBuf;
 
-use crate::queue::QueueError;
+use glassbox_schemas::JobId;
+
+use crate::job::{JobState, WorkerId};
 
 /// What went wrong in the lab.
 #[derive(Debug, thiserror::Error)]
@@ -78,5 +81,83 @@ impl LabError {
 impl From<sqlx::Error> for LabError {
     fn from(e: sqlx::Error) -> Self {
         LabError::Queue(QueueError::Database(e))
+    }
+}
+
+/// Queue errors. Each says what was asked and why it cannot be done.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// The database URL is not one this queue speaks.
+    #[error(
+        "unsupported database URL {0:?}: expected sqlite://PATH or postgres://USER@HOST:PORT/DB"
+    )]
+    UnsupportedUrl(String),
+    /// The database failed.
+    #[error("queue database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Applying migrations failed.
+    #[error("queue migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// No such job.
+    #[error("no job {0} in the queue")]
+    NotFound(JobId),
+    /// The worker no longer holds the job (its lease expired and another worker took it, or
+    /// it was cancelled); whatever it was about to record must be dropped.
+    #[error("worker {worker} no longer holds the lease on job {job}")]
+    LeaseLost {
+        /// The job.
+        job: JobId,
+        /// The worker that lost it.
+        worker: WorkerId,
+    },
+    /// The job is in a state that does not allow the operation.
+    #[error("job {job} is {state}; {action} needs it to be {needs}")]
+    WrongState {
+        /// The job.
+        job: JobId,
+        /// Its state.
+        state: JobState,
+        /// What was attempted.
+        action: &'static str,
+        /// The state(s) that would allow it.
+        needs: &'static str,
+    },
+    /// A reproduction of the run already waits or runs.
+    #[error("job {job} already reproduces this run ({state}); wait for it or cancel it")]
+    AlreadyOpen {
+        /// The open job.
+        job: JobId,
+        /// Its state.
+        state: JobState,
+    },
+    /// The lab's database has no ledger sequencer yet: a process that holds the lab's log sets
+    /// it up when it opens the lab (`glassbox serve`, or any command run in the lab directory).
+    #[error(
+        "the lab database has no ledger sequencer yet; open the lab once where its log lives (glassbox serve) to set it up"
+    )]
+    NotSequencing,
+    /// The commit of a group of writes failed; the database may or may not have applied them,
+    /// so they are not retried blindly. Check with `glassbox jobs` before repeating one.
+    #[error("queue commit failed (the change may or may not have been applied): {0}")]
+    CommitFailed(String),
+    /// The task committing queue writes stopped before answering (the process is shutting
+    /// down).
+    #[error("the queue's writer stopped before answering; the process is shutting down")]
+    WriterStopped,
+    /// A stored row does not decode.
+    #[error("corrupt queue row for job {job}: {detail}")]
+    Corrupt {
+        /// The job.
+        job: i64,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+impl QueueError {
+    /// The database could not be reached or could not commit: worth retrying a call that is
+    /// safe to repeat. Everything else (a lost lease, a wrong state, a missing job) is an answer.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, QueueError::Database(_) | QueueError::CommitFailed(_))
     }
 }

@@ -16,7 +16,8 @@ use glassbox_schemas::{ExperimentId, ExperimentSpec, RunStatus, SpecHash};
 use serde::Serialize;
 
 use crate::error::LabError;
-use crate::flow::{Flow, register_forecast};
+use crate::flow::Flow;
+use crate::forecast;
 use crate::worker::{JobEnd, Worker};
 
 /// One rung's outcome.
@@ -160,7 +161,7 @@ pub async fn run_ladder(
     })
     .await
     .map_err(|e| LabError::Task(e.to_string()))??;
-    register_forecast(
+    forecast::register(
         flow.queue(),
         &target_hash,
         &Forecast {

@@ -29,6 +29,7 @@
 //! the ledger's, and every transition is written there before it is announced. It does not
 //! train (the runner does), hash records (schemas), or speak HTTP (web, bot).
 
+pub mod cancel;
 pub mod clock;
 pub mod config;
 pub mod corpus;
@@ -36,7 +37,9 @@ pub mod dataset;
 pub mod db;
 pub mod error;
 pub mod flow;
+pub mod forecast;
 pub mod handle;
+pub mod job;
 pub mod ladder;
 pub mod limits;
 pub mod outbox;
@@ -46,7 +49,6 @@ pub mod reproduce;
 pub mod sequencer;
 pub mod service;
 pub mod stall;
-pub mod sweep;
 pub mod tokens;
 pub mod worker;
 

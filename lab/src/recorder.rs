@@ -32,7 +32,7 @@ use glassbox_schemas::record::{EntryBody, refs};
 use glassbox_schemas::{Blake3Hash, BlobHash, ExperimentId, LedgerEntry, RunId, SpecHash};
 
 use crate::error::LabError;
-use crate::queue::QueueError;
+use crate::error::QueueError;
 use crate::sequencer::Sequencer;
 
 /// Entries integrated per log batch (one checkpoint each).

@@ -20,12 +20,8 @@
 //! tolerances (`comparison: tolerance`): every loss and bits-per-byte value within
 //! [`TOL_STEP_LOSS`] relative (bf16 runs: [`TOL_BF16_LOSS`]); parameters are not compared.
 //!
-//! [`queue_by_policy`] is the lab's `[reproduce]` policy: after a run succeeds, its worker
-//! queues a reproduction (`all`, or `top` when the run would enter a leaderboard's top N) that
-//! may not run on that worker, nor on its host while another host's worker serves the queue.
-//!
-//! Not here: choosing what to reproduce by hand (the CLI and the bot) or training internals
-//! (runner).
+//! Not here: choosing what to reproduce, by hand (the CLI and the bot) or by the lab's
+//! `[reproduce]` policy (`crate::flow::after_run`), or training internals (runner).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,12 +41,10 @@ use glassbox_schemas::{Blake3Hash, BlobHash, ExperimentId, ExperimentSpec, RunId
 use serde::Serialize;
 
 use glassbox_runner::backend::cuda::check::{TOL_BF16_LOSS, TOL_STEP_LOSS};
-use glassbox_schemas::record::{Comparison, RunEnding};
+use glassbox_schemas::record::Comparison;
 
-use crate::config::{ReproducePolicy, ReproduceSettings};
 use crate::corpus::BlobCorpusStore;
 use crate::error::LabError;
-use crate::queue::{Avoid, Job, JobId, JobKind, NewJob, Queue, QueueError, WorkerId};
 use crate::recorder::Recorder;
 
 /// What was found.
@@ -447,83 +441,6 @@ fn comparison_for(original_backend: &str) -> Comparison {
 /// parity tolerances are stated for).
 fn is_parity_checked(name: &str) -> bool {
     name.ends_with("/loss") || name.ends_with("/bpb")
-}
-
-/// The worker that made a run, for [`queue_by_policy`].
-#[derive(Debug, Clone, Copy)]
-pub struct Origin<'a> {
-    /// Its id.
-    pub worker: &'a WorkerId,
-    /// Its host.
-    pub host: &'a str,
-    /// Leases the reproduction job gets.
-    pub max_attempts: u32,
-}
-
-/// Queues an independent reproduction of `run` (just succeeded, made by `origin` for `job`)
-/// when `settings` ask for one: `all`, or `top` when one of `boards` would rank its final value
-/// among the top `settings.top`. With `on_other_worker`, the job avoids `origin`'s worker and
-/// host. `None` when the policy asks for nothing (or one already waits).
-#[allow(clippy::too_many_arguments)]
-pub async fn queue_by_policy(
-    queue: &Queue,
-    rec: &Arc<Recorder>,
-    settings: &ReproduceSettings,
-    boards: &[glassbox_ledger::board::BoardDef],
-    job: &Job,
-    run: &RunId,
-    ending: &RunEnding,
-    origin: &Origin<'_>,
-) -> Result<Option<JobId>, LabError> {
-    let wanted = match settings.policy {
-        ReproducePolicy::Off => false,
-        ReproducePolicy::All => true,
-        ReproducePolicy::Top => {
-            let relevant: Vec<_> = boards
-                .iter()
-                .filter(|b| ending.final_metrics.contains_key(&b.metric))
-                .cloned()
-                .collect();
-            if relevant.is_empty() {
-                false
-            } else {
-                let rec2 = rec.clone();
-                let defs = relevant.clone();
-                let derived = tokio::task::spawn_blocking(move || derive_boards(&rec2, &defs))
-                    .await
-                    .map_err(|e| LabError::Task(e.to_string()))??;
-                derived.iter().any(|b| {
-                    ending
-                        .final_metrics
-                        .get(&b.def.metric)
-                        .is_some_and(|v| b.would_enter_top(*v, settings.top))
-                })
-            }
-        }
-    };
-    if !wanted {
-        return Ok(None);
-    }
-    let avoid = Avoid {
-        worker: settings.on_other_worker.then(|| origin.worker.clone()),
-        host: settings.on_other_worker.then(|| origin.host.to_string()),
-        automatic: true,
-    };
-    let new = NewJob {
-        kind: JobKind::Reproduction,
-        experiment: job.experiment.clone(),
-        spec_hash: job.spec_hash,
-        author: job.author.clone(),
-        proposal_entry: job.proposal_entry,
-        approval_entry: None,
-        priority: job.priority,
-        max_attempts: origin.max_attempts.max(1),
-    };
-    match queue.enqueue_reproduction(&new, run, &avoid).await {
-        Ok(j) => Ok(Some(j)),
-        Err(QueueError::AlreadyOpen { .. }) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// The boards of `defs` over the lab's record as the sequencer holds it.

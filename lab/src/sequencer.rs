@@ -25,7 +25,7 @@ use glassbox_ledger::private_runtime::PrivateRuntime;
 use crate::clock::Clock;
 use crate::db::sequence::{self, Head};
 use crate::db::{Db, Durability, Engine};
-use crate::queue::QueueError;
+use crate::error::QueueError;
 
 /// How long [`Sequencer::append`] (and the recorder's publishing) wait for a database that is
 /// away before giving up.

@@ -254,7 +254,7 @@ fn enqueue_sweep(args: RunArgs, global: &GlobalOpts, text: String) -> anyhow::Re
             .rsplit_once("-s")
             .map_or(base.slug.as_str(), |(b, _)| b);
         let experiment = glassbox_schemas::ExperimentId(format!("local/{slug}"));
-        let new = glassbox_lab::sweep::NewSweep {
+        let new = glassbox_lab::flow::NewSweep {
             experiment: experiment.clone(),
             author: user.clone(),
             title: base.name.clone(),

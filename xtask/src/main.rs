@@ -31,6 +31,7 @@
 //! This is not a build system and not CI: `.ci/run` calls `cargo xtask test`, then rustfmt
 //! and clippy. It uses the standard library only, so it builds in seconds on a fresh machine.
 
+mod layers;
 mod tally;
 #[cfg(test)]
 mod tidy;
@@ -87,6 +88,9 @@ tasks:
                 own, where only what this task provides is reachable (CI uses it)
   env           provide the same and print `export` lines; PostgreSQL keeps running
   stop          stop the PostgreSQL cluster `env` left running
+  layers [CRATE...]
+                print each crate's import graph between its top-level modules and
+                the circles in it; fails when there is one
 ";
 
 fn main() -> ExitCode {
@@ -101,6 +105,7 @@ fn main() -> ExitCode {
         Some("stop") => {
             Paths::find().and_then(|p| Cluster::stop_dir(&p).map(|_| ExitCode::SUCCESS))
         }
+        Some("layers") => layers_task(&rest),
         Some("help" | "-h" | "--help") => {
             print!("{USAGE}");
             Ok(ExitCode::SUCCESS)
@@ -118,6 +123,19 @@ fn main() -> ExitCode {
         eprintln!("xtask: {e}");
         ExitCode::FAILURE
     })
+}
+
+fn layers_task(only: &[OsString]) -> Result<ExitCode> {
+    let paths = Paths::find()?;
+    let only: Vec<String> = only
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    match layers::print(&paths.root, &only) {
+        Ok(true) => Ok(ExitCode::SUCCESS),
+        Ok(false) => Ok(ExitCode::FAILURE),
+        Err(e) => fail(format!("reading the sources: {e}")),
+    }
 }
 
 /// Where the tasks keep what they provide.

@@ -2,7 +2,7 @@
 //! the spec itself, or a ladder's fit) with the ledger entry that records it, so the worker
 //! can score the newest one against the run's result.
 //!
-//! Not here: scoring ([`crate::worker::compare_forecast`]) or the `forecast` entry itself.
+//! Not here: scoring ([`crate::forecast::settle`]) or the `forecast` entry itself.
 
 use glassbox_schemas::SpecHash;
 use glassbox_schemas::spec::Forecast;

@@ -16,7 +16,8 @@ use sqlx::any::AnyRow;
 use sqlx::{Any, Executor, Row};
 
 use super::Engine;
-use crate::queue::{Job, JobState, NewJob, QueueError, WorkerId};
+use crate::error::QueueError;
+use crate::job::{Avoid, Job, JobState, NewJob, WorkerId};
 
 /// Every column of a job, in the order [`decode`] reads them.
 pub(crate) const COLUMNS: &str = "id, kind, experiment, spec_hash, author, proposal_entry, approval_entry, priority, \
@@ -79,7 +80,7 @@ pub(crate) async fn insert_reproduction<'e>(
     db: impl Executor<'e, Database = Any>,
     job: &NewJob,
     run: &RunId,
-    avoid: &crate::queue::Avoid,
+    avoid: &Avoid,
     now: i64,
 ) -> Result<JobId, sqlx::Error> {
     let row = sqlx::query(

@@ -38,7 +38,7 @@ use sqlx::{AnyPool, Row};
 use glassbox_ledger::index::EmbeddedMigrations;
 
 use crate::clock::Clock;
-use crate::queue::QueueError;
+use crate::error::QueueError;
 
 /// The queue database's migrations on SQLite, in order (`migrations/sqlite/`).
 const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[

@@ -12,7 +12,7 @@
 
 use sqlx::{Any, Executor, Row};
 
-use crate::queue::QueueError;
+use crate::error::QueueError;
 
 /// The sequencer's head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! decision (claimed once, so two workers ending the last two children record one `gate`
 //! entry).
 //!
-//! Not here: what an edit or an approval of a sweep means ([`crate::sweep`] decides).
+//! Not here: what an edit or an approval of a sweep means ([`crate::flow::sweep`] decides).
 
 use glassbox_schemas::record::SweepBody;
 use glassbox_schemas::{ExperimentId, SpecHash};

@@ -8,8 +8,8 @@
 
 use glassbox_lab::LabConfig;
 use glassbox_lab::config::{ReproducePolicy, ReproduceSettings};
+use glassbox_lab::flow::NewSweep;
 use glassbox_lab::outbox;
-use glassbox_lab::sweep::NewSweep;
 use glassbox_ledger::board::{BoardBuilder, BoardDef, ComputeAxis, Standing};
 use glassbox_schemas::record::{
     ApprovalBody, Comparison, GateBody, GateOutcome, IssueRef, ProposalBody, ReproductionBody,
