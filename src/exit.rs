@@ -11,9 +11,12 @@
 //! | 12 | run ended `cancelled` |
 //! | 13 | run ended `failed` |
 //!
-//! Also here: [`message`], the one line an error is printed as.
+//! Also here: [`message`], the one line an error is printed as, and [`of_error`], the code an
+//! error ends the program with.
 
 use std::process::ExitCode;
+
+use glassbox_lab::LabError;
 
 /// Success.
 pub const OK: u8 = 0;
@@ -33,6 +36,18 @@ pub const FAILED: u8 = 13;
 /// What a subcommand returns: an exit code after it has printed its own output.
 pub fn code(c: u8) -> ExitCode {
     ExitCode::from(c)
+}
+
+/// The exit code of a command that failed with `err`: 1 when the lab refused what was asked
+/// (a limit, a quota, a state that does not allow it) or the data given is bad — the input is
+/// what needs changing; 3 for everything else (I/O, a database, the network).
+pub fn of_error(err: &anyhow::Error) -> u8 {
+    err.chain()
+        .find_map(|cause| cause.downcast_ref::<LabError>())
+        .map_or(OPERATIONAL, |e| match e {
+            LabError::Refused(_) | LabError::Data(_) => CHECK_FAILED,
+            _ => OPERATIONAL,
+        })
 }
 
 /// An error and its causes on one line, `outer: cause: root cause`, never a backtrace. A cause
@@ -86,5 +101,15 @@ mod tests {
         );
         let plain = anyhow::anyhow!("root").context("middle").context("top");
         assert_eq!(message(&plain), "top: middle: root");
+    }
+
+    #[test]
+    fn a_refusal_is_the_input_and_anything_else_operational() {
+        let refused = anyhow::Error::from(LabError::Refused("over the daily limit".into()));
+        assert_eq!(of_error(&refused), CHECK_FAILED);
+        assert_eq!(of_error(&refused.context("queueing")), CHECK_FAILED);
+        let task = anyhow::Error::from(LabError::Task("joined".into()));
+        assert_eq!(of_error(&task), OPERATIONAL);
+        assert_eq!(of_error(&anyhow::anyhow!("disk full")), OPERATIONAL);
     }
 }

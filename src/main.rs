@@ -149,7 +149,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {}", exit::message(&err));
-            exit::code(exit::OPERATIONAL)
+            exit::code(exit::of_error(&err))
         }
     }
 }

@@ -118,7 +118,7 @@ pub enum BudgetBreach {
 
 /// The experiment id of an issue: `<owner>/<repo>#<number>`.
 pub fn experiment_id(issue: &IssueKey) -> ExperimentId {
-    ExperimentId(issue.to_string())
+    ExperimentId::issue(&issue.repo.to_string(), issue.number.0)
 }
 
 /// Whether the bot handles this issue at all (an experiment issue, not a pull request).

@@ -601,7 +601,7 @@ impl LabPort for InMemoryLab {
             && old_hash != hash
         {
             for i in 0..n {
-                let child = ExperimentId(format!("{}/{i}", sweep.experiment.0));
+                let child = sweep.experiment.child(i as usize);
                 if m.queue.contains(&child) {
                     m.queue.retain(|e| e != &child);
                     voided.push(child);
@@ -632,7 +632,7 @@ impl LabPort for InMemoryLab {
             });
         }
         for i in 0..n {
-            let child = ExperimentId(format!("{}/{i}", experiment.0));
+            let child = experiment.child(i as usize);
             if !m.queue.contains(&child) {
                 m.queue.push(child);
             }

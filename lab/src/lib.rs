@@ -23,7 +23,8 @@
 //! - [`sweep`] — sweeps: children proposed together, one approval of the set, the gate;
 //! - [`service`] — the running lab (`serve`): bot + webhook route, notice delivery, worker;
 //! - [`config`] — [`LabConfig`]: budgets, quotas, job order, worker timing;
-//! - [`limits`] — the `[limits]` on memory, metric volume and wall time applied to a spec.
+//! - [`limits`] — the `[limits]` on memory, metric volume and wall time applied to a spec;
+//! - [`local`] — a run or sweep on this machine through the lab (`glassbox run`).
 //!
 //! The lab owns the mutable operational state (the queue database); the immutable record is
 //! the ledger's, and every transition is written there before it is announced. It does not
@@ -42,6 +43,7 @@ pub mod handle;
 pub mod job;
 pub mod ladder;
 pub mod limits;
+pub mod local;
 pub mod outbox;
 pub mod queue;
 pub mod recorder;

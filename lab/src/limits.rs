@@ -53,6 +53,14 @@ pub fn memory_limit(limits: &Limits, device_memory: Option<u64>) -> Option<Memor
     })
 }
 
+/// Why a run outside the lab (`glassbox run --no-ledger`) cannot train `spec` on this machine:
+/// the default limits, against the device's memory on a GPU, else half of this machine's RAM.
+/// `None` when it fits (or the machine's RAM cannot be read).
+pub fn bare_memory_problem(spec: &ExperimentSpec, device_memory: Option<u64>) -> Option<String> {
+    let limit = memory_limit(&Limits::default(), device_memory)?;
+    memory_problem(spec, &limit)
+}
+
 /// Why `spec` does not fit in `limit`, with both figures; `None` when it fits.
 pub fn memory_problem(spec: &ExperimentSpec, limit: &MemoryLimit) -> Option<String> {
     let need = cost::estimate(spec).memory_bytes;

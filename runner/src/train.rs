@@ -96,6 +96,16 @@ pub struct Peak {
     pub label: String,
 }
 
+impl Peak {
+    /// A peak stated by the person running, in GFLOP/s, instead of one measured.
+    pub fn given(gflops: f64) -> Self {
+        Self {
+            flops_per_second: gflops * 1e9,
+            label: format!("given peak {gflops} GFLOP/s"),
+        }
+    }
+}
+
 /// How to run, beyond the spec.
 #[derive(Debug, Clone)]
 pub struct RunOptions {

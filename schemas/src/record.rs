@@ -50,6 +50,44 @@ string_id!(
     /// local runs.
     ExperimentId
 );
+impl ExperimentId {
+    /// The experiment of an issue: `<owner>/<repo>#<number>`.
+    pub fn issue(repo: &str, number: u64) -> Self {
+        Self(format!("{repo}#{number}"))
+    }
+
+    /// A local run's experiment, proposed and approved by the local user: `local/<slug>`.
+    pub fn local(slug: &str) -> Self {
+        Self(format!("local/{slug}"))
+    }
+
+    /// The experiment of this sweep's child `index` (from 0): `<sweep>/<index>`.
+    pub fn child(&self, index: usize) -> Self {
+        Self(format!("{}/{index}", self.0))
+    }
+
+    /// The sweep this experiment is a child of, when it has a child's shape (`<sweep>/<digits>`
+    /// where the sweep is an issue's or a local experiment).
+    pub fn sweep(&self) -> Option<ExperimentId> {
+        let (parent, index) = self.0.rsplit_once('/')?;
+        let digits = !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit());
+        (digits && (parent.contains('#') || parent.starts_with("local/")))
+            .then(|| ExperimentId(parent.to_string()))
+    }
+
+    /// The issue this experiment is discussed on, as `(repository, number)`: its own, or its
+    /// sweep's for a sweep's child. `None` for a local experiment. The repository is as
+    /// written; checking that it names one is the caller's.
+    pub fn issue_parts(&self) -> Option<(&str, u64)> {
+        let (repo, n) = self.0.rsplit_once('#')?;
+        let n = match n.split_once('/') {
+            Some((n, child)) if !child.is_empty() && child.bytes().all(|b| b.is_ascii_digit()) => n,
+            _ => n,
+        };
+        Some((repo, n.parse().ok()?))
+    }
+}
+
 string_id!(
     /// One run of an experiment (a job attempt that trained), e.g. `run-000042`.
     RunId
@@ -1275,6 +1313,25 @@ impl From<SpecHash> for Blake3Hash {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn experiment_ids_are_built_and_read_back_in_one_place() {
+        let issue = ExperimentId::issue("octo/lab", 7);
+        assert_eq!(issue.0, "octo/lab#7");
+        assert_eq!(issue.issue_parts(), Some(("octo/lab", 7)));
+        assert_eq!(issue.sweep(), None);
+        let child = issue.child(3);
+        assert_eq!(child.0, "octo/lab#7/3");
+        assert_eq!(child.sweep(), Some(issue.clone()));
+        assert_eq!(child.issue_parts(), Some(("octo/lab", 7)));
+        let local = ExperimentId::local("tiny");
+        assert_eq!(local.0, "local/tiny");
+        assert_eq!(local.issue_parts(), None);
+        assert_eq!(local.child(0).sweep(), Some(local));
+        assert_eq!(ExperimentId::from("local/tiny/x").sweep(), None);
+        assert_eq!(ExperimentId::from("local/plain").sweep(), None);
+        assert_eq!(ExperimentId::from("octo/lab#x").issue_parts(), None);
+    }
 
     #[test]
     fn entry_round_trips_and_is_canonical() {

@@ -32,7 +32,7 @@ pub fn run(args: BoardArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     let config_path = args
         .config
         .clone()
-        .unwrap_or_else(|| global.lab.join("lab.toml"));
+        .unwrap_or_else(|| global.lab.join(glassbox_lab::handle::CONFIG_FILE));
     let config = if config_path.exists() {
         LabConfig::load(&config_path)?
     } else {

@@ -12,7 +12,7 @@ use glassbox_github_bot::store::{DeliveryState, RequeueError};
 use glassbox_github_bot::{DeliveryId, Store};
 
 use crate::GlobalOpts;
-use crate::cli::lab_context;
+use crate::cli::args;
 use crate::exit;
 
 /// `glassbox bot` subcommands.
@@ -41,7 +41,7 @@ pub enum BotCommand {
 
 pub fn run(cmd: BotCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     let url = glassbox_lab::handle::bot_store_url(&global.lab);
-    lab_context::runtime()?.block_on(async {
+    args::runtime()?.block_on(async {
         let store = Store::open_existing(&url).await.with_context(|| {
             format!(
                 "cannot open the bot's store {url} (does `glassbox serve` run this lab with a [github] section?)"

@@ -17,7 +17,7 @@ use glassbox_schemas::data::CorpusFormat;
 use glassbox_schemas::spec::{GeneratorKind, GeneratorSpec};
 
 use crate::GlobalOpts;
-use crate::cli::lab_context::{self, LabArgs};
+use crate::cli::args::{self, LabArgs};
 use crate::exit;
 
 /// `glassbox data` subcommands.
@@ -177,8 +177,8 @@ enum Done {
 
 pub fn run(cmd: DataCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     let args = LabArgs::defaults();
-    lab_context::runtime()?.block_on(async {
-        let ctx = lab_context::open(global, &args, true).await?;
+    args::runtime()?.block_on(async {
+        let ctx = args::open(global, &args, true).await?;
         let rec = ctx.recorder.clone();
         let (job, json): (
             Box<dyn FnOnce() -> Result<Done, glassbox_lab::LabError> + Send>,
@@ -269,14 +269,7 @@ pub fn run(cmd: DataCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
                 json,
             ),
         };
-        let done = match tokio::task::spawn_blocking(job).await? {
-            Ok(d) => d,
-            Err(e @ (glassbox_lab::LabError::Refused(_) | glassbox_lab::LabError::Data(_))) => {
-                eprintln!("error: {e}");
-                return Ok(exit::code(exit::CHECK_FAILED));
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let done = tokio::task::spawn_blocking(job).await??;
         print(&done, json)?;
         Ok(exit::code(exit::OK))
     })

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use glassbox_lab::{CancelOutcome, JobId};
 
 use crate::GlobalOpts;
-use crate::cli::lab_context::{self, LabArgs};
+use crate::cli::args::{self, LabArgs};
 use crate::exit;
 
 /// `glassbox jobs` flags.
@@ -37,11 +37,11 @@ pub enum JobsCommand {
 }
 
 pub fn run(args: JobsArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
-    lab_context::runtime()?.block_on(async {
+    args::runtime()?.block_on(async {
         match args.command {
             Some(JobsCommand::Cancel { id, lab }) => {
-                let ctx = lab_context::open(global, &lab, false).await?;
-                let who = std::env::var("USER").unwrap_or_else(|_| "local".into());
+                let ctx = args::open(global, &lab, false).await?;
+                let who = args::local_user();
                 match ctx.flow.cancel_job(JobId(id), &who).await {
                     Ok(CancelOutcome::Cancelled) => println!("job {id}: cancelled"),
                     Ok(CancelOutcome::Requested) => {
@@ -60,7 +60,7 @@ pub fn run(args: JobsArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
                 Ok(exit::code(exit::OK))
             }
             None => {
-                let ctx = lab_context::open(global, &args.lab, false).await?;
+                let ctx = args::open(global, &args.lab, false).await?;
                 let jobs = ctx.queue.list(None, args.limit).await?;
                 if args.json {
                     println!("{}", serde_json::to_string_pretty(&jobs)?);

@@ -6,12 +6,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use glassbox_lab::Worker;
 use glassbox_lab::ladder::{self, LadderEvent};
-use glassbox_lab::{LabError, Worker};
-use glassbox_runner::train::Peak;
 
 use crate::GlobalOpts;
-use crate::cli::lab_context::{self, LabArgs};
+use crate::cli::args::{self, ComputeArgs, LabArgs};
 use crate::exit;
 
 /// `glassbox ladder` flags.
@@ -21,12 +20,8 @@ pub struct LadderArgs {
     pub file: PathBuf,
     #[command(flatten)]
     pub lab: LabArgs,
-    /// CPU threads. Default: all cores.
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Peak FLOP/s (GFLOP/s) to state MFU against instead of measuring it.
-    #[arg(long, env = "GLASSBOX_PEAK_GFLOPS")]
-    pub peak_gflops: Option<f64>,
+    #[command(flatten)]
+    pub compute: ComputeArgs,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -42,18 +37,12 @@ pub fn run(args: LadderArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
             return Ok(exit::code(exit::CHECK_FAILED));
         }
     };
-    lab_context::runtime()?.block_on(async {
-        let ctx = lab_context::open(global, &args.lab, true).await?;
-        let user = std::env::var("USER").unwrap_or_else(|_| "local".into());
+    args::runtime()?.block_on(async {
+        let ctx = args::open(global, &args.lab, true).await?;
+        let user = args::local_user();
         let id = format!("ladder-{}", std::process::id());
         let mut opts = ctx.worker_options(&id, crate::GIT_REVISION);
-        if let Some(t) = args.threads {
-            opts.threads = t.max(1);
-        }
-        opts.peak = args.peak_gflops.map(|g| Peak {
-            flops_per_second: g * 1e9,
-            label: format!("given peak {g} GFLOP/s"),
-        });
+        args.compute.apply(&mut opts);
         let worker = Worker::new(ctx.queue.clone(), ctx.recorder.clone(), opts)
             .with_switches(ctx.flow.switches());
         let metric = ladder.config.metric.clone();
@@ -99,14 +88,7 @@ pub fn run(args: LadderArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
             }
         })
         .await;
-        let report = match report {
-            Ok(r) => r,
-            Err(LabError::Refused(m)) => {
-                eprintln!("error: {m}");
-                return Ok(exit::code(exit::CHECK_FAILED));
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let report = report?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {

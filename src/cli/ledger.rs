@@ -20,7 +20,7 @@ use glassbox_schemas::{BlobHash, EntryKind, LedgerEntry};
 use serde_json::json;
 
 use crate::GlobalOpts;
-use crate::cli::lab_context::lab_blob_store;
+use crate::cli::args::lab_blob_store;
 use crate::exit;
 
 /// Where the index database lives.

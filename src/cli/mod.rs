@@ -1,11 +1,11 @@
 //! One module per subcommand group. Each exposes a clap type and a `run` function that returns
 //! the process exit code; operational errors bubble up as `anyhow::Error` and exit 3.
 
+pub mod args;
 pub mod board;
 pub mod bot;
 pub mod data;
 pub mod jobs;
-pub mod lab_context;
 pub mod ladder;
 pub mod ledger;
 pub mod publish;

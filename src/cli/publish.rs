@@ -29,7 +29,7 @@ pub struct PublishArgs {
 pub fn run(args: PublishArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     finish((|| {
         let lab = LabDir::open(&global.lab)?;
-        let blobs = crate::cli::lab_context::lab_blob_store(&lab, args.blobs.as_deref())?;
+        let blobs = crate::cli::args::lab_blob_store(&lab, args.blobs.as_deref())?;
         let r = publish_with_blobs(&lab, blobs.as_ref(), &args.git, args.max_blob_bytes)?;
         if r.committed {
             println!(

@@ -30,7 +30,7 @@ use glassbox_ledger::LabDir;
 use glassbox_schemas::ExperimentId;
 
 use crate::GlobalOpts;
-use crate::cli::lab_context::{self, LabArgs};
+use crate::cli::args::{self, LabArgs};
 use crate::cli::serve::{self, ServeParts};
 use crate::exit;
 
@@ -165,9 +165,9 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
     let spec = glassbox_schemas::parse_toml(TINY)
         .map_err(|e| anyhow::anyhow!("the built-in example spec is invalid: {e}"))?;
 
-    lab_context::runtime()?.block_on(async move {
+    args::runtime()?.block_on(async move {
         let lab_args = LabArgs::defaults();
-        let mut ctx = lab_context::open(global, &lab_args, false).await?;
+        let mut ctx = args::open(global, &lab_args, false).await?;
         // The built-in corpus: the example's Markov source, recorded as a dataset.
         let generator = spec.data.mixture[0]
             .generator
@@ -274,7 +274,7 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
             &issues.comment(1, PROPOSER, &title, &body, MAINTAINER, "/approve", 2),
         )
         .await?;
-        let experiment = ExperimentId(format!("{REPO}#1"));
+        let experiment = ExperimentId::issue(REPO, 1);
         let q = queue.clone();
         let e2 = experiment.clone();
         let job = wait_for("the approved job", Duration::from_secs(30), async || {

@@ -5,11 +5,10 @@
 
 use std::process::ExitCode;
 
-use glassbox_lab::LabError;
 use glassbox_schemas::RunId;
 
 use crate::GlobalOpts;
-use crate::cli::lab_context::{self, LabArgs};
+use crate::cli::args::{self, LabArgs};
 use crate::exit;
 
 /// `glassbox reproduce` flags.
@@ -28,8 +27,8 @@ pub struct ReproduceArgs {
 }
 
 pub fn run(args: ReproduceArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
-    lab_context::runtime()?.block_on(async {
-        let ctx = lab_context::open(global, &args.lab, false).await?;
+    args::runtime()?.block_on(async {
+        let ctx = args::open(global, &args.lab, false).await?;
         let threads = args
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -55,14 +54,7 @@ pub fn run(args: ReproduceArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode>
             },
         )
         .await;
-        let r = match r {
-            Ok(r) => r,
-            Err(LabError::Refused(m)) => {
-                eprintln!("error: {m}");
-                return Ok(exit::code(exit::CHECK_FAILED));
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let r = r?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&r)?);
         } else {

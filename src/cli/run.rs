@@ -21,14 +21,13 @@ use glassbox_runner::observer::{
 use glassbox_runner::train::{Peak, RunOptions, RunOutcome, Trainer};
 use glassbox_schemas::RunStatus;
 use glassbox_schemas::metrics as mn;
-use glassbox_schemas::run::{RunSummary, SummaryLedger, SummarySnapshot, UnpublishedEntry};
+use glassbox_schemas::run::RunSummary;
 
-use glassbox_lab::worker::JobEnd;
-use glassbox_lab::{LabError, LiveSink, Worker};
+use glassbox_lab::LiveSink;
 use glassbox_schemas::{ExperimentId, RunId};
 
 use crate::GlobalOpts;
-use crate::cli::lab_context::{self, LabArgs};
+use crate::cli::args::{self, ComputeArgs, LabArgs};
 use crate::exit;
 
 /// Which backend to train on.
@@ -50,19 +49,14 @@ pub struct RunArgs {
     /// Compute backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendArg,
-    /// CPU worker threads (results are bitwise the same for any value). Default: all cores.
-    #[arg(long)]
-    pub threads: Option<usize>,
     /// Output directory for metrics, checkpoints and the summary. Default: runs/<slug>.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Resume from a checkpoint written by an earlier run of the same spec.
     #[arg(long)]
     pub resume: Option<PathBuf>,
-    /// Peak FLOP/s (in GFLOP/s) to state MFU against, instead of measuring this machine's
-    /// f32 GEMM peak at start-up.
-    #[arg(long, env = "GLASSBOX_PEAK_GFLOPS")]
-    pub peak_gflops: Option<f64>,
+    #[command(flatten)]
+    pub compute: ComputeArgs,
     /// Print one JSON summary object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -110,6 +104,7 @@ pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
         return run_through_lab(args, global, spec, text);
     }
     let threads = args
+        .compute
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     match selection.start(threads)? {
@@ -117,8 +112,8 @@ pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
             if let Some(code) = over_memory(&spec, None, &args) {
                 return Ok(code);
             }
-            let peak = match args.peak_gflops {
-                Some(g) => given_peak(g),
+            let peak = match args.compute.peak() {
+                Some(p) => p,
                 None => be.run(|| glassbox_runner::peak::measure_gemm_peak(threads, 0.3)),
             };
             train_on(&be, peak, spec, &args, global)
@@ -128,8 +123,8 @@ pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
             if let Some(code) = over_memory(&spec, device_memory, &args) {
                 return Ok(code);
             }
-            let peak = match args.peak_gflops {
-                Some(g) => given_peak(g),
+            let peak = match args.compute.peak() {
+                Some(p) => p,
                 None => be.measured_peak()?,
             };
             train_on(&be, peak, spec, &args, global)
@@ -145,18 +140,9 @@ fn over_memory(
     device_memory: Option<u64>,
     args: &RunArgs,
 ) -> Option<ExitCode> {
-    let limits = glassbox_lab::config::Limits::default();
-    let limit = glassbox_lab::limits::memory_limit(&limits, device_memory)?;
-    let problem = glassbox_lab::limits::memory_problem(spec, &limit)?;
+    let problem = glassbox_lab::limits::bare_memory_problem(spec, device_memory)?;
     eprintln!("{}: not training: {problem}", args.file.display());
     Some(exit::code(status_code(RunStatus::BudgetExceeded)))
-}
-
-fn given_peak(g: f64) -> Peak {
-    Peak {
-        flops_per_second: g * 1e9,
-        label: format!("given peak {g} GFLOP/s"),
-    }
 }
 
 /// Trains `spec` on `be`, writing the run directory, and maps the outcome to an exit code.
@@ -174,7 +160,7 @@ fn train_on<B: Backend>(
         .unwrap_or_else(|| PathBuf::from("runs").join(&spec.experiment.slug));
     std::fs::create_dir_all(&out_dir)
         .with_context(|| format!("cannot create {}", out_dir.display()))?;
-    let store = DirCorpusStore::new(global.lab.join("blobs"));
+    let store = DirCorpusStore::new(glassbox_ledger::LabDir::elsewhere(&global.lab).blobs_dir());
     let data = DataPipeline::new(&spec, &store)?;
     let opts = RunOptions {
         out_dir: Some(out_dir.clone()),
@@ -244,41 +230,11 @@ fn enqueue_sweep(args: RunArgs, global: &GlobalOpts, text: String) -> anyhow::Re
         );
         return Ok(exit::code(exit::CHECK_FAILED));
     }
-    lab_context::runtime()?.block_on(async {
-        let ctx = lab_context::open(global, &args.lab, true).await?;
-        let user = std::env::var("USER").unwrap_or_else(|_| "local".into());
-        let base = &sweep.children[0].spec.experiment;
-        // Children are `<slug>-s<i>`: the sweep is the base slug.
-        let slug = base
-            .slug
-            .rsplit_once("-s")
-            .map_or(base.slug.as_str(), |(b, _)| b);
-        let experiment = glassbox_schemas::ExperimentId(format!("local/{slug}"));
-        let new = glassbox_lab::flow::NewSweep {
-            experiment: experiment.clone(),
-            author: user.clone(),
-            title: base.name.clone(),
-            issue: None,
-            sweep,
-            toml: text,
-        };
-        let recorded = ctx.flow.propose_sweep(new).await;
-        let queued = match recorded {
-            Ok(r) => ctx
-                .flow
-                .approve_sweep(&experiment, &r.parent_hash, &user)
-                .await
-                .map(|q| (r, q)),
-            Err(e) => Err(e),
-        };
-        let (recorded, queued) = match queued {
-            Ok(x) => x,
-            Err(LabError::Refused(m)) => {
-                eprintln!("error: {m}");
-                return Ok(exit::code(exit::CHECK_FAILED));
-            }
-            Err(e) => return Err(e.into()),
-        };
+    args::runtime()?.block_on(async {
+        let ctx = args::open(global, &args.lab, true).await?;
+        let local =
+            glassbox_lab::local::submit_sweep(&ctx, sweep, text, &args::local_user()).await?;
+        let (experiment, recorded, queued) = (local.experiment, local.recorded, local.queued);
         if args.json {
             let children: Vec<_> = recorded
                 .children
@@ -326,21 +282,10 @@ fn run_through_lab(
     spec: glassbox_schemas::ExperimentSpec,
     text: String,
 ) -> anyhow::Result<ExitCode> {
-    lab_context::runtime()?.block_on(async {
-        let ctx = lab_context::open(global, &args.lab, true).await?;
-        let user = std::env::var("USER").unwrap_or_else(|_| "local".into());
-        let (recorded, queued) = match ctx
-            .flow
-            .submit_local(spec.clone(), Some(text), &user)
-            .await
-        {
-            Ok(x) => x,
-            Err(LabError::Refused(m)) => {
-                eprintln!("error: {m}");
-                return Ok(exit::code(exit::CHECK_FAILED));
-            }
-            Err(e) => return Err(e.into()),
-        };
+    args::runtime()?.block_on(async {
+        let ctx = args::open(global, &args.lab, true).await?;
+        let (recorded, queued) =
+            glassbox_lab::local::submit(&ctx, spec.clone(), text, &args::local_user()).await?;
         if args.enqueue {
             if args.json {
                 println!(
@@ -382,74 +327,29 @@ fn run_through_lab(
         let worker_id = format!("local-{}", std::process::id());
         let mut opts = ctx.worker_options(&worker_id, crate::GIT_REVISION);
         opts.backend = args.backend.into();
-        if let Some(t) = args.threads {
-            opts.threads = t.max(1);
-        }
-        opts.peak = args.peak_gflops.map(|g| Peak {
-            flops_per_second: g * 1e9,
-            label: format!("given peak {g} GFLOP/s"),
-        });
-        let worker = Worker::new(ctx.queue.clone(), ctx.recorder.clone(), opts)
-            .with_live(sink)
-            .with_switches(ctx.flow.switches());
-        // Ctrl-C cancels the run; it still ends with a `cancelled` result on the record.
-        let flow = ctx.flow.clone();
-        let job = queued.job;
-        let cancel_task = tokio::spawn(async move {
+        args.compute.apply(&mut opts);
+        let interrupt = async {
             crate::cli::worker::shutdown_signal().await;
-            eprintln!("cancelling job {job} (its result is still recorded)");
-            let _ = flow.cancel_job(job, "the local user (Ctrl-C)").await;
-        });
-        let end = worker.run_job(queued.job).await?;
-        cancel_task.abort();
-        let f = match end {
-            Some(JobEnd::Recorded(f)) => f,
-            Some(JobEnd::LeaseLost(j)) => anyhow::bail!("job {j} was taken over by another worker"),
-            None => anyhow::bail!("job {} was no longer queued (another worker took it)", queued.job),
+            eprintln!("cancelling the run (its result is still recorded)");
         };
+        let local =
+            glassbox_lab::local::train(&ctx, recorded, queued, opts, sink, interrupt).await?;
         // The index is derived data, caught up by its readers (`ledger log`, `serve`), so the
         // run does not wait for it.
         let peak_rss = peak_rss_bytes();
-        // The worker moved the run's checkpoint files into the blob store: the scratch path the
-        // runner reported is gone, so the last checkpoint is named by its blob instead.
-        let mut outcome = f.outcome.clone();
-        if let Some(o) = &mut outcome {
-            o.snapshot = None;
-            // The job's ending is what the record says (a run stopped because recording
-            // failed ends `failed` with that cause, whatever the trainer saw).
-            o.ending = f.ending.clone();
-        }
-        let job = ctx.queue.get(f.job).await?;
-        let checkpoint = job.snapshot_blob.zip(job.snapshot_step);
-        let summary = RunSummary {
-            spec: args.file.display().to_string(),
-            status: f.ending.status,
-            reason: f.ending.reason.clone(),
-            outcome: outcome.clone(),
-            peak_rss_bytes: peak_rss,
-            out_dir: out_dir.display().to_string(),
-            ledger: Some(SummaryLedger {
-                experiment: f.experiment.clone(),
-                run: f.run.clone(),
-                job: f.job,
-                spec_hash: recorded.spec_hash,
-                proposal_entry: recorded.entry,
-                approval_entry: queued.approval_entry,
-                result_entry: f.unpublished.is_none().then_some(f.result_entry),
-                unpublished_result: f.unpublished.clone().map(|error| UnpublishedEntry {
-                    entry: f.result_entry,
-                    error,
-                }),
-                snapshot: checkpoint.map(|(blob, step)| SummarySnapshot { blob, step }),
-            }),
-        };
+        let summary = local.summary(
+            &args.file.display().to_string(),
+            &out_dir.display().to_string(),
+            peak_rss,
+        );
+        let (f, outcome, checkpoint) = (&local.finished, &local.outcome, &local.snapshot);
         let summary_path = out_dir.join("summary.json");
         std::fs::write(&summary_path, serde_json::to_string_pretty(&summary)?)
             .with_context(|| format!("cannot write {}", summary_path.display()))?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&summary)?);
         } else {
-            match &outcome {
+            match outcome {
                 Some(o) => print_summary(o, &out_dir, peak_rss),
                 None => {
                     println!("status: {}", f.ending.status);
@@ -469,7 +369,7 @@ fn run_through_lab(
                     fc.verdict()
                 );
             }
-            if let Some((blob, step)) = &checkpoint {
+            if let Some((blob, step)) = checkpoint {
                 println!(
                     "checkpoint: step {step} in the ledger's blob store (`glassbox ledger get {blob} -o FILE`)"
                 );

@@ -30,7 +30,7 @@ use glassbox_schemas::{ExperimentId, RunId};
 use glassbox_web::{LiveEvent, LiveHub, ServerLimits, WebState};
 
 use crate::GlobalOpts;
-use crate::cli::lab_context::{self, LabArgs};
+use crate::cli::args::{self, LabArgs};
 use crate::exit;
 use glassbox_lab::LabHandle;
 
@@ -577,7 +577,7 @@ pub fn run(args: ServeArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
         .bind
         .or(config.web.bind)
         .unwrap_or_else(|| DEFAULT_BIND.parse().unwrap_or_else(|_| unreachable!()));
-    lab_context::runtime()?.block_on(async move {
+    args::runtime()?.block_on(async move {
         let lab_args = LabArgs {
             database_url: args.database_url.clone(),
             config: None,
@@ -585,7 +585,7 @@ pub fn run(args: ServeArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
         };
         // Without --config, the lab's own `<lab>/lab.toml` (if any) applies, as for workers.
         let lab_config = args.config.is_some().then(|| config.lab.clone());
-        let mut ctx = lab_context::open_with(global, &lab_args, false, lab_config).await?;
+        let mut ctx = args::open_with(global, &lab_args, false, lab_config).await?;
         let public = config
             .web
             .public_url

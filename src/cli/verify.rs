@@ -165,7 +165,7 @@ fn run_inner(args: VerifyArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> 
             _ => Box::new(DirSource { root: root.clone() }),
         };
         let index_url = args.index_url.clone().or_else(|| {
-            let p = root.join("index.db");
+            let p = glassbox_ledger::LabDir::elsewhere(&root).index_path();
             p.is_file().then(|| p.display().to_string())
         });
         (Target::dir(&root, source), index_url)

@@ -6,10 +6,9 @@ use std::process::ExitCode;
 
 use glassbox_lab::Worker;
 use glassbox_lab::worker::JobEnd;
-use glassbox_runner::train::Peak;
 
 use crate::GlobalOpts;
-use crate::cli::lab_context::{self, LabArgs};
+use crate::cli::args::{self, ComputeArgs, LabArgs};
 use crate::cli::run::BackendArg;
 use crate::exit;
 
@@ -21,9 +20,8 @@ pub struct WorkerArgs {
     /// Compute backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendArg,
-    /// CPU threads for training. Default: all cores.
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub compute: ComputeArgs,
     /// This worker's id in the queue. Default: `<hostname>-<pid>`.
     #[arg(long)]
     pub id: Option<String>,
@@ -34,14 +32,11 @@ pub struct WorkerArgs {
     /// Exit once the queue has no job to lease.
     #[arg(long)]
     pub exit_when_idle: bool,
-    /// Peak FLOP/s (GFLOP/s) to state MFU against instead of measuring it.
-    #[arg(long, env = "GLASSBOX_PEAK_GFLOPS")]
-    pub peak_gflops: Option<f64>,
 }
 
 pub fn run(args: WorkerArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
-    lab_context::runtime()?.block_on(async {
-        let ctx = lab_context::open(global, &args.lab, false).await?;
+    args::runtime()?.block_on(async {
+        let ctx = args::open(global, &args.lab, false).await?;
         let host = args
             .host
             .clone()
@@ -53,13 +48,7 @@ pub fn run(args: WorkerArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
         let mut opts = ctx.worker_options(&id, crate::GIT_REVISION);
         opts.host = host;
         opts.backend = args.backend.into();
-        if let Some(t) = args.threads {
-            opts.threads = t.max(1);
-        }
-        opts.peak = args.peak_gflops.map(|g| Peak {
-            flops_per_second: g * 1e9,
-            label: format!("given peak {g} GFLOP/s"),
-        });
+        args.compute.apply(&mut opts);
         let worker = Worker::new(ctx.queue.clone(), ctx.recorder.clone(), opts)
             .with_switches(ctx.flow.switches());
         eprintln!(

@@ -243,7 +243,9 @@ mod tests {
 
     #[test]
     fn the_crates_have_no_import_circles() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repository root");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("repository root");
         let mut found = Vec::new();
         let mut checked = 0;
         for (name, src) in crate_sources(root) {
@@ -257,7 +259,11 @@ mod tests {
                 found.push(format!("{name}: {}", circle.join(" <-> ")));
             }
         }
-        assert_eq!(checked, WITHOUT_CIRCLES.len(), "a crate of the list was not found");
+        assert_eq!(
+            checked,
+            WITHOUT_CIRCLES.len(),
+            "a crate of the list was not found"
+        );
         assert!(
             found.is_empty(),
             "modules that import each other (move what both need into a module below them; \

@@ -282,7 +282,7 @@ impl Flow {
         spec_toml: Option<String>,
         user: &str,
     ) -> Result<(Recorded, Queued), LabError> {
-        let experiment = ExperimentId(format!("local/{}", spec.experiment.slug));
+        let experiment = ExperimentId::local(&spec.experiment.slug);
         let recorded = self
             .propose(NewProposal {
                 experiment: experiment.clone(),

@@ -182,16 +182,11 @@ impl Flow {
     }
 }
 
-/// `<owner>/<repo>#<n>` as an issue, when it is one; a sweep child `<owner>/<repo>#<n>/<i>`
-/// is announced on its sweep's issue.
+/// The issue an experiment is announced on: its own, or its sweep's for a sweep's child.
 pub fn issue_key(experiment: &ExperimentId) -> Option<IssueKey> {
-    let (repo, n) = experiment.0.rsplit_once('#')?;
-    let n = match n.split_once('/') {
-        Some((n, child)) if !child.is_empty() && child.bytes().all(|b| b.is_ascii_digit()) => n,
-        _ => n,
-    };
+    let (repo, number) = experiment.issue_parts()?;
     Some(IssueKey {
         repo: RepoName::parse(repo)?,
-        number: IssueNumber(n.parse().ok()?),
+        number: IssueNumber(number),
     })
 }

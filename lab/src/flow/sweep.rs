@@ -71,19 +71,6 @@ pub struct SweepRecorded {
     pub voided: Vec<ExperimentId>,
 }
 
-/// The experiment of a sweep's child `index`.
-pub fn child_experiment(sweep: &ExperimentId, index: usize) -> ExperimentId {
-    ExperimentId(format!("{}/{index}", sweep.0))
-}
-
-/// The sweep a child experiment belongs to, by its id (`<sweep>/<i>`), if it has that shape.
-pub fn parent_of(child: &ExperimentId) -> Option<ExperimentId> {
-    let (parent, index) = child.0.rsplit_once('/')?;
-    let digits = !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit());
-    (digits && (parent.contains('#') || parent.starts_with("local/")))
-        .then(|| ExperimentId(parent.to_string()))
-}
-
 impl Flow {
     /// Records a sweep and proposes its children ([module docs](self)).
     pub async fn propose_sweep(&self, s: NewSweep) -> Result<SweepRecorded, LabError> {
@@ -111,7 +98,7 @@ impl Flow {
                     reason: e.to_string(),
                 })?;
             children.push(SweepMember {
-                experiment: child_experiment(&s.experiment, c.index),
+                experiment: s.experiment.child(c.index),
                 spec_hash,
                 values: glassbox_schemas::sweep::describe(&c.values),
                 flops: glassbox_schemas::estimate(&c.spec).total_flops,
@@ -257,7 +244,7 @@ pub async fn decide_gate(
     rec: &Arc<Recorder>,
     child: &ExperimentId,
 ) -> Result<Option<u64>, LabError> {
-    let Some(sweep) = parent_of(child) else {
+    let Some(sweep) = child.sweep() else {
         return Ok(None);
     };
     let pool = queue.db().pool();
@@ -428,23 +415,4 @@ fn gate_body(rec: &Recorder, sweep: &ExperimentId, body: &SweepBody) -> Result<G
         best,
         detail,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn child_ids_round_trip() {
-        let sweep = ExperimentId("octo/lab#7".into());
-        let child = child_experiment(&sweep, 3);
-        assert_eq!(child.0, "octo/lab#7/3");
-        assert_eq!(parent_of(&child), Some(sweep));
-        assert_eq!(parent_of(&ExperimentId("octo/lab#7".into())), None);
-        assert_eq!(
-            parent_of(&ExperimentId("local/sweep-x/0".into())),
-            Some(ExperimentId("local/sweep-x".into()))
-        );
-        assert_eq!(parent_of(&ExperimentId("local/plain".into())), None);
-    }
 }

@@ -1,13 +1,15 @@
-//! The flags every lab command shares (`--database-url`, `--config`, `--blobs`) and their
-//! mapping onto [`glassbox_lab::LabOptions`]; the lab's layout and resolution rules are
-//! [`glassbox_lab::handle`]'s. Also the async runtime the lab commands run on.
+//! The flags several commands share, defined once: the lab's (`--database-url`, `--config`,
+//! `--blobs`, mapped onto [`glassbox_lab::LabOptions`]; the lab's layout and resolution rules
+//! are [`glassbox_lab::handle`]'s) and a trainer's (`--threads`, `--peak-gflops`, mapped onto
+//! [`WorkerOptions`]); who the local user is; and the async runtime the lab commands run on.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use glassbox_lab::{LabConfig, LabHandle, LabOptions};
+use glassbox_lab::{LabConfig, LabHandle, LabOptions, WorkerOptions};
 use glassbox_ledger::{BlobStore, LabDir};
+use glassbox_runner::train::Peak;
 
 use crate::GlobalOpts;
 
@@ -37,6 +39,44 @@ impl LabArgs {
             blobs: None,
         }
     }
+}
+
+/// Flags of the commands that train on this machine.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ComputeArgs {
+    /// CPU threads for training (results are bitwise the same for any value). Default: all
+    /// cores.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Peak FLOP/s (in GFLOP/s) to state MFU against, instead of measuring this machine's
+    /// f32 GEMM peak at start-up.
+    #[arg(long, env = "GLASSBOX_PEAK_GFLOPS")]
+    pub peak_gflops: Option<f64>,
+}
+
+impl ComputeArgs {
+    /// The stated peak, when one was given.
+    pub fn peak(&self) -> Option<Peak> {
+        self.peak_gflops.map(Peak::given)
+    }
+
+    /// Sets the worker's threads and peak from the flags given.
+    pub fn apply(&self, opts: &mut WorkerOptions) {
+        if let Some(t) = self.threads {
+            opts.threads = t.max(1);
+        }
+        if let Some(p) = self.peak() {
+            opts.peak = Some(p);
+        }
+    }
+}
+
+/// The local user, who proposes and approves what they run themselves: `$USER`, else `local`.
+pub fn local_user() -> String {
+    std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "local".into())
 }
 
 /// Opens the lab at `--lab`; with `create`, makes one first if there is none (and says so).
