@@ -30,6 +30,7 @@
 //! the ledger's, and every transition is written there before it is announced. It does not
 //! train (the runner does), hash records (schemas), or speak HTTP (web, bot).
 
+pub mod artifact;
 pub mod cancel;
 pub mod clock;
 pub mod config;

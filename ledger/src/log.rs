@@ -34,10 +34,10 @@ use glassbox_schemas::record::MAX_ENTRY_BYTES;
 use sha2::{Digest, Sha256};
 
 use crate::archive::CheckpointArchive;
-use crate::blob::sync_dir;
 use crate::checkpoint::{Checkpoint, SignedCheckpoint, SigningKey, VerifierKey};
 use crate::cosigning::{CosignOutcome, Witnessing};
 use crate::error::Error;
+use crate::fsync::sync_dir;
 use crate::merkle::{
     self, LeafIndex, MerkleHash, NodeSource, ProofError, TreeSize, leaf_hash, perfect_root,
 };

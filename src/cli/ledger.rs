@@ -12,10 +12,10 @@ use std::process::ExitCode;
 use anyhow::Context;
 use base64::Engine as _;
 use clap::{Args, Subcommand};
+use glassbox_lab::artifact::Ingest;
 use glassbox_ledger::index::Index;
 use glassbox_ledger::merkle::{self, LeafIndex, TreeSize};
 use glassbox_ledger::{BlobStore, DirSource, LabDir, LogReader};
-use glassbox_schemas::record::{ArtifactBody, refs};
 use glassbox_schemas::{BlobHash, EntryKind, LedgerEntry};
 use serde_json::json;
 
@@ -343,15 +343,6 @@ fn run_inner(cmd: LedgerCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode
     }
 }
 
-/// How `ledger put` takes a file in.
-#[derive(Debug, Clone, Copy)]
-enum Ingest {
-    /// Store a copy; the file stays.
-    Copy,
-    /// Move the file into the store (`--move`).
-    Move,
-}
-
 fn put(
     lab: &LabDir,
     blobs: std::sync::Arc<dyn BlobStore>,
@@ -361,40 +352,12 @@ fn put(
     json: bool,
     index: &IndexOpts,
 ) -> anyhow::Result<ExitCode> {
-    let name = file
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .with_context(|| format!("{} has no file name", file.display()))?;
-    let put = match how {
-        Ingest::Copy => blobs.put_file(file)?,
-        Ingest::Move => blobs.put_move(file)?,
-    };
-    let entry = LedgerEntry::new(
-        None,
-        refs([("artifact", put.hash.0)]),
-        ArtifactBody {
-            name,
-            bytes: put.bytes,
-            run: None,
-        },
-    );
-    // Through the lab's sequencer (its database: GLASSBOX_DATABASE_URL, else the lab's
-    // queue.db), as every other entry, so nothing reaches the log around it. The lab's own
-    // `lab.toml` names its witnesses, as it does for the server and workers.
-    let config = glassbox_lab::handle::own_config(lab.root())?;
-    let db_url = std::env::var("GLASSBOX_DATABASE_URL")
+    let database_url = std::env::var("GLASSBOX_DATABASE_URL")
         .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| glassbox_lab::handle::queue_url(lab.root()));
-    let durability = config
-        .as_ref()
-        .map(|c| c.queue.durability)
-        .unwrap_or_default();
-    let seq = glassbox_lab::sequencer::Sequencer::connect(&db_url, durability)?;
-    let recorder = glassbox_lab::Recorder::open(lab.clone(), blobs.clone(), seq)?
-        .with_witnesses(config.and_then(|c| c.ledger.witnessing()));
-    let idx = LeafIndex(recorder.append(std::slice::from_ref(&entry))?[0]);
-    drop(recorder);
+        .filter(|v| !v.is_empty());
+    let put =
+        glassbox_lab::artifact::put_file(lab, blobs.clone(), database_url.as_deref(), file, how)?;
+    let idx = LeafIndex(put.entry);
     let reader = open_reader(lab, source)?;
     let url = index.url(lab);
     runtime()?.block_on(async {
@@ -418,62 +381,15 @@ fn put(
 
 fn get(blobs: &dyn BlobStore, hash: &str, output: Option<&Path>) -> anyhow::Result<ExitCode> {
     let hash: BlobHash = hash.parse()?;
-    let mut reader = blobs.get(&hash)?;
-    let mut hasher = blake3_hasher();
     match output {
         None => {
-            let mut out = std::io::stdout().lock();
-            copy_hashing(&mut reader, &mut out, &mut hasher)?;
-            check_digest(&hasher, &hash)?;
+            glassbox_ledger::blob::copy_verified(blobs, &hash, &mut std::io::stdout().lock())?;
         }
         Some(path) => {
-            let dir = path
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            let mut tmp = tempfile::NamedTempFile::new_in(dir)
-                .with_context(|| format!("cannot write in {}", dir.display()))?;
-            copy_hashing(&mut reader, tmp.as_file_mut(), &mut hasher)?;
-            check_digest(&hasher, &hash)?;
-            tmp.persist(path)
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            glassbox_ledger::blob::get_verified_to(blobs, &hash, path)?;
         }
     }
     Ok(exit::code(exit::OK))
-}
-
-fn blake3_hasher() -> blake3::Hasher {
-    blake3::Hasher::new()
-}
-
-fn copy_hashing(
-    r: &mut dyn std::io::Read,
-    w: &mut dyn Write,
-    h: &mut blake3::Hasher,
-) -> anyhow::Result<()> {
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = r.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        w.write_all(&buf[..n])?;
-    }
-    w.flush()?;
-    Ok(())
-}
-
-fn check_digest(h: &blake3::Hasher, want: &BlobHash) -> anyhow::Result<()> {
-    let got = glassbox_schemas::Blake3Hash::from(h.finalize());
-    if got != want.0 {
-        return Err(glassbox_ledger::Error::Corrupt {
-            path: PathBuf::from(glassbox_ledger::blob::blob_rel_path(want)),
-            reason: format!("the stored blob hashes to {got}"),
-        }
-        .into());
-    }
-    Ok(())
 }
 
 /// `ledger proof precedes`: the library builds and checks the proof; this prints it.

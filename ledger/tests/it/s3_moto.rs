@@ -8,8 +8,9 @@
 
 use std::io::Read;
 
-use glassbox_ledger::blob::{BlobStore, open_store_with_env};
+use glassbox_ledger::blob::BlobStore;
 use glassbox_ledger::s3::{PART, S3BlobStore, S3Config};
+use glassbox_ledger::store::open_store_with_env;
 use glassbox_ledger::{Error, LocalBlobStore};
 use glassbox_schemas::{Blake3Hash, BlobHash};
 

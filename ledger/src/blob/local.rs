@@ -1,11 +1,9 @@
-//! Content-addressed blob storage: BLAKE3 of the raw bytes names each blob.
+//! Blobs in a local directory ([`LocalBlobStore`]): `<dir>/<first 2 hex>/<remaining 62 hex>`,
+//! written to a temp file, fsynced, renamed, and the directory fsynced, so a blob is either
+//! wholly there or absent. Puts and gets stream in fixed-size chunks (memory stays bounded for
+//! any size); a large file is hashed on several threads and copied in windows.
 //!
-//! [`BlobStore`] is the storage trait; [`LocalBlobStore`] keeps blobs at
-//! `<lab>/blobs/<first 2 hex>/<remaining 62 hex>`, written to a temp file, fsynced, renamed,
-//! and the directory fsynced, so a blob is either wholly there or absent. Puts and gets stream
-//! in fixed-size chunks (memory stays bounded for any size). The S3-compatible backend lives in
-//! `s3` behind the `aws` feature; [`open_store`] picks a store from a location string (a
-//! directory, or `s3://bucket/prefix`). This module knows nothing of the log or of entries.
+//! Not here: choosing a store from a location (`open`) or the bucket store (`crate::s3`).
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -15,226 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use glassbox_schemas::{Blake3Hash, BlobHash};
 
 use crate::error::Error;
+use crate::fsync::sync_dir;
 
-/// Bytes read and hashed per step while ingesting (large enough for BLAKE3's SIMD and
-/// multithreaded paths, small enough to keep peak memory low).
-const CHUNK: usize = 4 << 20;
-
-/// The result of a put.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PutOutcome {
-    /// The blob's hash.
-    pub hash: BlobHash,
-    /// Its size in bytes.
-    pub bytes: u64,
-    /// It was already stored (nothing was written).
-    pub existed: bool,
-}
-
-/// Where blobs live.
-pub trait BlobStore: Send + Sync {
-    /// Streams `reader` into the store; returns its hash. A blob already present is not rewritten.
-    fn put(&self, reader: &mut dyn Read) -> Result<PutOutcome, Error>;
-    /// Puts a file by path. Stores that can read the file twice override this to hash first
-    /// and skip the upload of a blob they already hold.
-    fn put_file(&self, path: &Path) -> Result<PutOutcome, Error> {
-        let mut f = File::open(path).map_err(Error::io("cannot open", path))?;
-        self.put(&mut f)
-    }
-    /// Puts a file by path, handing its bytes, in order, to `inspect` as they are stored (a
-    /// corpus is parsed in the pass that hashes and stores it). If `inspect` refuses them the
-    /// put stops and nothing is stored. This default reads the file once through
-    /// [`BlobStore::put`]; a local store copies it in the kernel and inspects and hashes the
-    /// copy on every core ([`LocalBlobStore::put_file_inspected`]).
-    fn put_file_inspected(
-        &self,
-        path: &Path,
-        inspect: &mut dyn Inspect,
-    ) -> Result<PutOutcome, Error> {
-        let f = File::open(path).map_err(Error::io("cannot open", path))?;
-        self.put(&mut InspectingReader::new(f, inspect))
-    }
-    /// Moves a file into the store (`ledger put --move`, a worker's checkpoint files): the
-    /// file's name is gone afterwards and its bytes are the blob. This default stores a copy
-    /// and then removes the file; a local store on the same file system renames it instead,
-    /// so nothing is copied ([`LocalBlobStore::put_move`]).
-    fn put_move(&self, path: &Path) -> Result<PutOutcome, Error> {
-        let out = self.put_file(path)?;
-        fs::remove_file(path).map_err(Error::io("stored, but cannot remove", path))?;
-        Ok(out)
-    }
-    /// Streams a blob out; `Error::BlobNotFound` when absent.
-    fn get(&self, hash: &BlobHash) -> Result<Box<dyn Read + Send>, Error>;
-    /// A stored blob's size in bytes; `None` when absent.
-    fn size(&self, hash: &BlobHash) -> Result<Option<u64>, Error>;
-    /// Whether a blob is stored.
-    fn has(&self, hash: &BlobHash) -> Result<bool, Error> {
-        Ok(self.size(hash)?.is_some())
-    }
-    /// Every stored blob's hash, sorted.
-    fn list(&self) -> Result<Vec<BlobHash>, Error>;
-    /// A human-readable name of the store for messages.
-    fn describe(&self) -> String;
-    /// The bucket this store keeps its blobs in, when it can hold the lab's whole public
-    /// layout (an object-store prefix: the integrator copies the log there, `serve` reads it
-    /// back); `None` for a directory of blobs.
-    fn bucket(&self) -> Option<&dyn crate::bucket::Bucket> {
-        None
-    }
-}
-
-/// Sees a blob's bytes, in order, as a put stores them ([`BlobStore::put_file_inspected`]).
-/// An error from either method stops the put, and nothing is stored.
-pub trait Inspect: Send {
-    /// The next bytes.
-    fn bytes(&mut self, chunk: &[u8]) -> io::Result<()>;
-    /// The end: there are no more bytes.
-    fn end(&mut self) -> io::Result<()>;
-}
-
-/// A reader that shows what it reads to an [`Inspect`], and its end.
-struct InspectingReader<'a> {
-    inner: File,
-    inspect: &'a mut dyn Inspect,
-    ended: bool,
-}
-
-impl<'a> InspectingReader<'a> {
-    fn new(inner: File, inspect: &'a mut dyn Inspect) -> Self {
-        InspectingReader {
-            inner,
-            inspect,
-            ended: false,
-        }
-    }
-}
-
-impl Read for InspectingReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if n > 0 {
-            self.inspect.bytes(&buf[..n])?;
-        } else if !self.ended {
-            self.ended = true;
-            self.inspect.end()?;
-        }
-        Ok(n)
-    }
-}
-
-/// Opens the blob store a location names: `s3://bucket/prefix` (bucket credentials and
-/// endpoint from the environment, see [`open_store_with_env`]), `file:///path`, or a plain
-/// directory path (the directory that holds the `<2 hex>/` shards, e.g. `<lab>/blobs`).
-pub fn open_store(location: &str) -> Result<Box<dyn BlobStore>, Error> {
-    open_store_with_env(location, &|key| std::env::var(key).ok())
-}
-
-/// [`open_store`] with the environment read through `env`. An S3 location reads
-/// `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`
-/// (`s3::S3Config::from_env`); it needs the `aws` feature, and says so without it.
-pub fn open_store_with_env(
-    location: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Box<dyn BlobStore>, Error> {
-    if let Some(rest) = location.strip_prefix("s3://") {
-        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.is_empty() {
-            return Err(Error::ObjectStore {
-                store: location.to_string(),
-                reason: "no bucket name; write s3://BUCKET/PREFIX".into(),
-            });
-        }
-        return open_s3(bucket, prefix, env);
-    }
-    if location.contains("://") && !location.starts_with("file://") {
-        return Err(Error::ObjectStore {
-            store: location.to_string(),
-            reason: "unknown scheme; use a directory path, file:///path or s3://bucket/prefix"
-                .into(),
-        });
-    }
-    let dir = PathBuf::from(location.strip_prefix("file://").unwrap_or(location));
-    if !dir.is_dir() {
-        return Err(Error::io("cannot open blob directory", &dir)(
-            io::Error::new(io::ErrorKind::NotFound, "not a directory"),
-        ));
-    }
-    Ok(Box::new(LocalBlobStore::new(dir)))
-}
-
-/// Opens the bucket a location names (`s3://bucket/prefix`, credentials and endpoint as for
-/// [`open_store_with_env`]) to read or write the lab's public layout there.
-pub fn open_bucket_with_env(
-    location: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Box<dyn crate::bucket::Bucket>, Error> {
-    let Some(rest) = location.strip_prefix("s3://") else {
-        return Err(Error::ObjectStore {
-            store: location.to_string(),
-            reason: "not a bucket; write s3://BUCKET/PREFIX".into(),
-        });
-    };
-    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-    if bucket.is_empty() {
-        return Err(Error::ObjectStore {
-            store: location.to_string(),
-            reason: "no bucket name; write s3://BUCKET/PREFIX".into(),
-        });
-    }
-    open_s3_bucket(bucket, prefix, env)
-}
-
-#[cfg(feature = "aws")]
-fn open_s3_bucket(
-    bucket: &str,
-    prefix: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Box<dyn crate::bucket::Bucket>, Error> {
-    let cfg = crate::s3::S3Config::from_env(bucket, prefix, env)?;
-    Ok(Box::new(crate::s3::S3BlobStore::new(&cfg)?))
-}
-
-#[cfg(not(feature = "aws"))]
-fn open_s3_bucket(
-    bucket: &str,
-    prefix: &str,
-    _env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Box<dyn crate::bucket::Bucket>, Error> {
-    Err(no_s3(bucket, prefix))
-}
-
-#[cfg(feature = "aws")]
-fn open_s3(
-    bucket: &str,
-    prefix: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Box<dyn BlobStore>, Error> {
-    let cfg = crate::s3::S3Config::from_env(bucket, prefix, env)?;
-    Ok(Box::new(crate::s3::S3BlobStore::new(&cfg)?))
-}
-
-#[cfg(not(feature = "aws"))]
-fn open_s3(
-    bucket: &str,
-    prefix: &str,
-    _env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Box<dyn BlobStore>, Error> {
-    Err(no_s3(bucket, prefix))
-}
-
-#[cfg(not(feature = "aws"))]
-fn no_s3(bucket: &str, prefix: &str) -> Error {
-    Error::ObjectStore {
-        store: format!("s3://{bucket}/{prefix}"),
-        reason: "this build has no S3 support; rebuild glassbox-ledger with feature `aws`".into(),
-    }
-}
-
-/// The relative path of a blob: `blobs/<2 hex>/<62 hex>`.
-pub fn blob_rel_path(hash: &BlobHash) -> String {
-    let hex = hash.0.to_hex();
-    format!("blobs/{}/{}", &hex[..2], &hex[2..])
-}
+use super::{BlobStore, CHUNK, Inspect, InspectingReader, PutOutcome};
 
 /// Blobs in a local directory.
 #[derive(Debug, Clone)]
@@ -586,13 +367,6 @@ fn hash_copy(
     Ok((hasher.finalize().into(), total))
 }
 
-/// fsyncs a directory so a rename or create inside it is durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(Error::io("cannot fsync directory", dir))
-}
-
 impl BlobStore for LocalBlobStore {
     fn put_file(&self, path: &Path) -> Result<PutOutcome, Error> {
         LocalBlobStore::put_file(self, path)
@@ -669,16 +443,11 @@ impl BlobStore for LocalBlobStore {
     }
 }
 
-/// Re-hashes a stream (for audits).
-pub fn hash_reader(reader: &mut dyn Read) -> io::Result<(Blake3Hash, u64)> {
-    let mut hasher = blake3::Hasher::new();
-    let n = io::copy(reader, &mut hasher)?;
-    Ok((hasher.finalize().into(), n))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::blob::{BlobStore, Inspect};
+    use crate::store::open_store_with_env;
 
     #[test]
     fn put_get_has_list_and_noop_on_existing() {
