@@ -25,6 +25,7 @@
 pub mod bot;
 pub mod command;
 pub mod config;
+pub mod config_file;
 pub mod error;
 pub mod event;
 pub mod form;

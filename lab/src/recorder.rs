@@ -556,6 +556,30 @@ impl Recorder {
             .sync_with_blobs(&reader, Some(self.blobs.as_ref()))
             .await?)
     }
+
+    /// Keeps `index` following the log every `interval` until `stop` turns true, on a thread
+    /// of its own (a log reader is not `Send`); a failed sync is logged and retried.
+    pub fn follow_index(
+        self: Arc<Self>,
+        index: Index,
+        interval: std::time::Duration,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            handle.block_on(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(interval) => {}
+                        _ = stop.changed() => return,
+                    }
+                    if let Err(e) = self.sync_index(&index).await {
+                        tracing::warn!(error = %e, "index sync failed; retrying");
+                    }
+                }
+            })
+        })
+    }
 }
 
 /// The canonical bytes of `entries`, each checked against the log's entry rules (size,

@@ -22,12 +22,12 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use glassbox_github_bot::config::BotConfig;
-use glassbox_lab::worker::{JobEnd, LiveSink};
+use glassbox_lab::worker::{JobEnd, LiveFanout, LiveSink};
 use glassbox_lab::{LabConfig, Worker};
 use glassbox_ledger::index::Index;
-use glassbox_runner::observer::{MetricRecord, RunInfo};
+use glassbox_runner::observer::MetricRecord;
 use glassbox_schemas::{ExperimentId, RunId};
-use glassbox_web::{LiveEvent, LiveHub, ServerLimits, WebState};
+use glassbox_web::{LiveEvent, LiveHub, ServerLimits, WebConfig, WebState};
 
 use crate::GlobalOpts;
 use crate::cli::args::{self, LabArgs};
@@ -64,80 +64,13 @@ pub struct ServeArgs {
     pub threads: Option<usize>,
 }
 
-/// The `[web]` section.
-#[derive(Debug, Default, Clone, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WebSection {
-    /// Listen address.
-    pub bind: Option<SocketAddr>,
-    /// The public base URL (links in comments, proof URLs).
-    pub public_url: Option<String>,
-    /// Seconds a request's head may take to arrive [default 10].
-    pub header_read_timeout_seconds: Option<f64>,
-    /// Seconds a request's whole body may take to arrive [default 30].
-    pub body_read_timeout_seconds: Option<f64>,
-    /// Connections served at once; more wait to be accepted [default 1024].
-    pub max_connections: Option<usize>,
-    /// Seconds requests in flight get to finish at shutdown [default 3].
-    pub shutdown_grace_seconds: Option<f64>,
-}
-
-impl WebSection {
-    /// The listener's limits: the defaults of [`ServerLimits`] where the section names none;
-    /// every bad value named with its key.
-    pub fn server_limits(&self) -> Result<ServerLimits, Vec<String>> {
-        let mut limits = ServerLimits::default();
-        let mut problems = Vec::new();
-        let mut seconds = |key: &str, v: Option<f64>, max: f64, out: &mut Duration| {
-            let Some(v) = v else { return };
-            if v.is_finite() && v > 0.0 && v <= max {
-                *out = Duration::from_secs_f64(v);
-            } else {
-                problems.push(format!(
-                    "web.{key} = {v}: expected a number of seconds above 0 and at most {max}"
-                ));
-            }
-        };
-        seconds(
-            "header_read_timeout_seconds",
-            self.header_read_timeout_seconds,
-            3600.0,
-            &mut limits.header_read_timeout,
-        );
-        seconds(
-            "body_read_timeout_seconds",
-            self.body_read_timeout_seconds,
-            3600.0,
-            &mut limits.body_read_timeout,
-        );
-        seconds(
-            "shutdown_grace_seconds",
-            self.shutdown_grace_seconds,
-            600.0,
-            &mut limits.shutdown_grace,
-        );
-        match self.max_connections {
-            None => {}
-            Some(n) if (1..=1_000_000).contains(&n) => limits.max_connections = n,
-            Some(n) => problems.push(format!(
-                "web.max_connections = {n}: expected 1 to 1000000 connections"
-            )),
-        }
-        if problems.is_empty() {
-            Ok(limits)
-        } else {
-            Err(problems)
-        }
-    }
-}
-
 /// The whole serve configuration: the lab's sections plus `[web]` and `[github]`.
 #[derive(Debug, Clone, Default)]
 pub struct ServeConfig {
     /// `[limits]`, `[queue]`, `[worker]`.
     pub lab: LabConfig,
     /// `[web]`.
-    pub web: WebSection,
+    pub web: WebConfig,
     /// `[github]`, with secrets resolved from the environment or files.
     pub github: Option<BotConfig>,
 }
@@ -157,25 +90,14 @@ pub fn read_config(path: &std::path::Path) -> anyhow::Result<Result<ServeConfig,
         ..Default::default()
     };
     if let Some(web) = extra.get("web") {
-        match web.clone().try_into::<WebSection>() {
-            Ok(w) => {
-                if let Err(mut p) = w.server_limits() {
-                    problems.append(&mut p);
-                }
-                cfg.web = w;
-            }
-            Err(e) => problems.push(format!("web: {}", e.message().trim())),
+        match WebConfig::from_section(web.clone()) {
+            Ok(w) => cfg.web = w,
+            Err(mut p) => problems.append(&mut p),
         }
     }
     if let Some(gh) = extra.get("github") {
-        match resolve_secrets(gh.clone()) {
-            Ok(v) => match v.try_into::<BotConfig>() {
-                Ok(b) => match b.validate() {
-                    Ok(()) => cfg.github = Some(b),
-                    Err(e) => problems.push(e.to_string()),
-                },
-                Err(e) => problems.push(format!("github: {}", e.message().trim())),
-            },
+        match glassbox_github_bot::config_file::from_section(gh.clone()) {
+            Ok(b) => cfg.github = Some(b),
             Err(mut p) => problems.append(&mut p),
         }
     }
@@ -184,108 +106,6 @@ pub fn read_config(path: &std::path::Path) -> anyhow::Result<Result<ServeConfig,
     } else {
         Err(problems)
     })
-}
-
-/// Secrets never live in the config file: `webhook_secrets_env = ["VAR", ...]` /
-/// `webhook_secrets_file = "PATH"` (one per line) and, under `[github.auth]`, `token_env`,
-/// `private_key_file` are read here into the fields the bot expects. An empty secret is an
-/// error in every form (an unset or empty variable, a file with no secret in it, `""` inline:
-/// that one is refused by `BotConfig::validate`), since HMAC accepts an empty key.
-fn resolve_secrets(mut gh: toml::Value) -> Result<toml::Value, Vec<String>> {
-    let mut problems = Vec::new();
-    let Some(t) = gh.as_table_mut() else {
-        return Err(vec!["github: must be a table ([github])".into()]);
-    };
-    let env_secret = |key: &str, name: &str, problems: &mut Vec<String>| match std::env::var(name) {
-        Ok(s) if !s.trim().is_empty() => Some(s),
-        Ok(_) => {
-            problems.push(format!(
-                "github.{key}: environment variable {name} is empty; set it to the secret"
-            ));
-            None
-        }
-        Err(_) => {
-            problems.push(format!(
-                "github.{key}: environment variable {name} is not set"
-            ));
-            None
-        }
-    };
-    let mut secrets: Vec<String> = Vec::new();
-    if let Some(v) = t.remove("webhook_secrets_env") {
-        match v.as_array() {
-            Some(names) => {
-                for n in names {
-                    match n.as_str() {
-                        Some(name) => secrets.extend(env_secret(
-                            "webhook_secrets_env",
-                            name,
-                            &mut problems,
-                        )),
-                        None => problems.push(format!(
-                            "github.webhook_secrets_env: {n} is not a variable name; expected [\"VAR\", ...]"
-                        )),
-                    }
-                }
-            }
-            None => problems.push(format!(
-                "github.webhook_secrets_env = {v}: expected a list of variable names, [\"VAR\", ...]"
-            )),
-        }
-    }
-    if let Some(v) = t.remove("webhook_secrets_file") {
-        let path = v.as_str().unwrap_or_default().to_string();
-        match std::fs::read_to_string(&path) {
-            Ok(s) => {
-                let found: Vec<String> = s
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty())
-                    .map(String::from)
-                    .collect();
-                if found.is_empty() {
-                    problems.push(format!(
-                        "github.webhook_secrets_file = {path:?}: holds no secret (one per line; blank lines are skipped)"
-                    ));
-                }
-                secrets.extend(found);
-            }
-            Err(e) => problems.push(format!("github.webhook_secrets_file = {path:?}: {e}")),
-        }
-    }
-    if !secrets.is_empty() {
-        let list = t
-            .entry("webhook_secrets")
-            .or_insert_with(|| toml::Value::Array(Vec::new()));
-        if let Some(a) = list.as_array_mut() {
-            a.extend(secrets.into_iter().map(toml::Value::String));
-        }
-    }
-    if let Some(auth) = t.get_mut("auth").and_then(|a| a.as_table_mut()) {
-        if let Some(v) = auth.remove("token_env") {
-            let name = v.as_str().unwrap_or_default().to_string();
-            if let Some(s) = env_secret("auth.token_env", &name, &mut problems) {
-                auth.insert("token".into(), toml::Value::String(s));
-            }
-        }
-        if let Some(v) = auth.remove("private_key_file") {
-            let path = v.as_str().unwrap_or_default().to_string();
-            match std::fs::read_to_string(&path) {
-                Ok(s) if s.trim().is_empty() => problems.push(format!(
-                    "github.auth.private_key_file = {path:?}: the file is empty; expected the App's PEM key"
-                )),
-                Ok(s) => {
-                    auth.insert("private_key_pem".into(), toml::Value::String(s));
-                }
-                Err(e) => problems.push(format!("github.auth.private_key_file = {path:?}: {e}")),
-            }
-        }
-    }
-    if problems.is_empty() {
-        Ok(gh)
-    } else {
-        Err(problems)
-    }
 }
 
 pub fn init_logs() {
@@ -308,23 +128,13 @@ pub struct HubSink(pub LiveHub);
 
 impl LiveSink for HubSink {
     fn metrics(&self, _e: &ExperimentId, run: &RunId, r: &MetricRecord) {
-        for (name, value) in &r.scalars {
+        for (name, value) in r.points() {
             self.0.publish(LiveEvent::Point {
                 run: run.0.clone(),
                 step: r.step,
-                name: name.clone(),
-                value: *value,
+                name,
+                value,
             });
-        }
-        for (name, values) in &r.vectors {
-            for (i, value) in values.iter().enumerate() {
-                self.0.publish(LiveEvent::Point {
-                    run: run.0.clone(),
-                    step: r.step,
-                    name: format!("{name}/{i}"),
-                    value: *value,
-                });
-            }
         }
     }
 
@@ -340,32 +150,6 @@ impl LiveSink for HubSink {
             run: run.0.clone(),
             line: line.to_string(),
         });
-    }
-}
-
-/// Several sinks as one.
-pub struct FanoutSink(pub Vec<Arc<dyn LiveSink>>);
-
-impl LiveSink for FanoutSink {
-    fn started(&self, e: &ExperimentId, r: &RunId, step: u64, total: u64, info: &RunInfo) {
-        for s in &self.0 {
-            s.started(e, r, step, total, info);
-        }
-    }
-    fn metrics(&self, e: &ExperimentId, r: &RunId, m: &MetricRecord) {
-        for s in &self.0 {
-            s.metrics(e, r, m);
-        }
-    }
-    fn status(&self, e: &ExperimentId, r: &RunId, st: &str) {
-        for s in &self.0 {
-            s.status(e, r, st);
-        }
-    }
-    fn log(&self, e: &ExperimentId, r: &RunId, line: &str) {
-        for s in &self.0 {
-            s.log(e, r, line);
-        }
     }
 }
 
@@ -478,7 +262,7 @@ pub async fn start(
         sinks.extend(live_sinks);
         Worker::new(ctx.queue.clone(), ctx.recorder.clone(), opts)
             .with_switches(ctx.flow.switches())
-            .with_live(Arc::new(FanoutSink(sinks)))
+            .with_live(Arc::new(LiveFanout(sinks)))
     });
     let bot = github.map(|g| (g, ctx.bot_store_url()));
     let service = glassbox_lab::service::LabService::start(
@@ -509,7 +293,7 @@ pub async fn start(
         .with_boards(ctx.config.leaderboards.clone())
         .with_extra(router);
     let addr = listener.local_addr()?;
-    let (stop, mut stop_rx) = tokio::sync::watch::channel(false);
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let mut server_stop = stop_rx.clone();
     let server = tokio::spawn(glassbox_web::serve_on(
         listener,
@@ -520,22 +304,10 @@ pub async fn start(
         },
     ));
     // The index follows the log (appended by this process's worker or by others).
-    let (recorder, follow_index) = (ctx.recorder.clone(), index.clone());
-    // (A log reader is not `Send`, so the loop runs on a thread of its own.)
-    let handle = tokio::runtime::Handle::current();
-    let follow = tokio::task::spawn_blocking(move || {
-        handle.block_on(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(SYNC_INTERVAL) => {}
-                    _ = stop_rx.changed() => return,
-                }
-                if let Err(e) = recorder.sync_index(&follow_index).await {
-                    tracing::warn!(error = %e, "index sync failed; retrying");
-                }
-            }
-        })
-    });
+    let follow = ctx
+        .recorder
+        .clone()
+        .follow_index(index.clone(), SYNC_INTERVAL, stop_rx);
     Ok(Running {
         addr,
         server,

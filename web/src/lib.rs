@@ -35,6 +35,7 @@ pub mod annotations;
 pub mod api;
 pub mod catalog;
 pub mod chart;
+pub mod config;
 pub mod error;
 pub mod extract;
 pub mod leaderboards;
@@ -62,6 +63,7 @@ use glassbox_ledger::index::Index;
 use glassbox_ledger::{BlobStore, LabDir};
 use glassbox_schemas::BlobHash;
 
+pub use config::WebConfig;
 pub use error::WebError;
 pub use listener::ServerLimits;
 pub use live::{LiveEvent, LiveHub};

@@ -79,6 +79,38 @@ pub trait LiveSink: Send + Sync {
     fn log(&self, _experiment: &ExperimentId, _run: &RunId, _line: &str) {}
 }
 
+/// Several sinks as one.
+pub struct LiveFanout(pub Vec<Arc<dyn LiveSink>>);
+
+impl std::fmt::Debug for LiveFanout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LiveFanout({} sinks)", self.0.len())
+    }
+}
+
+impl LiveSink for LiveFanout {
+    fn started(&self, e: &ExperimentId, r: &RunId, step: u64, total: u64, info: &RunInfo) {
+        for s in &self.0 {
+            s.started(e, r, step, total, info);
+        }
+    }
+    fn metrics(&self, e: &ExperimentId, r: &RunId, m: &MetricRecord) {
+        for s in &self.0 {
+            s.metrics(e, r, m);
+        }
+    }
+    fn status(&self, e: &ExperimentId, r: &RunId, st: &str) {
+        for s in &self.0 {
+            s.status(e, r, st);
+        }
+    }
+    fn log(&self, e: &ExperimentId, r: &RunId, line: &str) {
+        for s in &self.0 {
+            s.log(e, r, line);
+        }
+    }
+}
+
 /// A job's end as the worker recorded it.
 #[derive(Debug, Clone)]
 pub struct Finished {
