@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Random experiment pages: glassbox against nginx serving the same bytes as files, side by side
-# in one run (issue 20's performance goal: >= 0.25x nginx's requests/s, p99 < 50 ms at 64
+# in one run (the performance goal: >= 0.25x nginx's requests/s, p99 < 50 ms at 64
 # connections). Both are measured with wrk (2 threads, 64 connections), alternately, ROUNDS
 # times each, on the web load example's lab (10,000 experiments, 10M metric points).
 #

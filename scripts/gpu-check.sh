@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-check.sh — the GPU check of glassbox's CUDA backend (issues 5 and 24), in one command.
+# gpu-check.sh — the GPU check of glassbox's CUDA backend, in one command.
 #
 # What it runs (on one GPU; about 4 minutes, at most 6: timeouts of 300 s for gpu_check and
 # 45 s for each PyTorch run):

@@ -1,4 +1,4 @@
-//! Ledger append throughput (issue 21): today's sequenced appends against the file-lock
+//! Ledger append throughput: today's sequenced appends against the file-lock
 //! appends they replaced, in one run, on this machine.
 //!
 //! ```sh

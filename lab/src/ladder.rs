@@ -52,6 +52,19 @@ pub struct Registered {
     pub entry: u64,
 }
 
+/// The `details` of a ladder's scaling-law forecast: the law, its fit, the target's compute
+/// and interval, and the rungs it was fitted on (the forecast entry's free-form part, written
+/// from this type and nowhere else).
+#[derive(Debug, Serialize)]
+struct ForecastDetails<'a> {
+    law: &'static str,
+    compute: &'static str,
+    params: &'a PowerLawFit,
+    target_compute: f64,
+    interval_95: Option<(f64, f64)>,
+    rungs: &'a [RungResult],
+}
+
 /// A finished ladder.
 #[derive(Debug, Clone, Serialize)]
 pub struct LadderReport {
@@ -145,16 +158,17 @@ pub async fn run_ladder(
         value,
         tolerance: ladder.config.tolerance,
         method: "scaling_law".into(),
-        details: serde_json::json!({
-            "law": "L(C) = E + A * C^-alpha",
-            "compute": "train FLOPs (6N + 12 L d T per token)",
-            "params": &fit,
-            "target_compute": compute,
-            "interval_95": interval,
-            "rungs": &rungs,
-        }),
+        details: serde_json::to_value(ForecastDetails {
+            law: "L(C) = E + A * C^-alpha",
+            compute: "train FLOPs (6N + 12 L d T per token)",
+            params: &fit,
+            target_compute: compute,
+            interval_95: interval,
+            rungs: &rungs,
+        })
+        .map_err(|e| LabError::Task(format!("cannot write the forecast's details: {e}")))?,
     };
-    let experiment = ExperimentId(format!("local/{}", target.experiment.slug));
+    let experiment = ExperimentId::local(&target.experiment.slug);
     let rec = flow.recorder().clone();
     let entry = tokio::task::spawn_blocking(move || {
         rec.record(Some(&experiment), Default::default(), body)

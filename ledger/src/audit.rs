@@ -65,6 +65,16 @@ pub enum AuditPhase {
     Blobs,
 }
 
+impl AuditPhase {
+    /// The phase in a word, for a progress display.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditPhase::Entries => "entries",
+            AuditPhase::Blobs => "blobs",
+        }
+    }
+}
+
 /// A passed audit.
 #[derive(Debug, Clone)]
 pub struct AuditReport {

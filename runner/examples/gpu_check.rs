@@ -1,4 +1,4 @@
-//! The GPU check behind `scripts/gpu-check.sh` (issues 5 and 24): flags into one
+//! The GPU check behind `scripts/gpu-check.sh`: flags into one
 //! [`CheckConfig`], one call of [`run_check`], an exit status. What is checked and every
 //! tolerance are documented in `glassbox_runner::backend::cuda::check`. Writes
 //! `gpu-report.json` and `gpu-report.md` to the report directory (and nothing else there);

@@ -210,10 +210,7 @@ fn run_inner(args: VerifyArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> 
         if total < 100_000 && phase == AuditPhase::Entries {
             return;
         }
-        bar.set_message(match phase {
-            AuditPhase::Entries => "entries",
-            AuditPhase::Blobs => "blobs",
-        });
+        bar.set_message(phase.as_str());
         bar.set_length(total);
         bar.set_position(done);
     };

@@ -55,7 +55,7 @@ fn ladder_example_checks_every_rung() {
     assert!(v["rungs"].as_array().unwrap().len() >= 3, "{v}");
 }
 
-/// Issue 22 §1: `spec check` expands a sweep, printing each child's hash and cost, the total,
+/// `spec check` expands a sweep, printing each child's hash and cost, the total,
 /// and the parent hash an approval binds; a bad child is named with its values.
 #[test]
 fn sweep_example_checks_every_child() {

@@ -607,7 +607,7 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
     }
 }
 
-/// Issue 16 item 19, the long-running commands: `serve` and `worker` keep SIGPIPE ignored (a
+/// The long-running commands: `serve` and `worker` keep SIGPIPE ignored (a
 /// peer that hangs up must never kill a server), so with stdout closed from the start they
 /// must keep running — no panic on a print — and still stop cleanly on SIGTERM.
 #[test]

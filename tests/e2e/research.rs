@@ -1,4 +1,4 @@
-//! Issue 22 as a user runs it, with real processes: a lab whose `[reproduce]` policy is "top"
+//! Research workflows as a user runs them, with real processes: a lab whose `[reproduce]` policy is "top"
 //! and whose one `[[leaderboard]]` ranks `train/loss`. A good run trained by one `glassbox
 //! worker` is reproduced automatically by the other worker process (never by the one that made
 //! it) and ranked; a weaker run, which would not enter the top 1, is listed as awaiting

@@ -44,9 +44,9 @@ fn is_commit(s: &str) -> bool {
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
-/// Item 20: `run_started` names the full commit, the dirty flag and the executable's BLAKE3;
+/// `run_started` names the full commit, the dirty flag and the executable's BLAKE3;
 /// `glassbox reproduce` with the same binary says so, in its output and its entry.
-/// Item 21: the run's log is on the record.
+/// The run's log is on the record.
 #[test]
 fn the_record_names_the_exact_binary_and_reproduce_says_it_is_the_same() {
     let dir = tempfile::tempdir().unwrap();
@@ -111,7 +111,7 @@ fn the_record_names_the_exact_binary_and_reproduce_says_it_is_the_same() {
     );
 }
 
-/// Item 8: a spec over the lab's `limits.max_memory_bytes` is refused before anything runs,
+/// A spec over the lab's `limits.max_memory_bytes` is refused before anything runs,
 /// naming the figure and the key (exit 1, as for a spec that does not validate).
 #[test]
 fn a_spec_over_the_memory_limit_is_refused_by_glassbox_run() {
@@ -137,7 +137,7 @@ fn a_spec_over_the_memory_limit_is_refused_by_glassbox_run() {
     );
 }
 
-/// Item 8: an allocation the machine cannot satisfy ends the run `failed` with a result entry
+/// An allocation the machine cannot satisfy ends the run `failed` with a result entry
 /// naming it, and the process exits with the failed-run status instead of aborting. The address
 /// space is capped at 3 GB (`RLIMIT_AS`) and the spec's first expert layer alone needs 3.2 GB of
 /// parameters; the lab's memory limit is set high so that the refusal is the allocator's.

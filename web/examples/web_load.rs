@@ -8,7 +8,7 @@
 //!    render cache's hits, misses and size from `/metrics`;
 //! 2. SSE fan-out: `--sse` clients subscribed to one run's live stream, `--events` points
 //!    published 50 ms apart, reporting how long each took to reach every client;
-//! 3. search (issue 19): the experiments list with `?q=` queries of the query language (spec
+//! 3. search: the experiments list with `?q=` queries of the query language (spec
 //!    fields, final metrics, status, tags, text, `and`/`or`/`not`) over all the runs, from
 //!    `--search-conns` connections for `--seconds`, reporting p50 and p99. The generated specs
 //!    come in four expert counts so spec-field queries select a part of the runs.

@@ -298,3 +298,160 @@ fn nothing_names_what_sits_beside_the_checkout() {
         found.join("\n  ")
     );
 }
+
+/// Whether `text` cites an issue by number: `issue 12`, `issues 5 and 24`, `Issue #3`, or an
+/// issue's item (`Item 8:`) at the start of a comment.
+fn cites_an_issue(comment: &str) -> bool {
+    let lower = comment.to_ascii_lowercase();
+    let cites = lower.match_indices("issue").any(|(at, _)| {
+        let before_ok = lower[..at]
+            .chars()
+            .last()
+            .is_none_or(|c| !c.is_ascii_alphanumeric());
+        let rest = lower[at + "issue".len()..]
+            .strip_prefix('s')
+            .unwrap_or(&lower[at + 5..]);
+        let rest = rest.strip_prefix(' ').unwrap_or("");
+        let rest = rest.strip_prefix('#').unwrap_or(rest);
+        before_ok && rest.starts_with(|c: char| c.is_ascii_digit())
+    });
+    let item = comment
+        .trim_start()
+        .strip_prefix("Item ")
+        .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()));
+    cites || item
+}
+
+/// The comment part of a line of code in a file with this extension, if it has one.
+fn comment_of<'a>(line: &'a str, extension: &str) -> Option<&'a str> {
+    let trimmed = line.trim_start();
+    match extension {
+        "rs" | "js" | "css" => trimmed
+            .strip_prefix("//")
+            .or_else(|| trimmed.strip_prefix("/*"))
+            .or_else(|| trimmed.strip_prefix('*'))
+            .or_else(|| line.find(" // ").map(|at| &line[at + 4..])),
+        "sh" | "toml" | "py" => trimmed
+            .strip_prefix('#')
+            .or_else(|| line.find(" # ").map(|at| &line[at + 3..])),
+        _ => None,
+    }
+}
+
+/// A comment says what the code does and why; which issue asked for it is in git's history,
+/// not in the code.
+#[test]
+fn no_comment_cites_an_issue() {
+    let root = repo_root();
+    let mut found = Vec::new();
+    let mut read = 0;
+    for file in tree_files(&root) {
+        let Some(ext) = file.extension().and_then(|e| e.to_str()) else {
+            continue;
+        };
+        if !matches!(ext, "rs" | "js" | "css" | "sh" | "toml" | "py") {
+            continue;
+        }
+        // Vendored assets are others' code; this file spells the patterns it looks for.
+        if file.components().any(|c| c.as_os_str() == "vendor")
+            || file.ends_with("xtask/src/tidy.rs")
+        {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        read += 1;
+        for (i, line) in text.lines().enumerate() {
+            if comment_of(line, ext).is_some_and(cites_an_issue) {
+                let rel = file
+                    .strip_prefix(&root)
+                    .unwrap_or(&file)
+                    .display()
+                    .to_string();
+                found.push(format!("{rel}:{}: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(read > 100, "only {read} files read: is the walk broken?");
+    assert!(
+        found.is_empty(),
+        "comments that cite an issue (say what the code does and why instead):\n  {}",
+        found.join("\n  ")
+    );
+}
+
+/// What the binary may not spell itself: it builds no ledger entry and knows no file of the
+/// lab's layout; the library crates own both.
+const NOT_IN_THE_BINARY: [&str; 10] = [
+    "LedgerEntry::new",
+    "EntryBody",
+    "\"blobs\"",
+    "\"log\")",
+    "\"queue.db\"",
+    "\"index.db\"",
+    "\"lab.toml\"",
+    "\"bot.db\"",
+    "\"scratch\"",
+    "\"vkey\"",
+];
+
+/// An entry body type (`ArtifactBody`, `ResultBody`, ...) named in a line of code.
+fn names_an_entry_body(code: &str) -> bool {
+    code.match_indices("Body").any(|(at, _)| {
+        let after = code[at + 4..].chars().next();
+        let word_start = code[..at]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(0, |p| p + 1);
+        let word = &code[word_start..at];
+        after.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'))
+            && word.starts_with(|c: char| c.is_ascii_uppercase())
+    })
+}
+
+/// The binary is glue: flags, one library call per command, printing.
+#[test]
+fn the_binary_builds_no_entry_and_knows_no_lab_path() {
+    let root = repo_root();
+    let mut found = Vec::new();
+    let files = rust_files(&root.join("src"));
+    assert!(files.len() > 10, "only {} files under src/", files.len());
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("readable source");
+        for (i, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            if NOT_IN_THE_BINARY.iter().any(|p| line.contains(p)) || names_an_entry_body(line) {
+                let rel = file
+                    .strip_prefix(&root)
+                    .unwrap_or(&file)
+                    .display()
+                    .to_string();
+                found.push(format!("{rel}:{}: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the binary builds entries or spells the lab's layout (call the crate that owns it):\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn the_glue_and_comment_checks_catch_what_they_claim_to() {
+    assert!(cites_an_issue(" The CUDA backend (issue 5): kernels"));
+    assert!(cites_an_issue(" Issues 5 and 24"));
+    assert!(cites_an_issue(" see issue #12"));
+    assert!(cites_an_issue(" Item 8: a spec"));
+    assert!(!cites_an_issue(" the issue 's body"));
+    assert!(!cites_an_issue(" an issue number is a u64"));
+    assert!(!cites_an_issue(" tissue 5"));
+    assert_eq!(comment_of("let a = 1; // issue 5", "rs"), Some("issue 5"));
+    assert_eq!(comment_of("# issue 5", "sh"), Some(" issue 5"));
+    assert!(names_an_entry_body("let b = ArtifactBody {"));
+    assert!(names_an_entry_body("use x::{ResultBody, refs};"));
+    assert!(!names_an_entry_body("let body = response.body();"));
+    assert!(!names_an_entry_body("Bodyguard"));
+}

@@ -1,4 +1,4 @@
-//! Community debugging (issue 19) as people see it in the issue: `/note` by a maintainer and by
+//! Community debugging as people see it in the issue: `/note` by a maintainer and by
 //! a stranger (both recorded, marked differently), a note on another issue's run refused, the
 //! rate limit, an edited note superseding the old one (which stays), and alerts commented once
 //! per kind and run however often the lab's event is delivered.

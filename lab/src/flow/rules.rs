@@ -68,7 +68,7 @@ impl Flow {
         }
     }
 
-    /// The lab's rules for recording a proposal at all (issue 16): a forecast must name a
+    /// The lab's rules for recording a proposal at all: a forecast must name a
     /// metric the spec's run reports, and an author may cause at most
     /// `limits.max_proposals_per_author_per_day` proposal entries from GitHub in 24 hours.
     pub(super) async fn check_proposal(&self, p: &NewProposal) -> Result<(), LabError> {

@@ -1,4 +1,4 @@
-//! Community debugging (issue 19) through the real lab: a run whose learning rate jumps at a
+//! Community debugging through the real lab: a run whose learning rate jumps at a
 //! known step gets an `anomaly` entry at that step and exactly one alert notice; `/note`s
 //! become `annotation` entries (the only run picked, another issue's run refused, the rate
 //! limit, an edited comment's note superseding the old one); a stalled run raises one alert

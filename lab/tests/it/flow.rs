@@ -677,7 +677,7 @@ async fn the_bot_port_records_a_proposal_from_an_issue() {
     assert_eq!(issue_key(&experiment).unwrap().number, IssueNumber(42));
 }
 
-// Issue 16 (who may act): a rejection outlives edits, closing an issue voids its approval as a
+// Who may act: a rejection outlives edits, closing an issue voids its approval as a
 // rejection, and one failing notice does not hold back the others.
 
 async fn an_edit_keeps_a_rejection_until_an_approval_lifts_it(engine: &str) {
@@ -917,7 +917,7 @@ async fn a_failing_notice_backs_off_and_the_others_go_out_postgres() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Trust (issue 16): limits, endings, reproductions, the run's own record.
+// Trust: limits, endings, reproductions, the run's own record.
 
 /// Entries of `kind`.
 pub(crate) fn of_kind(entries: &[LedgerEntry], kind: EntryKind) -> Vec<&LedgerEntry> {
@@ -953,7 +953,7 @@ pub(crate) fn manual_clock() -> Clock {
     )))
 }
 
-/// Item 8: a spec whose memory estimate is over `limits.max_memory_bytes` is refused when it is
+/// A spec whose memory estimate is over `limits.max_memory_bytes` is refused when it is
 /// approved, with both figures and the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spec_over_the_memory_limit_is_refused_with_the_figure() {
@@ -981,7 +981,7 @@ async fn a_spec_over_the_memory_limit_is_refused_with_the_figure() {
     assert!(s.queue.list(None, 10).await.unwrap().is_empty());
 }
 
-/// Item 8: the bot's validation comment lists what is over the lab's limits when the proposal
+/// The bot's validation comment lists what is over the lab's limits when the proposal
 /// is recorded (before anyone approves it), with the same figures the approval is refused with.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proposal_over_the_limits_says_so_when_recorded() {
@@ -1049,7 +1049,7 @@ async fn a_proposal_over_the_limits_says_so_when_recorded() {
     );
 }
 
-/// Item 8: a worker whose memory limit is lower than the spec's estimate ends the run
+/// A worker whose memory limit is lower than the spec's estimate ends the run
 /// `budget_exceeded` with a result entry, before it allocates anything (no `run_started`).
 async fn a_worker_over_its_memory_limit_ends_the_run_budget_exceeded(engine: &str) {
     let s = setup(engine, "memory_worker", LabConfig::default()).await;
@@ -1121,7 +1121,7 @@ impl glassbox_lab::LiveSink for PanicOnce {
     fn status(&self, _e: &ExperimentId, _r: &glassbox_schemas::RunId, _s: &str) {}
 }
 
-/// Item 8: a panic on the training thread ends that run `failed` with a result entry, and the
+/// A panic on the training thread ends that run `failed` with a result entry, and the
 /// serving worker goes on to the next job.
 async fn a_panic_in_training_fails_the_run_and_the_worker_serves_on(engine: &str) {
     let s = setup(engine, "panic", LabConfig::default()).await;
@@ -1166,7 +1166,7 @@ async fn a_panic_in_training_fails_the_run_and_the_worker_serves_on_postgres() {
     a_panic_in_training_fails_the_run_and_the_worker_serves_on("postgres").await;
 }
 
-/// Item 9: a spec whose metric volume is over `limits.max_metric_points` is refused when it is
+/// A spec whose metric volume is over `limits.max_metric_points` is refused when it is
 /// approved, with the figure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spec_over_the_metric_volume_limit_is_refused_with_the_figure() {
@@ -1198,7 +1198,7 @@ async fn a_spec_over_the_metric_volume_limit_is_refused_with_the_figure() {
     );
 }
 
-/// Item 10: the lab's `limits.max_wall_seconds` stops a run whose spec names no budget.
+/// The lab's `limits.max_wall_seconds` stops a run whose spec names no budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lab_wall_limit_applies_to_a_spec_without_a_budget() {
     let cfg = LabConfig::parse("[limits]\nmax_wall_seconds = 1\n").unwrap();
@@ -1221,7 +1221,7 @@ async fn the_lab_wall_limit_applies_to_a_spec_without_a_budget() {
     assert!(f.ending.steps > 0 && f.ending.steps < 1_000_000);
 }
 
-/// Item 11 (kept): an edit that leaves the spec hash unchanged writes no entry, and does not
+/// An edit that leaves the spec hash unchanged writes no entry, and does not
 /// count against the author's daily limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_with_the_same_spec_hash_writes_no_entry() {
@@ -1245,7 +1245,7 @@ async fn an_edit_with_the_same_spec_hash_writes_no_entry() {
     assert_eq!(s.entries().len(), before);
 }
 
-/// Item 11: an author may cause `limits.max_proposals_per_author_per_day` proposal entries in
+/// An author may cause `limits.max_proposals_per_author_per_day` proposal entries in
 /// 24 hours; the next is refused with the key until the day has passed.
 async fn an_author_over_the_daily_proposal_limit_is_refused(engine: &str) {
     let cfg = LabConfig::parse("[limits]\nmax_proposals_per_author_per_day = 2\n").unwrap();
@@ -1302,7 +1302,7 @@ fn corpus_spec(corpus: &glassbox_schemas::BlobHash) -> ExperimentSpec {
     sp
 }
 
-/// Item 11: a mixture may name only corpora a `dataset` entry declares (a checkpoint blob is
+/// A mixture may name only corpora a `dataset` entry declares (a checkpoint blob is
 /// not one); declared ones are approved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixture_may_name_only_declared_datasets() {
@@ -1348,7 +1348,7 @@ async fn a_mixture_may_name_only_declared_datasets() {
     );
 }
 
-/// Item 11: a forecast must name a metric the spec's run reports; a typo is refused when it is
+/// A forecast must name a metric the spec's run reports; a typo is refused when it is
 /// proposed (it would otherwise mark the run a missed forecast).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forecast_of_a_metric_the_run_does_not_report_is_refused() {
@@ -1382,7 +1382,7 @@ async fn a_forecast_of_a_metric_the_run_does_not_report_is_refused() {
         .unwrap();
 }
 
-/// Item 12: `/reproduce` queues a job like any other (one per run at a time, cancellable) that
+/// `/reproduce` queues a job like any other (one per run at a time, cancellable) that
 /// a worker runs and records; the entry says the program was the same binary.
 async fn reproduce_is_a_queued_job(engine: &str) {
     let s = setup(engine, "reproduce", LabConfig::default()).await;
@@ -1463,7 +1463,7 @@ async fn reproduce_is_a_queued_job(engine: &str) {
     assert!(s.worker("w3").run_next().await.unwrap().is_none());
 }
 
-/// Item 12: a reproduction job takes its requester's priority and counts against their open
+/// A reproduction job takes its requester's priority and counts against their open
 /// jobs like any other job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reproduction_has_its_requesters_priority_and_limit() {
@@ -1514,7 +1514,7 @@ async fn reproduce_is_a_queued_job_postgres() {
     reproduce_is_a_queued_job("postgres").await;
 }
 
-/// Item 15: a job whose worker died on its last allowed attempt is ended by the next worker:
+/// A job whose worker died on its last allowed attempt is ended by the next worker:
 /// exactly one `result` entry (with the run's log before it), the job `failed`, the notice.
 async fn a_worker_killed_on_its_last_attempt_ends_with_one_result(engine: &str) {
     let cfg = LabConfig::parse("[limits]\nmax_attempts = 1\n").unwrap();
@@ -1597,7 +1597,7 @@ impl glassbox_lab::LiveSink for TakeOverAtStep {
     fn status(&self, _e: &ExperimentId, _r: &glassbox_schemas::RunId, _s: &str) {}
 }
 
-/// Item 15: a worker whose lease was taken over while it trained records no result when it
+/// A worker whose lease was taken over while it trained records no result when it
 /// finishes; the job still ends with exactly one (here by the worker that ends it when the
 /// second holder dies too).
 async fn a_worker_that_lost_its_lease_records_no_result(engine: &str) {
@@ -1647,7 +1647,7 @@ async fn a_worker_that_lost_its_lease_records_no_result_postgres() {
     a_worker_that_lost_its_lease_records_no_result("postgres").await;
 }
 
-/// Item 15: a crash between an approval's job and the flow's own row (or between the
+/// A crash between an approval's job and the flow's own row (or between the
 /// approval entry and its job) does not let a redelivered `/approve` make a second approval or
 /// a second job.
 async fn a_redelivered_approve_after_a_crash_makes_no_second_job(engine: &str) {
@@ -1723,7 +1723,7 @@ async fn a_redelivered_approve_after_a_crash_makes_no_second_job_postgres() {
     a_redelivered_approve_after_a_crash_makes_no_second_job("postgres").await;
 }
 
-/// Item 21: every run ends with its own log on the record (an `artifact` entry before the
+/// Every run ends with its own log on the record (an `artifact` entry before the
 /// `result`): what the worker chose and why, and the error that ended a failed run.
 async fn every_run_records_its_log(engine: &str) {
     let s = setup(engine, "run_log", LabConfig::default()).await;

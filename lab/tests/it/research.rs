@@ -1,4 +1,4 @@
-//! Issue 22's research workflows through the real flow, workers and ledger, on SQLite and on
+//! Research workflows through the real flow, workers and ledger, on SQLite and on
 //! PostgreSQL: a 2×2 sweep proposed in one issue and approved once (an edit before approval
 //! voids it), its four children trained, and its promotion gate decided (one passes, one
 //! fails); automatic reproduction that never runs on the worker that made the run (nor on its

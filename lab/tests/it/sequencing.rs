@@ -1,4 +1,4 @@
-//! The ledger's sequencer (issue 21 §1-§2), on both engines: entries get gap-free indices in
+//! The ledger's sequencer, on both engines: entries get gap-free indices in
 //! the lab database, in the transaction of the change they record; the integrator writes them
 //! to the log exactly once, in order, whoever sequenced them; a process without the signing key
 //! only sequences and waits for the integrator.

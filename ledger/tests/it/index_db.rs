@@ -339,7 +339,7 @@ fn lab_with_a_chunk(chunk: &[u8]) -> (tempfile::TempDir, LabDir) {
     (d, lab)
 }
 
-/// Item 9 of issue 16: a chunk of more points than the index holds in memory at once (50,000)
+/// A chunk of more points than the index holds in memory at once (50,000)
 /// is streamed in batches, and every point arrives, in one transaction.
 #[test]
 fn a_long_chunk_is_indexed_in_batches_and_whole() {
@@ -447,7 +447,7 @@ fn chunk_artifact(lab: &LabDir, chunk: &[u8], name: &str) -> LedgerEntry {
     )
 }
 
-/// Issue 20: a run's overviews appear when its `result` is indexed (not while it runs), keep
+/// A run's overviews appear when its `result` is indexed (not while it runs), keep
 /// a one-step spike of a long curve, are drawn again when a later chunk changes the curve, and
 /// an index made before overviews existed gets them from its migration at the next sync.
 #[test]
@@ -515,7 +515,7 @@ fn overviews_are_drawn_when_a_run_ends_and_again_when_its_points_change() {
     });
 }
 
-/// Item 9 of issue 16: a chunk line over the index's line limit (16 MiB) is refused, naming the
+/// A chunk line over the index's line limit (16 MiB) is refused, naming the
 /// line by number, and nothing of the entry is indexed (the sync is one transaction).
 #[test]
 fn a_chunk_line_over_the_limit_is_refused_by_number() {

@@ -258,7 +258,7 @@ fn a_blob_is_read_only_up_to_the_size_its_entry_names() {
     assert_eq!(rep.blob_bytes, 4096);
 }
 
-/// Issue 16 item 14: every file `verify` reads from a target is bounded by what its format
+/// Every file `verify` reads from a target is bounded by what its format
 /// allows. The checkpoint, tile and blob bounds have their own tests; these are the verifier
 /// key and an entry bundle: a file past its bound is refused after reading one byte past it,
 /// with the file, the bound and what it should have been.

@@ -5,8 +5,8 @@
 //! scaling-law forecast, a quickstart proposal from an issue with an author's forecast, a
 //! dataset of each source; and a rejection, a failed result, a differing reproduction and a
 //! resumed CUDA run_started built from the body types of that time; a superseding annotation
-//! and a router-bias anomaly as issue 19 writes them; a sweep, a child's proposal and set
-//! approval, a failed gate and an automatic bitwise reproduction as issue 22 writes them).
+//! and a router-bias anomaly; a sweep, a child's proposal and set
+//! approval, a failed gate and an automatic bitwise reproduction).
 //! Each must parse into its typed body and re-encode to the same bytes: a log's leaf hashes
 //! are over these bytes, so a change here would make old entries unreadable or new ones differently shaped.
 

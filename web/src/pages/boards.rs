@@ -1,4 +1,4 @@
-//! Leaderboards (issue 22 §3): `/boards` lists the lab's boards; `/boards/{name}` shows one —
+//! Leaderboards: `/boards` lists the lab's boards; `/boards/{name}` shows one —
 //! the ranked runs (each with the reproductions that earned its place), then the runs awaiting
 //! reproduction, listed apart and never ranked, then those a reproduction found different (a
 //! negative result, shown as such) — and the Pareto chart of the metric against compute

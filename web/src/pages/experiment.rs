@@ -626,7 +626,7 @@ struct Precedence {
     note: Option<String>,
 }
 
-/// The proofs for every forecast entry before the selected run's `run_started` (issue 21 §7).
+/// The proofs for every forecast entry before the selected run's `run_started`.
 async fn precedence_proofs(
     st: &WebState,
     forecasts: &[ForecastRow],

@@ -1,4 +1,4 @@
-//! Sweeps (issue 22 §1, §4): `/sweeps` lists every sweep with its gate's badge (a failed gate
+//! Sweeps: `/sweeps` lists every sweep with its gate's badge (a failed gate
 //! is a negative result and is listed like a passed one); `/sweeps/{id}` shows one — its title,
 //! author, file hash, mode and total FLOPs, the table of children (values, experiment, status,
 //! final value of the sweep's metric, compute) with the best child marked, and the promotion

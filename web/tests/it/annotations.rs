@@ -1,4 +1,4 @@
-//! A run's notes and anomalies in the API (issue 19): `/api/v1/runs/{run}/annotations` lists
+//! A run's notes and anomalies in the API: `/api/v1/runs/{run}/annotations` lists
 //! the fixture's note on run-1, the edit that superseded it (both kept, the old one marked) and
 //! the lab's anomaly; the OpenAPI document describes the route; the page shows the text escaped
 //! and marks the run with an anomaly badge, as the experiments list does.

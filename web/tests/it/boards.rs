@@ -1,4 +1,4 @@
-//! Issue 22's pages and API through the router (`oneshot`): a leaderboard ranks only reproduced
+//! The leaderboard and sweep pages and API through the router (`oneshot`): a leaderboard ranks only reproduced
 //! runs, lists one awaiting reproduction apart and one whose reproduction differed as failed,
 //! and its JSON is exactly what `BoardBuilder` derives from the log read independently; a sweep
 //! page shows its children, the best one and the failed gate's badge and numbers; the sweeps

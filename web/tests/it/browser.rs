@@ -2,7 +2,7 @@
 //! real server on 127.0.0.1: load the experiments page, open an experiment, see the loss chart
 //! drawn (uPlot over the server's SVG), watch a live run add points over Server-Sent Events
 //! while the test publishes into the `LiveHub`, and open a compare view by ticking runs; then
-//! (issue 22) a sweep page with its gate and a leaderboard with its Pareto chart.
+//! a sweep page with its gate and a leaderboard with its Pareto chart.
 //! Screenshots of each page go to `target/screenshots/*.png`. The harness here ([`Browser`])
 //! is shared with the interactive-chart suite (`charts`).
 //!
@@ -305,7 +305,7 @@ async fn browser_follows_experiments_charts_live_updates_and_compare() {
     );
     shot(&c, "experiment").await;
 
-    // 2b. Notes and anomalies (issue 19): the current note is a band and the anomaly a line on
+    // 2b. Notes and anomalies: the current note is a band and the anomaly a line on
     // every chart of the run, each with its text as the tooltip, and both are listed under the
     // charts, the note's markup as text and the superseded note struck through.
     let marks = c
@@ -483,7 +483,7 @@ async fn browser_follows_experiments_charts_live_updates_and_compare() {
     browser.stop().await;
 }
 
-/// Issue 22: the sweep page (children, the best one, the failed gate) and a leaderboard (the
+/// The sweep page (children, the best one, the failed gate) and a leaderboard (the
 /// ranked rows, the Pareto chart, the runs awaiting reproduction and the failed one), reached
 /// through the site's navigation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

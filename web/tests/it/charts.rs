@@ -1,4 +1,4 @@
-//! Interactive charts in real headless Chromium (issue 20's "done when"): drag-zoom then
+//! Interactive charts in real headless Chromium: drag-zoom then
 //! double-click reset; a one-step spike in a 1M-point series found at full resolution after
 //! zooming (the test reads the chart's data); smoothing changes the drawn values; log-y; x by
 //! FLOPs; three runs overlaid on compare with the crosshair showing three values and legend

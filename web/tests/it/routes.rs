@@ -99,7 +99,7 @@ async fn pages_render_and_escape_proposer_text() {
         "Hypothesis",
         "Forecast vs outcome",
         "hit",
-        // The forecast's checkpoint before run-1 began (issue 21 §7), signed by the lab's log.
+        // The forecast's checkpoint before run-1 began, signed by the lab's log.
         "Pre-registration proof",
         "glassbox ledger proof precedes ",
         "test.example/glassbox\n",
@@ -1276,7 +1276,7 @@ async fn a_finished_runs_ranges_come_from_its_overview_without_reading_the_serie
     );
 }
 
-/// Issue 19 §7: the public queue page and `/api/v1/queue`, from the jobs the binary hands in:
+/// The public queue page and `/api/v1/queue`, from the jobs the binary hands in:
 /// running, waiting in lease order with positions, held with the reason, the last finished;
 /// a dashboard without a queue says so (404 on the API).
 #[tokio::test]
@@ -1380,7 +1380,7 @@ async fn the_queue_page_and_api_show_the_jobs_in_the_order_they_run() {
     assert!(doc["paths"]["/api/v1/queue"].is_object());
 }
 
-/// Issue 20 §5: a search result gets parallel coordinates of its experiments' latest runs (the
+/// A search result gets parallel coordinates of its experiments' latest runs (the
 /// spec fields that differ, then a final metric), whose rows the brushing filters; a list
 /// without a search has none.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! The GPU check (issues 5 and 24): the harness behind `examples/gpu_check.rs` and
+//! The GPU check: the harness behind `examples/gpu_check.rs` and
 //! `scripts/gpu-check.sh`. It checks a device backend against the CPU reference and measures
 //! it, and writes `gpu-report.json` and `gpu-report.md` into the report directory after every
 //! section, so a failure or a timeout later still leaves what was found.
@@ -33,7 +33,7 @@
 //! - routing indices must be identical (same top-k, same stable order);
 //! - [`TOL_STEP_LOSS`] `2e-3` relative on whole-step losses: 1e-6 differences per op compound
 //!   through AdamW (whose first steps move every weight by ~lr regardless of gradient size) and
-//!   an occasional near-tie in top-k flips one assignment (the CPU-vs-JAX check of issue 4
+//!   an occasional near-tie in top-k flips one assignment (the CPU-vs-JAX check
 //!   used the same bound);
 //! - [`TOL_BF16_LOSS`] `3e-2` relative for a bf16 device step against the f32 CPU: every matmul
 //!   operand carries bf16's 2^-9 relative rounding, through 2 matmuls per block, 8 layers.

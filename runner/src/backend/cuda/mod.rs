@@ -1,4 +1,4 @@
-//! The CUDA backend (issue 5): the CPU reference's ops as CUDA C kernels (`runner/kernels/*.cu`,
+//! The CUDA backend: the CPU reference's ops as CUDA C kernels (`runner/kernels/*.cu`,
 //! compiled at run time by NVRTC for the device's architecture) plus cuBLAS for every matmul,
 //! through `cudarc` with dynamic loading — the binary builds and runs on machines with no CUDA
 //! at all, and [`probe`] says why CUDA cannot be used before anything touches the driver.
