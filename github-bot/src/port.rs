@@ -340,7 +340,7 @@ pub enum LabEvent {
         /// The issue.
         issue: IssueKey,
         /// The result.
-        result: RunOutcome,
+        result: RunResult,
     },
     /// Something about a running run people should look at (the lab raises each kind once
     /// per run; the bot comments once per kind and run whatever is redelivered).
@@ -433,7 +433,7 @@ impl RunAlert {
 /// The end of a run, as the result comment reports it: the run's [`RunEnding`] with where it
 /// is recorded.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RunOutcome {
+pub struct RunResult {
     /// The run.
     pub run: RunId,
     /// How it ended.

@@ -21,7 +21,7 @@ use crate::ids::Login;
 use crate::permissions::{Maintainers, Refusal};
 use crate::port::{
     ApprovalInfo, Cancelled, ExperimentState, ExperimentStatus, LabError, NoteRecorded, RunAlert,
-    RunOutcome, Voided,
+    RunResult, Voided,
 };
 use glassbox_schemas::record::NoteRole;
 
@@ -534,7 +534,7 @@ pub fn run_progress(
 }
 
 /// The result comment.
-pub fn run_result(outcome: &RunOutcome, dashboard: &str) -> String {
+pub fn run_result(outcome: &RunResult, dashboard: &str) -> String {
     let icon = match outcome.ending.status {
         RunStatus::Succeeded => "✅",
         RunStatus::Diverged => "📉",
@@ -789,7 +789,7 @@ pub fn run_alert(run: &str, alert: &RunAlert, dashboard: &str) -> String {
 
 /// The alert comment when a run stops because it diverged or ran out of budget (beside its
 /// result comment, so a watcher of alerts sees every kind the same way).
-pub fn run_stopped_alert(outcome: &RunOutcome, dashboard: &str) -> String {
+pub fn run_stopped_alert(outcome: &RunResult, dashboard: &str) -> String {
     let what = match outcome.ending.status {
         RunStatus::Diverged => "**diverged** (non-finite loss or gradients)",
         RunStatus::BudgetExceeded => "was **stopped by its budget**",

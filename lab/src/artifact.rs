@@ -5,6 +5,7 @@
 //! Not here: artifacts a run makes (the worker records those) or reading blobs back
 //! (`glassbox_ledger::blob::copy_verified`).
 
+use glassbox_schemas::RefRole;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -60,7 +61,7 @@ pub fn put_file(
     };
     let entry = LedgerEntry::new(
         None,
-        refs([("artifact", put.hash.0)]),
+        refs([(RefRole::Artifact, put.hash.0)]),
         ArtifactBody {
             name,
             bytes: put.bytes,

@@ -11,6 +11,7 @@ use glassbox_ledger::blob::Inspect;
 use glassbox_runner::data::documents::{self, DocumentSplitter};
 use glassbox_runner::data::{DataError, MarkovSource};
 use glassbox_schemas::BlobHash;
+use glassbox_schemas::RefRole;
 use glassbox_schemas::data::CorpusFormat;
 use glassbox_schemas::record::DatasetBody;
 use glassbox_schemas::spec::{GeneratorKind, GeneratorSpec};
@@ -194,7 +195,7 @@ fn record(
     bytes: u64,
     body: DatasetBody,
 ) -> Result<Dataset, LabError> {
-    let entry = rec.record(None, one_ref("corpus", &hash), body.clone())?;
+    let entry = rec.record(None, one_ref(RefRole::Corpus, &hash), body.clone())?;
     Ok(Dataset {
         hash,
         bytes,

@@ -21,6 +21,7 @@
 //! spec, an experiment's runs), reading only the entries sequenced since it last looked. It
 //! does not decide what to record: the flow and the worker do.
 
+use glassbox_schemas::RefRole;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::sync::{Arc, Mutex};
@@ -85,12 +86,12 @@ impl LogFacts {
     fn fold(&mut self, index: u64, e: &LedgerEntry) {
         match &e.body {
             EntryBody::Dataset(_) => {
-                if let Some(h) = e.refs.get("corpus") {
+                if let Some(h) = e.blob(RefRole::Corpus) {
                     self.datasets.entry(BlobHash(*h)).or_insert(index);
                 }
             }
             EntryBody::Tokenizer(_) => {
-                if let Some(h) = e.refs.get("tokenizer") {
+                if let Some(h) = e.blob(RefRole::Tokenizer) {
                     self.tokenizers.entry(BlobHash(*h)).or_insert(index);
                 }
             }
@@ -594,7 +595,7 @@ pub fn canonical(entries: &[LedgerEntry]) -> Result<Vec<Vec<u8>>, LabError> {
     Ok(bytes)
 }
 
-/// `refs` with a single blob.
-pub fn one_ref(name: &str, hash: &BlobHash) -> BTreeMap<String, Blake3Hash> {
-    refs([(name, hash.0)])
+/// `refs` with a single blob in `role`.
+pub fn one_ref(role: RefRole, hash: &BlobHash) -> BTreeMap<String, Blake3Hash> {
+    refs([(role, hash.0)])
 }

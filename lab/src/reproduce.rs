@@ -23,11 +23,11 @@
 //! Not here: choosing what to reproduce, by hand (the CLI and the bot) or by the lab's
 //! `[reproduce]` policy (`crate::flow::after_run`), or training internals (runner).
 
+use glassbox_schemas::RefRole;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use glassbox_ledger::index::METRICS_REF;
 use glassbox_runner::backend::Backend;
 use glassbox_runner::backend::cpu::CpuBackend;
 use glassbox_runner::data::DataPipeline;
@@ -133,7 +133,7 @@ fn find_run(rec: &Recorder, run: &RunId) -> Result<RunRecord, LabError> {
             }
             EntryBody::Result(b) => result = Some(b.clone()),
             EntryBody::Artifact(_) => {
-                if let Some(h) = e.refs.get(METRICS_REF) {
+                if let Some(h) = e.blob(RefRole::Metrics) {
                     chunks.push((i, BlobHash(*h)));
                 }
             }

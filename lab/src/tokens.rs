@@ -11,6 +11,7 @@
 //! Not here: the shard layout and the encoding rules (the runner's `data::shard` and
 //! `data::tokenizer`), or importing corpora ([`crate::dataset`]).
 
+use glassbox_schemas::RefRole;
 use std::collections::BTreeMap;
 use std::io::Read;
 
@@ -233,7 +234,7 @@ fn record_tokenizer(
         let body = rec.entry(entry)?.body_as::<TokenizerBody>()?;
         return Ok(StoredTokenizer { hash, entry, body });
     }
-    let entry = rec.record(None, one_ref("tokenizer", &hash), body.clone())?;
+    let entry = rec.record(None, one_ref(RefRole::Tokenizer, &hash), body.clone())?;
     Ok(StoredTokenizer { hash, entry, body })
 }
 
@@ -320,7 +321,7 @@ pub fn tokenize(
         documents: shard.documents() as u64,
         text_bytes: shard.text_bytes(),
     };
-    let entry = rec.record(None, one_ref("shard", &shard_hash), body.clone())?;
+    let entry = rec.record(None, one_ref(RefRole::Shard, &shard_hash), body.clone())?;
     Ok(Tokenized {
         entry,
         reused: false,

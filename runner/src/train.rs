@@ -312,7 +312,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
     }
 
     /// BLAKE3 of the parameters (little-endian bytes, layout order), `blake3:<hex>`.
-    pub fn params_hash(&self) -> String {
+    pub fn params_hash(&self) -> glassbox_schemas::Blake3Hash {
         let mut h = blake3::Hasher::new();
         let mut bytes = Vec::new();
         for p in &self.params {
@@ -322,7 +322,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
             }
             h.update(&bytes);
         }
-        format!("blake3:{}", h.finalize().to_hex())
+        h.finalize().into()
     }
 
     fn snapshot_path(&self, dir: &std::path::Path) -> PathBuf {

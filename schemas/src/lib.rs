@@ -29,12 +29,16 @@ pub mod record;
 pub mod run;
 pub mod schema;
 pub mod spec;
+pub mod spec_error;
 pub mod sweep;
 pub mod validate;
 
 pub use canonical::spec_hash;
 pub use cost::{CostEstimate, estimate};
 pub use hash::{Blake3Hash, BlobHash, HashParseError, SpecHash};
-pub use record::{EntryKind, ExperimentId, JobId, LedgerEntry, RunId, RunStatus};
+pub use record::{
+    EntryKind, ExperimentId, ExperimentPhase, JobId, LedgerEntry, RefRole, RunId, RunPhase,
+    RunStatus,
+};
 pub use spec::ExperimentSpec;
 pub use validate::{FieldError, SpecError, parse_toml};

@@ -13,7 +13,7 @@
 //!
 //! Not here: ranges, types and cross-field rules (`crate::validate`'s schema and meaning passes).
 
-use crate::validate::FieldError;
+use crate::spec_error::FieldError;
 
 /// Every non-finite number and every string holding a character [`refused_char`] names, by
 /// path in key order, as field errors with TOML-style paths (`data.mixture[0].weight`).

@@ -548,6 +548,129 @@ impl fmt::Display for RunStatus {
     }
 }
 
+impl RunStatus {
+    /// Every ending.
+    pub const ALL: [RunStatus; 5] = [
+        RunStatus::Succeeded,
+        RunStatus::Diverged,
+        RunStatus::BudgetExceeded,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+}
+
+impl std::str::FromStr for RunStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RunStatus::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("unknown run status {s:?}"))
+    }
+}
+
+/// Where a run stands: training, or ended as its `result` says. Written as one word:
+/// `running`, or the ending's status (`succeeded`, `budget_exceeded`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunPhase {
+    /// No `result` yet.
+    Running,
+    /// Its `result` says how it ended.
+    Ended(RunStatus),
+}
+
+impl RunPhase {
+    /// The word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunPhase::Running => "running",
+            RunPhase::Ended(s) => s.as_str(),
+        }
+    }
+
+    /// Whether the run is still going.
+    pub fn is_running(self) -> bool {
+        self == RunPhase::Running
+    }
+
+    /// How it ended, once it has.
+    pub fn ended(self) -> Option<RunStatus> {
+        match self {
+            RunPhase::Running => None,
+            RunPhase::Ended(s) => Some(s),
+        }
+    }
+}
+
+impl fmt::Display for RunPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RunPhase {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "running" {
+            return Ok(RunPhase::Running);
+        }
+        s.parse::<RunStatus>()
+            .map(RunPhase::Ended)
+            .map_err(|_| format!("unknown run phase {s:?}: expected running or a run status"))
+    }
+}
+
+impl Serialize for RunPhase {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RunPhase {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Where an experiment stands on the record: its newest run's phase, else whether it was
+/// rejected, approved or only proposed. Written as one word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExperimentPhase {
+    /// Proposed, not decided.
+    Proposed,
+    /// Approved, no run yet.
+    Approved,
+    /// Rejected.
+    Rejected,
+    /// Its newest run's phase.
+    Run(RunPhase),
+}
+
+impl ExperimentPhase {
+    /// The word: `proposed`, `approved`, `rejected`, or the run's.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExperimentPhase::Proposed => "proposed",
+            ExperimentPhase::Approved => "approved",
+            ExperimentPhase::Rejected => "rejected",
+            ExperimentPhase::Run(r) => r.as_str(),
+        }
+    }
+}
+
+impl fmt::Display for ExperimentPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ExperimentPhase {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// A GitHub issue an experiment came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IssueRef {
@@ -1020,7 +1143,7 @@ pub struct ResultBody {
     /// `blake3:<hex>` of the final parameters (little-endian, checkpoint order), when training
     /// started: what a reproduction must match bitwise on the CPU backend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub params_blake3: Option<String>,
+    pub params_blake3: Option<Blake3Hash>,
 }
 
 /// Body of a `reproduction` entry.
@@ -1293,9 +1416,94 @@ pub struct AnomalyBody {
     pub anomaly: Anomaly,
 }
 
-/// Convenience for building `refs`.
-pub fn refs<const N: usize>(pairs: [(&str, Blake3Hash); N]) -> BTreeMap<String, Blake3Hash> {
-    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+/// What a blob named in an entry's `refs` is to that entry: the key it is stored under, one
+/// word per role (the wire format is the word; an entry may carry a key this list does not
+/// know, which readers leave alone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RefRole {
+    /// A proposal's spec, stored as canonical JSON under its own hash.
+    Spec,
+    /// A proposal's spec as its author wrote it (TOML).
+    SpecToml,
+    /// The issue a proposal was made from, as fetched.
+    Issue,
+    /// A sweep's file as written.
+    SweepToml,
+    /// A dataset's corpus.
+    Corpus,
+    /// A tokenizer's `tokenizer.json`.
+    Tokenizer,
+    /// A token shard.
+    Shard,
+    /// An artifact's file (a run's log, a file put by hand).
+    Artifact,
+    /// A training snapshot's safetensors.
+    Checkpoint,
+    /// A chunk of a run's metric records (JSON lines).
+    Metrics,
+}
+
+impl RefRole {
+    /// Every role.
+    pub const ALL: [RefRole; 10] = [
+        RefRole::Spec,
+        RefRole::SpecToml,
+        RefRole::Issue,
+        RefRole::SweepToml,
+        RefRole::Corpus,
+        RefRole::Tokenizer,
+        RefRole::Shard,
+        RefRole::Artifact,
+        RefRole::Checkpoint,
+        RefRole::Metrics,
+    ];
+
+    /// The key in `refs`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefRole::Spec => "spec",
+            RefRole::SpecToml => "spec_toml",
+            RefRole::Issue => "issue",
+            RefRole::SweepToml => "sweep_toml",
+            RefRole::Corpus => "corpus",
+            RefRole::Tokenizer => "tokenizer",
+            RefRole::Shard => "shard",
+            RefRole::Artifact => "artifact",
+            RefRole::Checkpoint => "checkpoint",
+            RefRole::Metrics => "metrics",
+        }
+    }
+}
+
+impl fmt::Display for RefRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RefRole {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RefRole::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("unknown ref role {s:?}"))
+    }
+}
+
+impl LedgerEntry {
+    /// The blob this entry names in `role`, if it names one.
+    pub fn blob(&self, role: RefRole) -> Option<&Blake3Hash> {
+        self.refs.get(role.as_str())
+    }
+}
+
+/// An entry's `refs` from roles and blobs.
+pub fn refs<const N: usize>(pairs: [(RefRole, Blake3Hash); N]) -> BTreeMap<String, Blake3Hash> {
+    pairs
+        .into_iter()
+        .map(|(role, hash)| (role.as_str().to_string(), hash))
+        .collect()
 }
 
 impl From<BlobHash> for Blake3Hash {
@@ -1313,6 +1521,33 @@ impl From<SpecHash> for Blake3Hash {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn phases_are_their_words() {
+        for status in RunStatus::ALL {
+            assert_eq!(status.as_str().parse::<RunStatus>(), Ok(status));
+            let phase = RunPhase::Ended(status);
+            assert_eq!(phase.as_str().parse::<RunPhase>(), Ok(phase));
+            assert_eq!(
+                serde_json::to_string(&phase).unwrap(),
+                format!("\"{status}\"")
+            );
+        }
+        assert_eq!("running".parse::<RunPhase>(), Ok(RunPhase::Running));
+        assert!("walking".parse::<RunPhase>().is_err());
+        assert_eq!(ExperimentPhase::Run(RunPhase::Running).as_str(), "running");
+        assert_eq!(ExperimentPhase::Rejected.to_string(), "rejected");
+    }
+
+    #[test]
+    fn ref_roles_are_their_words() {
+        for role in RefRole::ALL {
+            assert_eq!(role.as_str().parse::<RefRole>(), Ok(role));
+        }
+        assert!("nonsense".parse::<RefRole>().is_err());
+        let r = refs([(RefRole::SpecToml, Blake3Hash::of(b"x"))]);
+        assert_eq!(r.keys().collect::<Vec<_>>(), ["spec_toml"]);
+    }
 
     #[test]
     fn experiment_ids_are_built_and_read_back_in_one_place() {
@@ -1342,7 +1577,7 @@ mod tests {
         };
         let e = LedgerEntry::new(
             None,
-            refs([("artifact", Blake3Hash::of(b"abc"))]),
+            refs([(RefRole::Artifact, Blake3Hash::of(b"abc"))]),
             body.clone(),
         );
         let bytes = e.to_canonical_bytes().unwrap();

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::hash::{BlobHash, SpecHash};
+use crate::hash::{Blake3Hash, BlobHash, SpecHash};
 use crate::record::{ExperimentId, JobId, RunEnding, RunId, RunStatus};
 
 /// The BLAKE3 of one kernel source file a backend ran, for the run record.
@@ -51,7 +51,7 @@ pub struct RunOutcome {
     #[serde(flatten)]
     pub ending: RunEnding,
     /// `blake3:<hex>` of the final parameters (little-endian, snapshot order).
-    pub params_blake3: String,
+    pub params_blake3: Blake3Hash,
     /// Tokens trained on.
     pub total_tokens: u64,
     /// Wall seconds of training (all segments).

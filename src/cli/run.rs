@@ -6,6 +6,7 @@
 //! `metrics.jsonl` (one record per step and per evaluation), `checkpoints/step-N.safetensors`,
 //! `summary.json` (the outcome with final metrics, parameter hash, kernel hashes).
 
+use glassbox_schemas::RunPhase;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -419,8 +420,8 @@ impl LiveSink for CliSink {
         g.1.on_metrics(record);
     }
 
-    fn status(&self, _e: &ExperimentId, _r: &RunId, status: &str) {
-        if status != "running" {
+    fn status(&self, _e: &ExperimentId, _r: &RunId, status: RunPhase) {
+        if !status.is_running() {
             let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             g.0.finish();
         }
@@ -451,8 +452,8 @@ impl LiveSink for ProgressSink {
         g.on_metrics(record);
     }
 
-    fn status(&self, _e: &ExperimentId, _r: &RunId, status: &str) {
-        if status != "running" {
+    fn status(&self, _e: &ExperimentId, _r: &RunId, status: RunPhase) {
+        if !status.is_running() {
             let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             g.finish();
         }

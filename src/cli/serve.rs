@@ -13,6 +13,7 @@
 //! Exit 0 after a clean shutdown; 1 for an invalid config; 3 when the lab, a database or the
 //! socket cannot be used.
 
+use glassbox_schemas::RunPhase;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -138,10 +139,10 @@ impl LiveSink for HubSink {
         }
     }
 
-    fn status(&self, _e: &ExperimentId, run: &RunId, status: &str) {
+    fn status(&self, _e: &ExperimentId, run: &RunId, status: RunPhase) {
         self.0.publish(LiveEvent::Status {
             run: run.0.clone(),
-            status: status.to_string(),
+            status,
         });
     }
 

@@ -180,7 +180,7 @@ fn sigkill_takeover(db: &str) {
     assert!(reference.status.success());
     let r: serde_json::Value = serde_json::from_slice(&reference.stdout).unwrap();
     assert_eq!(
-        results[0].params_blake3.as_deref(),
+        results[0].params_blake3.map(|h| h.to_string()).as_deref(),
         r["outcome"]["params_blake3"].as_str(),
         "the resumed run ends with the uninterrupted run's parameters"
     );

@@ -22,6 +22,7 @@
 //! files `DIR/experiments/load/lab#<k>`; `--serve ADDR` then serves the lab on ADDR until the
 //! process is killed, instead of running the load itself.
 
+use glassbox_schemas::RefRole;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -134,7 +135,7 @@ async fn generate(root: &std::path::Path, runs: u64, points: u64) -> (LabDir, In
                 .unwrap()
         };
         batch.push(e(
-            refs([("spec", blob)]),
+            refs([(RefRole::Spec, blob)]),
             EntryBody::Proposal(ProposalBody {
                 sweep: None,
                 spec_hash,

@@ -10,11 +10,12 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
+use glassbox_ledger::index::queries::EntryFilter;
+use glassbox_schemas::EntryKind;
 use glassbox_schemas::LedgerEntry;
 use glassbox_schemas::record::{AnnotationBody, AnomalyBody, EntryBody};
 use maud::{Markup, html};
 use serde::Serialize;
-use sqlx::Row;
 use utoipa::ToSchema;
 
 use crate::WebState;
@@ -22,7 +23,7 @@ use crate::chart::Mark;
 use crate::error::WebError;
 
 /// Most marks read for one run (a run with more shows the newest; the cap bounds the page).
-pub const MAX_MARKS: i64 = 2000;
+pub const MAX_MARKS: u32 = 2000;
 
 /// One note or anomaly on a run.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -105,21 +106,21 @@ impl RunMark {
 
 /// A run's notes and anomalies, in log order (at most [`MAX_MARKS`], the newest).
 pub async fn run_marks(st: &WebState, run: &str) -> Result<Vec<RunMark>, WebError> {
-    let rows = sqlx::query(
-        "SELECT idx, entry FROM entries WHERE run = $1 AND kind IN ('annotation', 'anomaly') \
-         ORDER BY idx DESC LIMIT $2",
-    )
-    .bind(run.to_string())
-    .bind(MAX_MARKS)
-    .fetch_all(st.index.pool())
-    .await?;
+    let rows = st
+        .index
+        .select_entries(&EntryFilter {
+            run: Some(run),
+            kinds: &[EntryKind::Annotation, EntryKind::Anomaly],
+            newest_first: true,
+            limit: Some(MAX_MARKS),
+            ..EntryFilter::default()
+        })
+        .await?;
     let mut marks = Vec::with_capacity(rows.len());
     for r in rows.iter().rev() {
-        let idx: i64 = r.try_get("idx")?;
-        let text: String = r.try_get("entry")?;
-        if let Some(m) = LedgerEntry::from_bytes(text.as_bytes())
+        if let Some(m) = LedgerEntry::from_bytes(r.entry.as_bytes())
             .ok()
-            .and_then(|e| RunMark::from_entry(idx as u64, &e))
+            .and_then(|e| RunMark::from_entry(r.index, &e))
         {
             marks.push(m);
         }

@@ -6,6 +6,8 @@
 //! Handlers are thin: they read through `catalog`, `series` and the page modules' loaders, so
 //! a page and its API answer agree. Read-only, like the rest of the crate.
 
+use glassbox_ledger::index::queries::EntryFilter as IndexFilter;
+use glassbox_schemas::EntryKind;
 use std::convert::Infallible;
 
 use axum::Json;
@@ -19,7 +21,6 @@ use futures_util::Stream;
 use glassbox_ledger::merkle::{LeafIndex, TreeSize, leaf_hash};
 use glassbox_ledger::{DirSource, LogReader};
 use serde::{Deserialize, Serialize};
-use sqlx::Row;
 use tokio::sync::broadcast::error::RecvError;
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
@@ -245,7 +246,7 @@ async fn experiments(
     ApiQuery(f): ApiQuery<ExperimentFilter>,
 ) -> Result<Json<ListPage>, WebError> {
     let only = crate::search::for_filter(&st.index, f.q.as_deref()).await?;
-    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
     Ok(Json(cat.list(&f, only.as_ref())?))
 }
 
@@ -272,7 +273,7 @@ async fn experiment(
     Path(id): Path<String>,
 ) -> Result<Json<ExperimentDetail>, WebError> {
     let (experiment, status, runs, forecasts) = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         let e = cat
             .experiments
             .get(&id)
@@ -342,12 +343,12 @@ async fn runs(
             }
             None => None,
         };
-    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
     Ok(Json(
         cat.runs
             .values()
             .filter(|r| matched.as_ref().is_none_or(|m| m.contains(&r.id)))
-            .filter(|r| f.status.as_deref().is_none_or(|s| r.status == s))
+            .filter(|r| f.status.as_deref().is_none_or(|s| r.status.as_str() == s))
             .filter(|r| {
                 f.experiment
                     .as_deref()
@@ -365,7 +366,7 @@ async fn run(
     State(st): State<WebState>,
     Path(run): Path<String>,
 ) -> Result<Json<RunRow>, WebError> {
-    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
     cat.runs
         .get(&run)
         .cloned()
@@ -389,7 +390,7 @@ async fn metric_names(
     State(st): State<WebState>,
     Path(run): Path<String>,
 ) -> Result<Json<MetricNames>, WebError> {
-    let names = series::metric_names(st.index.pool(), &st.live, &run).await?;
+    let names = series::metric_names(&st.index, &st.live, &run).await?;
     Ok(Json(MetricNames { run, names }))
 }
 
@@ -628,46 +629,37 @@ pub struct EntryRow {
 }
 
 async fn query_entries(st: &WebState, f: &EntryFilter) -> Result<Vec<EntryRow>, WebError> {
-    // Portable SQL: each optional filter is `($n IS NULL OR column = $n)`-free, built instead,
-    // so both engines use their indexes.
-    let mut sql =
-        String::from("SELECT idx, kind, experiment, run, time, entry FROM entries WHERE idx >= $1");
-    let mut binds: Vec<String> = Vec::new();
-    for (col, v) in [
-        ("kind", &f.kind),
-        ("experiment", &f.experiment),
-        ("run", &f.run),
-    ] {
-        if let Some(v) = v {
-            binds.push(v.clone());
-            sql.push_str(&format!(" AND {col} = ${}", binds.len() + 1));
-        }
-    }
-    sql.push_str(&format!(" ORDER BY idx LIMIT ${}", binds.len() + 2));
-    let mut q = sqlx::query(&sql).bind(
-        f.after
-            .map(|a| a.saturating_add(1))
-            .unwrap_or(0)
-            .min(i64::MAX as u64) as i64,
-    );
-    for b in binds {
-        q = q.bind(b);
-    }
-    let limit = f.limit.unwrap_or(MAX_ENTRIES);
-    let rows = q.bind(i64::from(limit)).fetch_all(st.index.pool()).await?;
-    rows.iter()
-        .map(|r| {
-            let text: String = r.try_get("entry")?;
-            Ok(EntryRow {
-                idx: r.try_get::<i64, _>("idx")? as u64,
-                kind: r.try_get("kind")?,
-                experiment: r.try_get("experiment")?,
-                run: r.try_get("run")?,
-                time: r.try_get("time")?,
-                entry: serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
-            })
+    let kind = match f.kind.as_deref() {
+        None => None,
+        Some(k) => match EntryKind::ALL.into_iter().find(|e| e.as_str() == k) {
+            Some(kind) => Some(kind),
+            // No entry is of a kind that does not exist.
+            None => return Ok(Vec::new()),
+        },
+    };
+    let kinds: Vec<EntryKind> = kind.into_iter().collect();
+    let rows = st
+        .index
+        .select_entries(&IndexFilter {
+            run: f.run.as_deref(),
+            experiment: f.experiment.as_deref(),
+            kinds: &kinds,
+            from: f.after.map(|a| a.saturating_add(1)),
+            newest_first: false,
+            limit: Some(f.limit.unwrap_or(MAX_ENTRIES)),
         })
-        .collect()
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| EntryRow {
+            idx: r.index,
+            kind: r.kind,
+            experiment: r.experiment,
+            run: r.run,
+            time: r.time,
+            entry: serde_json::from_str(&r.entry).unwrap_or(serde_json::Value::String(r.entry)),
+        })
+        .collect())
 }
 
 /// Ledger entries, in log order.
@@ -773,7 +765,7 @@ async fn proof(
 /// Dataset entries.
 #[utoipa::path(get, path = "/api/v1/datasets", responses((status = 200, body = Vec<DatasetRow>)))]
 async fn datasets(State(st): State<WebState>) -> Result<Json<Vec<DatasetRow>>, WebError> {
-    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
     Ok(Json(cat.datasets.clone()))
 }
 
@@ -785,7 +777,7 @@ async fn dataset(
     State(st): State<WebState>,
     Path(hash): Path<String>,
 ) -> Result<Json<DatasetDetail>, WebError> {
-    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
     Ok(Json(data_pages::dataset_detail(&cat, &hash)?))
 }
 
@@ -802,7 +794,7 @@ async fn document(
 ) -> Result<Json<DocumentView>, WebError> {
     at_most("doc", doc, MAX_INTEGER)?;
     let detail = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         data_pages::dataset_detail(&cat, &hash)?
     };
     tokio::task::spawn_blocking(move || {
@@ -816,7 +808,7 @@ async fn document(
 /// Stored tokenizers (`tokenizer` entries).
 #[utoipa::path(get, path = "/api/v1/tokenizers", responses((status = 200, body = Vec<TokenizerRow>)))]
 async fn tokenizers(State(st): State<WebState>) -> Result<Json<Vec<TokenizerRow>>, WebError> {
-    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
     Ok(Json(cat.tokenizers.clone()))
 }
 
@@ -834,7 +826,7 @@ async fn run_data(
 /// Scaling ladders: rungs, forecasts, fitted law.
 #[utoipa::path(get, path = "/api/v1/ladder", responses((status = 200, body = Vec<Ladder>)))]
 async fn ladders(State(st): State<WebState>) -> Result<Json<Vec<Ladder>>, WebError> {
-    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
     Ok(Json(ladder::ladders(&cat)))
 }
 
@@ -867,7 +859,7 @@ async fn sweep_list(
     State(st): State<WebState>,
     Query(f): Query<SweepFilter>,
 ) -> Result<Json<Vec<SweepSummary>>, WebError> {
-    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
     Ok(Json(sweeps::sweep_list(&cat, &f)?))
 }
 
@@ -879,14 +871,14 @@ async fn sweep(
     State(st): State<WebState>,
     Path(id): Path<String>,
 ) -> Result<Json<SweepView>, WebError> {
-    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
     Ok(Json(sweeps::sweep_view(&cat, &id)?))
 }
 
 /// Diverged, failed, over-budget and refuted-forecast runs.
 #[utoipa::path(get, path = "/api/v1/negative", responses((status = 200, body = Vec<RunRow>)))]
 async fn negative(State(st): State<WebState>) -> Result<Json<Vec<RunRow>>, WebError> {
-    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
     Ok(Json(cat.negative().into_iter().cloned().collect()))
 }
 

@@ -11,6 +11,7 @@
 //!
 //! Not here: drawing a board (`pages::boards`) or ranking rules (`glassbox_ledger::board`).
 
+use glassbox_schemas::{RunPhase, RunStatus};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -46,7 +47,7 @@ impl Leaderboards {
         loop {
             round += 1;
             let (at, wanted) = {
-                let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+                let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
                 if let Some((at, boards)) = &*lock(&self.derived) {
                     if *at == cat.next {
                         return Ok(boards.clone());
@@ -108,7 +109,7 @@ impl Leaderboards {
         let mut wanted: Vec<SpecHash> = cat
             .runs
             .values()
-            .filter(|r| r.status == "succeeded")
+            .filter(|r| r.status == RunPhase::Ended(RunStatus::Succeeded))
             .filter_map(|r| r.spec_hash.parse::<SpecHash>().ok())
             .filter(|h| !specs.contains_key(h) && unreadable.get(h) != Some(&cat.next))
             .collect();

@@ -12,6 +12,7 @@
 //! The hub is not a record: nothing here is durable, and the ledger (metric-chunk blobs, result
 //! entries) stays the source of truth for curves once they are indexed.
 
+use glassbox_schemas::RunPhase;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -48,8 +49,9 @@ pub enum LiveEvent {
     Status {
         /// The run.
         run: String,
-        /// The new status.
-        status: String,
+        /// Where the run stands now.
+        #[schema(value_type = String)]
+        status: RunPhase,
     },
     /// A line of the running attempt's own log (`<time> <level> <text>`).
     Log {
@@ -77,7 +79,7 @@ pub(crate) struct LiveRun {
     /// Recent points per metric, oldest first.
     pub series: BTreeMap<String, VecDeque<(u64, f64)>>,
     /// Last status published.
-    pub status: Option<String>,
+    pub status: Option<RunPhase>,
     /// Last `throughput/tokens_per_second`.
     pub tokens_per_second: Option<f64>,
     /// The newest lines of its log, oldest first (they do not change its `version`: no chart
@@ -172,8 +174,8 @@ impl LiveHub {
                     s.push_back((*step, *value));
                 }
                 LiveEvent::Status { status, .. } => {
-                    run.status = Some(status.clone());
-                    if status != "running" {
+                    run.status = Some(*status);
+                    if !status.is_running() {
                         run.tokens_per_second = None;
                     }
                 }
@@ -246,13 +248,16 @@ mod tests {
         hub.publish(point("r1", 1, 2.0));
         hub.publish(LiveEvent::Status {
             run: "r1".into(),
-            status: "succeeded".into(),
+            status: RunPhase::Ended(glassbox_schemas::RunStatus::Succeeded),
         });
         assert_eq!(rx.recv().await.unwrap(), point("r1", 1, 2.0));
         assert!(matches!(rx.recv().await.unwrap(), LiveEvent::Status { .. }));
         let recent = hub.recent("r1").unwrap();
         assert_eq!(recent.series["train/loss"], [(1, 2.0)]);
-        assert_eq!(recent.status.as_deref(), Some("succeeded"));
+        assert_eq!(
+            recent.status,
+            Some(RunPhase::Ended(glassbox_schemas::RunStatus::Succeeded))
+        );
         assert_eq!(hub.version("r1"), Some(2));
         assert_eq!(hub.version("r2"), None);
         hub.publish(point("r2", 1, 2.0));
@@ -314,7 +319,7 @@ mod tests {
         assert_eq!(hub.tokens_per_second(), 150.0);
         hub.publish(LiveEvent::Status {
             run: "a".into(),
-            status: "succeeded".into(),
+            status: RunPhase::Ended(glassbox_schemas::RunStatus::Succeeded),
         });
         assert_eq!(hub.tokens_per_second(), 50.0);
     }

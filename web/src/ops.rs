@@ -20,7 +20,6 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use sqlx::Row;
 use tower_http::trace::TraceLayer;
 
 use crate::WebState;
@@ -107,9 +106,7 @@ async fn security_headers(req: Request, next: Next) -> Response {
 }
 
 async fn healthz(State(st): State<WebState>) -> Result<&'static str, WebError> {
-    sqlx::query("SELECT 1 AS one")
-        .fetch_one(st.index.pool())
-        .await?;
+    st.index.ping().await?;
     if !st.lab.log_dir().join("checkpoint").is_file() {
         return Err(WebError::not_found("log/checkpoint"));
     }
@@ -182,10 +179,7 @@ async fn metrics(State(st): State<WebState>) -> Result<Response, WebError> {
         out,
         "# HELP glassbox_page_cache_reads_total Finished pages looked up on disk, by whether they were there and current.\n# TYPE glassbox_page_cache_reads_total counter\nglassbox_page_cache_reads_total{{result=\"hit\"}} {disk_hits}\nglassbox_page_cache_reads_total{{result=\"miss\"}} {disk_misses}\n# HELP glassbox_page_cache_writes_total Finished pages written to disk.\n# TYPE glassbox_page_cache_writes_total counter\nglassbox_page_cache_writes_total {disk_writes}\n# HELP glassbox_series_cache_points Metric points of finished runs held for zooming.\n# TYPE glassbox_series_cache_points gauge\nglassbox_series_cache_points {points}\n# HELP glassbox_series_cache_series Series of finished runs held for zooming.\n# TYPE glassbox_series_cache_series gauge\nglassbox_series_cache_series {series}"
     );
-    let n: i64 = sqlx::query("SELECT COUNT(*) AS n FROM entries")
-        .fetch_one(st.index.pool())
-        .await?
-        .try_get("n")?;
+    let n = st.index.entry_count().await?;
     let _ = writeln!(
         out,
         "# HELP glassbox_ledger_entries Entries in the index.\n# TYPE glassbox_ledger_entries gauge\nglassbox_ledger_entries {n}"

@@ -123,7 +123,7 @@ pub async fn view(st: &WebState) -> Result<Option<QueueView>, WebError> {
         return Ok(None);
     };
     let jobs = source.jobs(FINISHED_SHOWN).await.map_err(WebError::Queue)?;
-    let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+    let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
     Ok(Some(estimate(jobs, &cat)))
 }
 
@@ -314,11 +314,10 @@ mod tests {
             experiment: Some(exp.into()),
             spec_hash: hash.into(),
             status: if result.is_some() {
-                "succeeded"
+                glassbox_schemas::RunPhase::Ended(glassbox_schemas::RunStatus::Succeeded)
             } else {
-                "running"
-            }
-            .into(),
+                glassbox_schemas::RunPhase::Running
+            },
             steps: None,
             started_entry: None,
             result_entry: result,

@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 
 use glassbox_ledger::index::{CurveNames, Index};
-use sqlx::{AnyPool, Row};
 
 use crate::error::WebError;
 use crate::live::LiveHub;
@@ -24,18 +23,11 @@ pub type RunSeries = BTreeMap<String, Vec<(u64, f64)>>;
 
 /// The names of a run's metrics, from the index and the live hub.
 pub async fn metric_names(
-    pool: &AnyPool,
+    index: &Index,
     live: &LiveHub,
     run: &str,
 ) -> Result<Vec<String>, WebError> {
-    let rows = sqlx::query("SELECT DISTINCT name FROM metric_points WHERE run = $1 ORDER BY name")
-        .bind(run.to_string())
-        .fetch_all(pool)
-        .await?;
-    let mut names = rows
-        .iter()
-        .map(|r| r.try_get::<String, _>("name"))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut names = index.metric_names(run).await?;
     if let Some(l) = live.recent(run) {
         names.extend(l.series.keys().cloned());
         names.sort();
@@ -120,10 +112,10 @@ pub async fn ranges(
     max: usize,
 ) -> Result<Vec<(usize, Vec<(u64, f64)>)>, WebError> {
     let finished = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         cat.runs
             .get(run)
-            .filter(|r| r.status != "running")
+            .filter(|r| !r.status.is_running())
             .map(|_| cat.touched_runs.get(run).copied().unwrap_or(0))
     };
     let mut overviews = None;

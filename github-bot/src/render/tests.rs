@@ -116,7 +116,7 @@ fn every_state() -> Vec<(&'static str, ExperimentStatus)> {
 }
 
 /// The end of run `run-000042` as each status reports it.
-fn outcome(status: RunStatus) -> RunOutcome {
+fn outcome(status: RunStatus) -> RunResult {
     let metrics = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
         pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
     };
@@ -154,7 +154,7 @@ fn outcome(status: RunStatus) -> RunOutcome {
             Some("cancelled by @alice".to_string()),
         ),
     };
-    RunOutcome {
+    RunResult {
         run: RunId::from("run-000042"),
         ending: glassbox_schemas::record::RunEnding {
             status,

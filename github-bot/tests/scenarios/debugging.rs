@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use glassbox_github_bot::port::{LabEvent, RunAlert, RunOutcome};
+use glassbox_github_bot::port::{LabEvent, RunAlert, RunResult};
 use glassbox_github_bot::{IssueKey, IssueNumber, RepoName};
 use glassbox_schemas::record::{Anomaly, AnomalyKind, NoteRole};
 use glassbox_schemas::{ExperimentId, RunId, RunStatus};
@@ -220,7 +220,7 @@ async fn alerts_are_commented_once_per_kind_and_run() {
     }
     let diverged = LabEvent::Finished {
         issue: key(70),
-        result: RunOutcome {
+        result: RunResult {
             run: run.clone(),
             forecast: None,
             ending: glassbox_schemas::record::RunEnding {

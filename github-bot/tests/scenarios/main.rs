@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use glassbox_github_bot::port::{ExperimentState, LabEvent, RunOutcome};
+use glassbox_github_bot::port::{ExperimentState, LabEvent, RunResult};
 use glassbox_github_bot::signature::sign;
 use glassbox_github_bot::store::DeliveryCounts;
 use glassbox_github_bot::worker::Processed;
@@ -528,7 +528,7 @@ async fn cancel_of_a_running_job_stops_it_and_the_result_is_commented() {
     h.bot
         .handle_lab_event(LabEvent::Finished {
             issue: key,
-            result: RunOutcome {
+            result: RunResult {
                 run: RunId("run-000012".into()),
                 forecast: None,
                 ending: glassbox_schemas::record::RunEnding {
@@ -870,7 +870,7 @@ async fn hold_reject_rerun_reproduce_and_results() {
     h.bot
         .handle_lab_event(LabEvent::Finished {
             issue: key,
-            result: RunOutcome {
+            result: RunResult {
                 run,
                 forecast: Some(ForecastOutcome {
                     metric: "eval/markov/loss".into(),

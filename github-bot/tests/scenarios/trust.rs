@@ -6,7 +6,7 @@
 
 use axum::http::StatusCode;
 use glassbox_github_bot::config::GitHubAuth;
-use glassbox_github_bot::port::{ExperimentState, LabEvent, RunOutcome};
+use glassbox_github_bot::port::{ExperimentState, LabEvent, RunResult};
 use glassbox_github_bot::store::{DeliveryCounts, DeliveryState, RequeueError};
 use glassbox_github_bot::{
     Bot, DeliveryId, GitHub, InstallationId, IssueKey, IssueNumber, RepoName, Store,
@@ -463,7 +463,7 @@ fn finished(n: u64, run: &str) -> LabEvent {
             repo: RepoName::parse(REPO).unwrap(),
             number: IssueNumber(n),
         },
-        result: RunOutcome {
+        result: RunResult {
             run: RunId(run.into()),
             forecast: None,
             ending: glassbox_schemas::record::RunEnding {

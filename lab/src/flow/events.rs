@@ -8,7 +8,7 @@ use crate::outbox::{self, AlertNotice, Notice, NoticeDelivery};
 use crate::queue::JobState;
 use glassbox_github_bot::Login;
 use glassbox_github_bot::port::{
-    ApprovalInfo, ExperimentState, ExperimentStatus, LabEvent, RunAlert, RunOutcome as PortOutcome,
+    ApprovalInfo, ExperimentState, ExperimentStatus, LabEvent, RunAlert, RunResult,
 };
 use glassbox_schemas::{ExperimentId, RunStatus};
 
@@ -74,7 +74,7 @@ impl Flow {
                 ..
             } => LabEvent::Finished {
                 issue,
-                result: PortOutcome {
+                result: RunResult {
                     run: run.clone(),
                     ending: ending.clone(),
                     forecast: forecast.clone(),

@@ -8,6 +8,7 @@ use crate::db::proposals::{self, Proposed};
 use crate::error::LabError;
 use crate::queue::{JobId, JobState};
 use glassbox_schemas::ExperimentId;
+use glassbox_schemas::RefRole;
 use glassbox_schemas::record::{ForecastBody, ProposalBody, refs};
 
 use super::*;
@@ -66,12 +67,18 @@ impl Flow {
             .blocking(move |rec| {
                 let spec_blob = rec.put_bytes(&canonical)?;
                 debug_assert_eq!(spec_blob.0, spec_hash.0);
-                let mut r = refs([("spec", spec_blob.0)]);
+                let mut r = refs([(RefRole::Spec, spec_blob.0)]);
                 if let Some(t) = &p.spec_toml {
-                    r.insert("spec_toml".into(), rec.put_bytes(t.as_bytes())?.0);
+                    r.insert(
+                        RefRole::SpecToml.as_str().into(),
+                        rec.put_bytes(t.as_bytes())?.0,
+                    );
                 }
                 if let Some(s) = &p.snapshot {
-                    r.insert("issue".into(), rec.put_bytes(s.as_bytes())?.0);
+                    r.insert(
+                        RefRole::Issue.as_str().into(),
+                        rec.put_bytes(s.as_bytes())?.0,
+                    );
                 }
                 let mut entries = vec![glassbox_schemas::LedgerEntry::new(
                     Some(experiment.clone()),

@@ -21,6 +21,7 @@
 //! Not here: parsing and expanding the file (`glassbox_schemas::sweep`), or running children
 //! (they are ordinary jobs).
 
+use glassbox_schemas::RefRole;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -119,7 +120,7 @@ impl Flow {
         let (experiment, toml, b) = (s.experiment.clone(), s.toml.clone(), body.clone());
         let entry = self
             .blocking(move |rec| {
-                let r = refs([("sweep_toml", rec.put_bytes(toml.as_bytes())?.0)]);
+                let r = refs([(RefRole::SweepToml, rec.put_bytes(toml.as_bytes())?.0)]);
                 rec.record(Some(&experiment), r, b)
             })
             .await?;

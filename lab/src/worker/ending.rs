@@ -11,6 +11,7 @@ use crate::recorder::one_ref;
 use glassbox_schemas::record::{ArtifactBody, ResultBody};
 use glassbox_schemas::record::{EntryBody, RunEnding};
 use glassbox_schemas::{Blake3Hash, ExperimentSpec, LedgerEntry, RunId, RunStatus};
+use glassbox_schemas::{RefRole, RunPhase};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
@@ -106,7 +107,7 @@ impl Worker {
         };
         self.announce_notice(job, &notice).await?;
         if let Some(live) = &self.live {
-            live.status(&job.experiment, run, ending.status.as_str());
+            live.status(&job.experiment, run, RunPhase::Ended(ending.status));
         }
         let newly = matches!(recorded, Fenced::Appended(..)).then_some((run, &ending));
         self.after_end(job, newly).await;
@@ -156,7 +157,7 @@ impl Worker {
         match self.recorder.put_bytes(text.as_bytes()) {
             Ok(hash) => entries.push(LedgerEntry::new(
                 Some(job.experiment.clone()),
-                one_ref("artifact", &hash),
+                one_ref(RefRole::Artifact, &hash),
                 ArtifactBody {
                     name: log_name.to_string(),
                     bytes: text.len() as u64,

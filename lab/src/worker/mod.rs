@@ -42,6 +42,7 @@ use glassbox_runner::train::{Peak, RunOutcome};
 use glassbox_schemas::record::RunEnding;
 use glassbox_schemas::record::{BuildIdentity, ForecastOutcome};
 use glassbox_schemas::{Blake3Hash, ExperimentId, RunId, RunStatus};
+use glassbox_schemas::{RefRole, RunPhase};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -74,7 +75,7 @@ pub trait LiveSink: Send + Sync {
     /// A train or eval record of `run`.
     fn metrics(&self, experiment: &ExperimentId, run: &RunId, record: &MetricRecord);
     /// `run` changed state (`running`, or its final status).
-    fn status(&self, experiment: &ExperimentId, run: &RunId, status: &str);
+    fn status(&self, experiment: &ExperimentId, run: &RunId, status: RunPhase);
     /// A line of the run's own log (`<time> <level> <text>`), as the worker writes it.
     fn log(&self, _experiment: &ExperimentId, _run: &RunId, _line: &str) {}
 }
@@ -99,7 +100,7 @@ impl LiveSink for LiveFanout {
             s.metrics(e, r, m);
         }
     }
-    fn status(&self, e: &ExperimentId, r: &RunId, st: &str) {
+    fn status(&self, e: &ExperimentId, r: &RunId, st: RunPhase) {
         for s in &self.0 {
             s.status(e, r, st);
         }
@@ -283,7 +284,7 @@ impl Worker {
         // The last checkpoint the dead worker left is where the run got to.
         outcome.ending.steps = job.snapshot_step.unwrap_or(0);
         if let Some(h) = job.snapshot_blob {
-            outcome.refs = one_ref("checkpoint", &h);
+            outcome.refs = one_ref(RefRole::Checkpoint, &h);
         }
         self.conclude(&job, &run, spec.as_ref(), outcome, &log)
             .await
@@ -435,7 +436,7 @@ impl Worker {
 struct JobOutcome {
     ending: RunEnding,
     refs: BTreeMap<String, Blake3Hash>,
-    params: Option<String>,
+    params: Option<Blake3Hash>,
 }
 
 impl JobOutcome {

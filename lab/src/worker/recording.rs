@@ -19,6 +19,7 @@
 //! This module does not decide what a run's result is; [`super::Worker`] does, after
 //! [`Recording::finish`] has drained the thread.
 
+use glassbox_schemas::RefRole;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -244,7 +245,7 @@ fn store_chunk(ctx: &RunContext, records: &[MetricRecord]) -> Result<(), LabErro
     };
     ctx.recorder.record(
         Some(&ctx.experiment),
-        one_ref(glassbox_ledger::index::METRICS_REF, &hash),
+        one_ref(RefRole::Metrics, &hash),
         body,
     )?;
     Ok(())
@@ -266,8 +267,11 @@ fn store_log_chunk(ctx: &RunContext) -> Result<(), LabError> {
         bytes: chunk.text.len() as u64,
         run: Some(ctx.run.clone()),
     };
-    ctx.recorder
-        .record(Some(&ctx.experiment), one_ref("artifact", &hash), body)?;
+    ctx.recorder.record(
+        Some(&ctx.experiment),
+        one_ref(RefRole::Artifact, &hash),
+        body,
+    )?;
     Ok(())
 }
 
@@ -315,7 +319,7 @@ fn store_snapshot(
     let (hash, _) = ctx.recorder.put_moved(path)?;
     ctx.recorder.record(
         Some(&ctx.experiment),
-        one_ref("checkpoint", &hash),
+        one_ref(RefRole::Checkpoint, &hash),
         SnapshotBody {
             run: ctx.run.clone(),
             step,

@@ -15,6 +15,7 @@ use glassbox_runner::train::{Peak, RunOptions, Trainer};
 use glassbox_schemas::record::RunEnding;
 use glassbox_schemas::record::RunStartedBody;
 use glassbox_schemas::{Blake3Hash, ExperimentSpec, RunId, RunStatus};
+use glassbox_schemas::{RefRole, RunPhase};
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -208,7 +209,7 @@ impl Worker {
                 spec.train.steps,
                 trainer.info(),
             );
-            live.status(&job.experiment, run, "running");
+            live.status(&job.experiment, run, RunPhase::Running);
         }
 
         // Heartbeats run on the async side while training blocks a thread; they also ask the
@@ -271,7 +272,7 @@ impl Worker {
                 let mut ending = JobOutcome::early(RunStatus::Failed, reason);
                 ending.ending.steps = trainer.step();
                 if let Some(h) = &recorded.last_snapshot {
-                    ending.refs = one_ref("checkpoint", h);
+                    ending.refs = one_ref(RefRole::Checkpoint, h);
                 }
                 return self.conclude(job, run, Some(&spec), ending, log).await;
             }
@@ -286,7 +287,7 @@ impl Worker {
         let refs = recorded
             .last_snapshot
             .as_ref()
-            .map(|h| one_ref("checkpoint", h))
+            .map(|h| one_ref(RefRole::Checkpoint, h))
             .unwrap_or_default();
         let ending = JobOutcome {
             ending: RunEnding {
@@ -295,7 +296,7 @@ impl Worker {
                 ..outcome.ending.clone()
             },
             refs,
-            params: Some(outcome.params_blake3.clone()),
+            params: Some(outcome.params_blake3),
         };
         let mut end = self.conclude(job, run, Some(&spec), ending, log).await?;
         if let JobEnd::Recorded(finished) = &mut end {

@@ -1118,7 +1118,13 @@ impl glassbox_lab::LiveSink for PanicOnce {
             panic!("injected fault in a live sink");
         }
     }
-    fn status(&self, _e: &ExperimentId, _r: &glassbox_schemas::RunId, _s: &str) {}
+    fn status(
+        &self,
+        _e: &ExperimentId,
+        _r: &glassbox_schemas::RunId,
+        _s: glassbox_schemas::RunPhase,
+    ) {
+    }
 }
 
 /// A panic on the training thread ends that run `failed` with a result entry, and the
@@ -1594,7 +1600,13 @@ impl glassbox_lab::LiveSink for TakeOverAtStep {
             let _ = self.resume.lock().unwrap().recv();
         }
     }
-    fn status(&self, _e: &ExperimentId, _r: &glassbox_schemas::RunId, _s: &str) {}
+    fn status(
+        &self,
+        _e: &ExperimentId,
+        _r: &glassbox_schemas::RunId,
+        _s: glassbox_schemas::RunPhase,
+    ) {
+    }
 }
 
 /// A worker whose lease was taken over while it trained records no result when it

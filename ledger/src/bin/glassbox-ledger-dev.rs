@@ -11,6 +11,7 @@
 //!                                                           at one checkpoint a second each
 //! ```
 
+use glassbox_schemas::RefRole;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
@@ -59,7 +60,7 @@ fn sized_entry(seq: u64, size: usize, blob: Option<(Blake3Hash, u64)>) -> Vec<u8
     let mut refs = BTreeMap::new();
     let mut bytes = seq;
     if let Some((b, n)) = blob {
-        refs.insert("artifact".to_string(), b);
+        refs.insert(RefRole::Artifact.as_str().to_string(), b);
         bytes = n;
     }
     // Padded in the `run` field, so the name stays `item-<seq>` (the crash test reads it).

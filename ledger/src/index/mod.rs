@@ -21,7 +21,7 @@ use std::pin::Pin;
 
 use glassbox_schemas::metrics::MetricRecord;
 use glassbox_schemas::record::EntryBody;
-use glassbox_schemas::{BlobHash, EntryKind, LedgerEntry};
+use glassbox_schemas::{BlobHash, EntryKind, LedgerEntry, RefRole};
 use sqlx::AnyPool;
 use sqlx::Row;
 use sqlx::any::AnyPoolOptions;
@@ -34,6 +34,7 @@ use crate::merkle::leaf_hash;
 use crate::tiles::TILE_WIDTH;
 
 pub mod curves;
+pub mod queries;
 pub use curves::{CurveNames, Curves, OVERVIEW_POINTS, Overview};
 
 /// The key of the PostgreSQL advisory lock the index's writers hold for a transaction
@@ -342,7 +343,7 @@ impl Index {
         self.sync_with_blobs(log, None).await
     }
 
-    /// As [`Index::sync`], and for every `artifact` entry with a [`METRICS_REF`] reference,
+    /// As [`Index::sync`], and for every `artifact` entry with a `metrics` reference ([`RefRole::Metrics`]),
     /// reads that blob (JSON lines: `{"step":N,"scalars":{name:value},"vectors":{name:[..]}}`)
     /// into `metric_points`, vector components as `<name>/<i>`. A chunk blob that is missing or
     /// malformed is an error: the index must not silently show a partial curve.
@@ -420,7 +421,7 @@ impl Index {
         let Ok(entry) = LedgerEntry::from_bytes(bytes) else {
             return Ok(());
         };
-        let (EntryBody::Artifact(body), Some(hash)) = (&entry.body, entry.refs.get(METRICS_REF))
+        let (EntryBody::Artifact(body), Some(hash)) = (&entry.body, entry.blob(RefRole::Metrics))
         else {
             return Ok(());
         };
@@ -476,7 +477,7 @@ impl Index {
         let Ok(entry) = LedgerEntry::from_bytes(bytes) else {
             return Ok(());
         };
-        let (EntryBody::Proposal(p), Some(hash)) = (&entry.body, entry.refs.get("spec")) else {
+        let (EntryBody::Proposal(p), Some(hash)) = (&entry.body, entry.blob(RefRole::Spec)) else {
             return Ok(());
         };
         let spec_hash = p.spec_hash.to_string();
@@ -774,9 +775,6 @@ fn spec_leaves(
         Value::Null => {}
     }
 }
-
-/// The `refs` name under which an `artifact` entry points at a metric chunk.
-pub const METRICS_REF: &str = "metrics";
 
 /// The longest line of a metric chunk the index reads (one step's scalars and expert loads).
 const MAX_METRIC_LINE_BYTES: u64 = 16 << 20;

@@ -2,9 +2,11 @@
 //! xtask test` provides; the test fails, never skips, without it; each test uses its own schema
 //! so parallel runs do not collide). Same test body on both engines.
 
+use glassbox_schemas::RefRole;
+use glassbox_schemas::record::refs;
 use std::collections::BTreeMap;
 
-use glassbox_ledger::index::{CurveNames, Index, IndexMismatch, METRICS_REF, OVERVIEW_POINTS};
+use glassbox_ledger::index::{CurveNames, Index, IndexMismatch, OVERVIEW_POINTS};
 use glassbox_ledger::{BlobStore, DirSource, LabDir, LockMode, LogReader};
 use glassbox_schemas::record::{ArtifactBody, EntryBody, ProposalBody, ResultBody, RunStartedBody};
 use glassbox_schemas::{
@@ -76,7 +78,7 @@ fn lab_with_a_run() -> (tempfile::TempDir, LabDir) {
     batch.push(
         LedgerEntry::new(
             exp.clone(),
-            BTreeMap::from([(METRICS_REF.to_string(), put.hash.0)]),
+            refs([(RefRole::Metrics, put.hash.0)]),
             ArtifactBody {
                 name: "metrics-000001.jsonl".into(),
                 bytes: put.bytes,
@@ -438,7 +440,7 @@ fn chunk_artifact(lab: &LabDir, chunk: &[u8], name: &str) -> LedgerEntry {
     let put = lab.blobs().put(&mut &chunk[..]).unwrap();
     LedgerEntry::new(
         Some(ExperimentId::from("glassbox-lab/glassbox#8")),
-        BTreeMap::from([(METRICS_REF.to_string(), put.hash.0)]),
+        refs([(RefRole::Metrics, put.hash.0)]),
         ArtifactBody {
             name: name.into(),
             bytes: put.bytes,

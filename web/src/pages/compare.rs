@@ -227,7 +227,7 @@ pub(crate) async fn parallel_data(
     }
     let runs = load(st, run_ids).await?;
     let finals: Vec<BTreeMap<String, f64>> = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         runs.iter()
             .map(|r| {
                 cat.runs
@@ -294,7 +294,7 @@ pub async fn load(st: &WebState, runs: &[String]) -> Result<Vec<CompareRun>, Web
     // (run, experiment, status, spec hash, spec blob)
     type Picked = (String, Option<String>, String, String, Option<String>);
     let picked: Vec<Picked> = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         runs.iter()
             .map(|r| {
                 let row = cat
@@ -311,7 +311,7 @@ pub async fn load(st: &WebState, runs: &[String]) -> Result<Vec<CompareRun>, Web
                 Ok((
                     row.id.clone(),
                     row.experiment.clone(),
-                    row.status.clone(),
+                    row.status.as_str().to_string(),
                     row.spec_hash.clone(),
                     blob,
                 ))
@@ -361,7 +361,7 @@ pub async fn page(State(st): State<WebState>, RawQuery(raw): RawQuery) -> Result
     let runs = load(&st, &q.runs).await?;
     // (final metrics, FLOPs per token, running) of each run, from the catalog.
     let facts: Vec<(BTreeMap<String, f64>, Option<f64>, bool)> = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         runs.iter()
             .map(|r| {
                 let row = cat.runs.get(&r.run);
@@ -372,14 +372,14 @@ pub async fn page(State(st): State<WebState>, RawQuery(raw): RawQuery) -> Result
                         .and_then(|x| cat.experiments.get(x))
                         .and_then(|e| e.spec.as_ref())
                         .map(|s| s.flops_per_token),
-                    row.is_some_and(|x| x.status == "running"),
+                    row.is_some_and(|x| x.status.is_running()),
                 )
             })
             .collect()
     };
     let mut names = BTreeSet::new();
     for r in &runs {
-        names.extend(series::metric_names(st.index.pool(), &st.live, &r.run).await?);
+        names.extend(series::metric_names(&st.index, &st.live, &r.run).await?);
     }
     if q.default_metrics {
         q.metrics = default_metrics(&names);

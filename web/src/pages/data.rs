@@ -280,7 +280,7 @@ fn tempfile_with(bytes: &[u8]) -> Result<std::fs::File, WebError> {
 /// Run `run`'s planned mixture and drawn tokens.
 pub async fn run_data(st: &WebState, run: &str) -> Result<RunConsumption, WebError> {
     let (spec_hash, mixture, tokenizer, shards, finals) = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         let r = cat
             .runs
             .get(run)
@@ -352,7 +352,7 @@ pub async fn page(
 ) -> Result<Markup, WebError> {
     let page = p.page.unwrap_or(1).max(1);
     let body = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         let mut exps: Vec<_> = cat
             .experiments
             .values()
@@ -436,7 +436,7 @@ pub async fn corpus_page(
     Query(q): Query<DocQuery>,
 ) -> Result<Markup, WebError> {
     let (detail, bytes_runs) = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         let detail = dataset_detail(&cat, &hash)?;
         // The runs that read it as bytes: no stored tokenizer in their `run_started`.
         let bytes_runs: Vec<String> = detail

@@ -14,6 +14,8 @@
 //! ([`crate::page_cache`]), so it is drawn once per change, not once per eviction. A page that
 //! could not show a blob (not stored here yet) is not kept.
 
+use glassbox_ledger::index::queries::EntryFilter;
+use glassbox_schemas::RunPhase;
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
@@ -22,7 +24,6 @@ use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 use glassbox_schemas::metrics as m;
 use maud::{Markup, PreEscaped, html};
-use sqlx::Row;
 
 use super::{
     Nav, encode_path, experiment_href, frame, num, query, safe_link, short_hash, status_badge,
@@ -536,17 +537,21 @@ struct TimelineRow {
     refs: Vec<(String, String)>,
 }
 
+/// Entries of an experiment's timeline shown at most.
+const MAX_TIMELINE_ROWS: u32 = 2000;
+
 async fn timeline(st: &WebState, experiment: &str) -> Result<Vec<TimelineRow>, WebError> {
-    let rows = sqlx::query(
-        "SELECT idx, kind, run, time, entry FROM entries WHERE experiment = $1 ORDER BY idx LIMIT 2000",
-    )
-    .bind(experiment.to_string())
-    .fetch_all(st.index.pool())
-    .await?;
+    let rows = st
+        .index
+        .select_entries(&EntryFilter {
+            experiment: Some(experiment),
+            limit: Some(MAX_TIMELINE_ROWS),
+            ..EntryFilter::default()
+        })
+        .await?;
     let mut out = Vec::with_capacity(rows.len());
-    for r in &rows {
-        let entry: String = r.try_get("entry")?;
-        let refs = serde_json::from_str::<serde_json::Value>(&entry)
+    for r in rows {
+        let refs = serde_json::from_str::<serde_json::Value>(&r.entry)
             .ok()
             .and_then(|v| {
                 v.get("refs").and_then(|r| r.as_object()).map(|o| {
@@ -557,10 +562,10 @@ async fn timeline(st: &WebState, experiment: &str) -> Result<Vec<TimelineRow>, W
             })
             .unwrap_or_default();
         out.push(TimelineRow {
-            idx: r.try_get::<i64, _>("idx")? as u64,
-            kind: r.try_get("kind")?,
-            run: r.try_get("run")?,
-            time: r.try_get("time")?,
+            idx: r.index,
+            kind: r.kind,
+            run: r.run,
+            time: r.time,
             refs,
         });
     }
@@ -608,7 +613,7 @@ fn forecast_block(exp: &ExperimentRow, forecasts: &[ForecastRow], run: Option<&R
                     }
                 } @else if let Some(r) = run {
                     dt { "Outcome" }
-                    dd { (status_badge(&r.status)) " " @if let Some(f) = &spec_fc {
+                    dd { (status_badge(r.status.as_str())) " " @if let Some(f) = &spec_fc {
                         code { (f.metric) } " = " (num(r.final_metrics.get(&f.metric).copied()))
                     } }
                 }
@@ -698,7 +703,7 @@ fn runs_table(exp: &ExperimentRow, runs: &[RunRow], selected: Option<&str>) -> M
                         tr class=[(Some(r.id.as_str()) == selected).then_some("selected")] {
                             td { input type="checkbox" name="run" value=(r.id) aria-label={ "compare " (r.id) }; }
                             td { a href={ (experiment_href(&exp.id)) "?" (query(&[("run", &r.id)])) } { (r.id) } }
-                            td { (status_badge(&r.status)) (super::anomaly_badge(r.anomalies, &format!("{}?{}#annotations", experiment_href(&exp.id), query(&[("run", &r.id)])))) }
+                            td { (status_badge(r.status.as_str())) (super::anomaly_badge(r.anomalies, &format!("{}?{}#annotations", experiment_href(&exp.id), query(&[("run", &r.id)])))) }
                             td.n { (r.steps.map(|s| s.to_string()).unwrap_or_default()) }
                             td.n { (num(r.final_metrics.get(m::TRAIN_LOSS).copied())) }
                             td { (r.backend.as_deref().unwrap_or("")) }
@@ -721,7 +726,7 @@ pub async fn page(
     Query(q): Query<RunQuery>,
 ) -> Result<Html<Bytes>, WebError> {
     let (exp, runs, forecasts, status, touched, is_sweep) = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         let exp = cat
             .experiments
             .get(&id)
@@ -763,7 +768,7 @@ pub async fn page(
     // Finished experiments in the default view are kept on disk too (bounded: one file per
     // experiment and run shown).
     // (A run the live hub still holds is drawn with the hub's points: memory only.)
-    let on_disk = runs.iter().all(|r| r.status != "running")
+    let on_disk = runs.iter().all(|r| !r.status.is_running())
         && stamp.live.is_none()
         && view == View::default();
     if let Some(body) = fresh(&st, &key, stamp) {
@@ -788,7 +793,7 @@ pub async fn page(
         Some(r) => {
             let mut drawn_series = Vec::with_capacity(overlaid.len());
             for o in &overlaid {
-                let finished = o.status != "running" && st.live.version(&o.id).is_none();
+                let finished = !o.status.is_running() && st.live.version(&o.id).is_none();
                 drawn_series.push((
                     o.id.as_str(),
                     page_series(&st, &o.id, finished, &view).await?,
@@ -871,7 +876,7 @@ pub async fn page(
                 }
                 p.meta { "Hover a line for step and value. " a href={ "/runs/" (encode_path(&r.id)) } { "run page" } " · " a href={ "/live/" (encode_path(&r.id)) } { "Follow live" } " · " a href={ "/api/v1/runs/" (encode_path(&r.id)) "/metrics" } { "metrics as JSON" } " · " a href={ "/runs/" (encode_path(&r.id)) "/log" } { "log" } }
                 (controls::form(&view, &[("run", r.id.as_str())]))
-                div #charts data-live=[(r.status == "running").then(|| live_list(&r.id))] { (c) }
+                div #charts data-live=[r.status.is_running().then(|| live_list(&r.id))] { (c) }
                 (notes)
             }
         }
@@ -944,10 +949,10 @@ async fn live_markup(
 ) -> Result<Bytes, WebError> {
     let key = format!("live\n{run}\n{}", view.key());
     let (indexed, finished) = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         (
             cat.touched_runs.get(run).copied().unwrap_or(0),
-            cat.runs.get(run).is_some_and(|r| r.status != "running"),
+            cat.runs.get(run).is_some_and(|r| !r.status.is_running()),
         )
     };
     let stamp = Stamp {
@@ -987,11 +992,11 @@ pub async fn live_page(
 ) -> Result<Markup, WebError> {
     let view = q.view()?;
     let (known, status, experiment, flops_per_token) = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         match cat.runs.get(&run) {
             Some(r) => (
                 true,
-                r.status.clone(),
+                r.status,
                 r.experiment.clone(),
                 r.experiment
                     .as_ref()
@@ -999,20 +1004,18 @@ pub async fn live_page(
                     .and_then(|e| e.spec.as_ref())
                     .map(|s| s.flops_per_token),
             ),
-            None => (false, String::new(), None, None),
+            None => (false, RunPhase::Running, None, None),
         }
     };
     let live = st.live.recent(&run);
     if !known && live.is_none() {
         return Err(WebError::not_found(format!("run {run:?}")));
     }
-    let status =
-        live.and_then(|l| l.status)
-            .unwrap_or(if known { status } else { "running".into() });
+    let status = live.and_then(|l| l.status).unwrap_or(status);
     let inner = live_markup(&st, &run, &view, flops_per_token).await?;
     let inner = PreEscaped(String::from_utf8_lossy(&inner).into_owned());
     let body = html! {
-        h1 { "Live: " (run) " " span #run-status { (status_badge(&status)) } }
+        h1 { "Live: " (run) " " span #run-status { (status_badge(status.as_str())) } }
         @if let Some(x) = &experiment { p.meta { "experiment " a href=(experiment_href(x)) { (x) } } }
         p.meta #live-note { "Updates arrive over Server-Sent Events; without JavaScript, reload the page." }
         (controls::form(&view, &[]))

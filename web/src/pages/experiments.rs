@@ -205,7 +205,7 @@ fn cell(r: &crate::catalog::ListRow, c: &Col, value: Option<Cell>) -> Markup {
         "id" => html! { td { a href=(experiment_href(&r.id)) { (r.id) } } },
         "title" => html! { td { (r.title.as_deref().unwrap_or("")) } },
         "status" => {
-            html! { td { (status_badge(&r.status)) (super::anomaly_badge(r.anomalies, &format!("{}#annotations", experiment_href(&r.id)))) } }
+            html! { td { (status_badge(r.status.as_str())) (super::anomaly_badge(r.anomalies, &format!("{}#annotations", experiment_href(&r.id)))) } }
         }
         "author" => html! { td { (r.author.as_deref().unwrap_or("")) } },
         "spec_hash" => html! { td { @if let Some(h) = &r.spec_hash { (short_hash(h)) } } },
@@ -314,7 +314,7 @@ async fn list_view(st: &WebState, f: &ExperimentFilter) -> Result<Markup, WebErr
         .collect();
     // The catalog is read under its lock, which is let go before anything else is awaited.
     let (page, mut metrics, specs) = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         let page = cat.list(f, only.as_ref())?;
         let mut specs = Vec::new();
         let metrics: MetricCells = if wanted.is_empty() {
@@ -490,7 +490,7 @@ pub fn negative_rows(cat: &CatalogData, page: usize, per_page: usize) -> Markup 
                     tr {
                         td { a href={ "/runs/" (super::encode_path(&r.id)) } { (r.id) } }
                         td { @if let Some(x) = &r.experiment { a href=(experiment_href(x)) { (x) } } }
-                        td { (status_badge(&r.status)) }
+                        td { (status_badge(r.status.as_str())) }
                         td.n { (r.steps.map(|s| s.to_string()).unwrap_or_default()) }
                         td { @if let Some(fc) = &r.forecast {
                             (fc.metric) ": predicted " (num(Some(fc.predicted))) " ± " (num(Some(fc.tolerance)))
@@ -519,7 +519,7 @@ pub async fn negative_page(
 ) -> Result<Markup, WebError> {
     let page = p.page.unwrap_or(1).max(1);
     let (rows, gates, pages) = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         let gates: Vec<(String, String, String)> = cat
             .failed_gates()
             .into_iter()

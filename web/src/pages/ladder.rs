@@ -223,7 +223,7 @@ fn flat_details(details: &Value) -> std::collections::BTreeMap<String, String> {
 /// `GET /ladder`.
 pub async fn page(State(st): State<WebState>) -> Result<Markup, WebError> {
     let (all, arriving) = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         let all = ladders(&cat);
         // Target runs still training: their curve is drawn against compute so far.
         let mut arriving = Vec::new();
@@ -232,7 +232,7 @@ pub async fn page(State(st): State<WebState>) -> Result<Markup, WebError> {
                 for r in cat
                     .runs
                     .values()
-                    .filter(|r| r.spec_hash == f.spec_hash && r.status == "running")
+                    .filter(|r| r.spec_hash == f.spec_hash && r.status.is_running())
                 {
                     let per_step = r
                         .experiment

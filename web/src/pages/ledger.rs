@@ -7,8 +7,8 @@
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::http::header::HOST;
+use glassbox_ledger::index::queries::EntryFilter;
 use maud::{Markup, html};
-use sqlx::Row;
 
 use super::{Nav, experiment_href, frame};
 use crate::WebState;
@@ -48,21 +48,18 @@ pub async fn summary(st: &WebState) -> Result<LedgerSummary, WebError> {
 /// `GET /ledger`.
 pub async fn page(State(st): State<WebState>, headers: HeaderMap) -> Result<Markup, WebError> {
     let s = summary(&st).await?;
-    let rows = sqlx::query(
-        "SELECT idx, kind, experiment, run, time FROM entries ORDER BY idx DESC LIMIT 50",
-    )
-    .fetch_all(st.index.pool())
-    .await?;
-    let mut recent = Vec::new();
-    for r in &rows {
-        recent.push((
-            r.try_get::<i64, _>("idx")?,
-            r.try_get::<String, _>("kind")?,
-            r.try_get::<Option<String>, _>("experiment")?,
-            r.try_get::<Option<String>, _>("run")?,
-            r.try_get::<String, _>("time")?,
-        ));
-    }
+    let rows = st
+        .index
+        .select_entries(&EntryFilter {
+            newest_first: true,
+            limit: Some(50),
+            ..EntryFilter::default()
+        })
+        .await?;
+    let recent: Vec<_> = rows
+        .into_iter()
+        .map(|r| (r.index as i64, r.kind, r.experiment, r.run, r.time))
+        .collect();
     // The address people reached us by; shown as text only (escaped), never used otherwise.
     let host = headers
         .get(HOST)

@@ -10,11 +10,12 @@
 //! here: the charts themselves (`experiment::charts_of`) or the notes table (`annotations`).
 
 use axum::extract::{Path, Query, State};
+use glassbox_ledger::index::queries::EntryFilter;
+use glassbox_schemas::EntryKind;
 use glassbox_schemas::LedgerEntry;
 use glassbox_schemas::metrics::{self as m, hw};
 use glassbox_schemas::record::{EntryBody, ReproductionBody, RunStartedBody, SnapshotBody};
 use maud::{Markup, html};
-use sqlx::Row;
 
 use super::experiment::{PanelSet, charts_of, live_list, page_series};
 use super::{
@@ -29,9 +30,13 @@ use crate::pages::queue::duration;
 
 /// Entries of these kinds about a run are read for its page (metric chunks and logs are not:
 /// a long run has thousands).
-const RUN_KINDS: &str = "('run_started', 'checkpoint', 'reproduction')";
+const RUN_KINDS: [EntryKind; 3] = [
+    EntryKind::RunStarted,
+    EntryKind::Snapshot,
+    EntryKind::Reproduction,
+];
 /// Snapshots and attempts listed at most.
-const MAX_ROWS: i64 = 500;
+const MAX_ROWS: u32 = 500;
 
 /// One attempt at the run, from its `run_started` entry.
 struct Attempt {
@@ -49,19 +54,19 @@ struct RunEntries {
 }
 
 async fn run_entries(st: &WebState, run: &str) -> Result<RunEntries, WebError> {
-    let rows = sqlx::query(&format!(
-        "SELECT idx, time, entry FROM entries WHERE run = $1 AND kind IN {RUN_KINDS} ORDER BY idx LIMIT $2"
-    ))
-    .bind(run.to_string())
-    .bind(MAX_ROWS)
-    .fetch_all(st.index.pool())
-    .await?;
+    let rows = st
+        .index
+        .select_entries(&EntryFilter {
+            run: Some(run),
+            kinds: &RUN_KINDS,
+            limit: Some(MAX_ROWS),
+            ..EntryFilter::default()
+        })
+        .await?;
     let mut out = RunEntries::default();
-    for r in &rows {
-        let idx = r.try_get::<i64, _>("idx")? as u64;
-        let time: String = r.try_get("time")?;
-        let text: String = r.try_get("entry")?;
-        let Ok(e) = LedgerEntry::from_bytes(text.as_bytes()) else {
+    for r in rows {
+        let (idx, time) = (r.index, r.time);
+        let Ok(e) = LedgerEntry::from_bytes(r.entry.as_bytes()) else {
             continue;
         };
         let blob = e.refs.values().next().map(|h| h.to_string());
@@ -115,7 +120,7 @@ pub async fn page(
         Option<f64>,
         Vec<RunRow>,
     ) = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         let row = cat
             .runs
             .get(&run)
@@ -140,7 +145,7 @@ pub async fn page(
         )
     };
     let entries = run_entries(&st, &run).await?;
-    let finished = row.status != "running" && st.live.version(&run).is_none();
+    let finished = !row.status.is_running() && st.live.version(&run).is_none();
     let all: crate::series::RunSeries = page_series(&st, &run, finished, &view)
         .await?
         .into_iter()
@@ -195,7 +200,7 @@ pub async fn page(
         .collect();
     let heading = format!("Run {run}");
     let body = html! {
-        h1 { (run) " " (status_badge(&row.status)) (super::anomaly_badge(row.anomalies, "#annotations")) }
+        h1 { (run) " " (status_badge(row.status.as_str())) (super::anomaly_badge(row.anomalies, "#annotations")) }
         p.meta {
             @if let Some(x) = &row.experiment {
                 "experiment " a href=(experiment_href(x)) { (x) }
@@ -210,7 +215,7 @@ pub async fn page(
         section #summary {
             h2 { "Summary" }
             dl.summary {
-                dt { "Status" } dd { (status_badge(&row.status)) @if let Some(r) = &row.reason { " " (r) } }
+                dt { "Status" } dd { (status_badge(row.status.as_str())) @if let Some(r) = &row.reason { " " (r) } }
                 @if let Some(fc) = &row.forecast {
                     dt { "Forecast" }
                     dd { code { (fc.metric) } " predicted " (num(Some(fc.predicted))) " ± " (num(Some(fc.tolerance))) ", got " (num(fc.actual)) " " (verdict_badge(fc.verdict)) }
@@ -244,7 +249,7 @@ pub async fn page(
         }
         section #final-metrics {
             h2 { "Final metrics" }
-            @if row.final_metrics.is_empty() { p.empty { @if row.status == "running" { "Running: the final values come with its result." } @else { "The run recorded no metric." } } }
+            @if row.final_metrics.is_empty() { p.empty { @if row.status.is_running() { "Running: the final values come with its result." } @else { "The run recorded no metric." } } }
             @if !train.is_empty() { h3 { "Training" } (metrics_table("final-train", &train)) }
             @if !eval.is_empty() { h3 { "Evaluation (held-out)" } (metrics_table("final-eval", &eval)) }
             @if !other.is_empty() { h3 { "Throughput, optimiser and data" } (metrics_table("final-other", &other)) }
@@ -253,7 +258,7 @@ pub async fn page(
             h2 { "Charts" }
             p.meta { "Drag across a chart to zoom; double-click to reset. Hover a red line for the anomaly it marks." }
             (controls::form(&view, &[]))
-            div #charts data-live=[(row.status == "running").then(|| live_list(&run))] { (training_charts) }
+            div #charts data-live=[row.status.is_running().then(|| live_list(&run))] { (training_charts) }
         }
         section #hardware {
             h2 { "Hardware" }
@@ -319,7 +324,7 @@ pub async fn page(
             section #other-runs {
                 h2 { "Other runs of this experiment" }
                 ul { @for s in &siblings {
-                    li { a href={ "/runs/" (encode_path(&s.id)) } { (s.id) } " " (status_badge(&s.status)) }
+                    li { a href={ "/runs/" (encode_path(&s.id)) } { (s.id) } " " (status_badge(s.status.as_str())) }
                 } }
                 @if let Some(x) = &row.experiment {
                     p.meta { a href={ "/compare?" (query(&std::iter::once(run.as_str()).chain(siblings.iter().map(|s| s.id.as_str())).map(|r| ("run", r)).collect::<Vec<_>>())) } { "Compare them" } " · " a href=(experiment_href(x)) { "their charts overlaid" } }

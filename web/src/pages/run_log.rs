@@ -13,10 +13,12 @@
 //! Not here: writing logs (the lab's worker does).
 
 use axum::extract::{Path, Query, State};
+use glassbox_ledger::index::queries::EntryFilter;
+use glassbox_schemas::EntryKind;
 use glassbox_schemas::LedgerEntry;
 use glassbox_schemas::record::EntryBody;
+use glassbox_schemas::{RefRole, RunPhase};
 use maud::{Markup, html};
-use sqlx::Row;
 
 use super::{Nav, Scripts, encode_path, frame_with};
 use crate::WebState;
@@ -151,17 +153,18 @@ pub async fn page(
         )));
     }
     let lines = q.lines.unwrap_or(DEFAULT_LINES).clamp(1, MAX_LINES);
-    let rows = sqlx::query(
-        "SELECT idx, entry FROM entries WHERE run = $1 AND kind = 'artifact' ORDER BY idx",
-    )
-    .bind(run.clone())
-    .fetch_all(st.index.pool())
-    .await?;
+    let rows = st
+        .index
+        .select_entries(&EntryFilter {
+            run: Some(&run),
+            kinds: &[EntryKind::Artifact],
+            ..EntryFilter::default()
+        })
+        .await?;
     let prefix = format!("logs/{run}/");
     let mut attempts: std::collections::BTreeMap<u32, Attempt> = Default::default();
     for r in &rows {
-        let text: String = r.try_get("entry")?;
-        let Ok(e) = LedgerEntry::from_bytes(text.as_bytes()) else {
+        let Ok(e) = LedgerEntry::from_bytes(r.entry.as_bytes()) else {
             continue;
         };
         let EntryBody::Artifact(a) = &e.body else {
@@ -170,8 +173,8 @@ pub async fn page(
         let Some(piece) = a.name.strip_prefix(&prefix).and_then(LogPiece::parse) else {
             continue;
         };
-        let idx: i64 = r.try_get("idx")?;
-        let body = match e.refs.get("artifact") {
+        let idx = r.index as i64;
+        let body = match e.blob(RefRole::Artifact) {
             Some(h) => st.small_blob_text(&h.to_string(), MAX_LOG_BYTES).await,
             None => None,
         };
@@ -185,7 +188,7 @@ pub async fn page(
     let live = st
         .live
         .recent(&run)
-        .filter(|r| !r.log.is_empty() || r.status.as_deref() == Some("running"));
+        .filter(|r| !r.log.is_empty() || r.status.is_some_and(RunPhase::is_running));
     let body = html! {
         h1 { "Log of " (run) }
         p.meta {
@@ -200,7 +203,7 @@ pub async fn page(
         }
         @if let Some(l) = &live {
             section.run-log #live {
-                h2 { "Running attempt, live " small #live-log-status { (l.status.as_deref().unwrap_or("")) } }
+                h2 { "Running attempt, live " small #live-log-status { (l.status.map_or("", RunPhase::as_str)) } }
                 p.meta {
                     "The newest lines as the worker writes them. "
                     label { input #follow type="checkbox" checked; " follow the end" }

@@ -9,6 +9,7 @@
 //! the lab's gate compares). Not here: deciding the gate (the lab does, once, on the record).
 
 use axum::extract::{Path, Query, State};
+use glassbox_schemas::{RunPhase, RunStatus};
 use maud::{Markup, html};
 
 use super::{Nav, encode_path, experiment_href, frame, num, short_hash, status_badge};
@@ -125,8 +126,10 @@ fn children(cat: &CatalogData, s: &SweepRow) -> Vec<SweepChild> {
                 e.runs.iter().rev().find_map(|r| {
                     let r = cat.runs.get(r)?;
                     let v = *r.final_metrics.get(m)?;
-                    (r.status == "succeeded" && r.spec_hash == c.spec_hash && v.is_finite())
-                        .then(|| (v, r.id.clone()))
+                    (r.status == RunPhase::Ended(RunStatus::Succeeded)
+                        && r.spec_hash == c.spec_hash
+                        && v.is_finite())
+                    .then(|| (v, r.id.clone()))
                 })
             });
             SweepChild {
@@ -255,7 +258,7 @@ pub async fn list_page(
     Query(f): Query<SweepFilter>,
 ) -> Result<Markup, WebError> {
     let rows = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         sweep_list(&cat, &f)?
     };
     let current = f.gate.as_deref().unwrap_or("");
@@ -291,7 +294,7 @@ pub async fn list_page(
 /// `GET /sweeps/{*id}`.
 pub async fn page(State(st): State<WebState>, Path(id): Path<String>) -> Result<Markup, WebError> {
     let v = {
-        let cat = st.catalog.read(st.index.pool(), st.blobs.as_ref()).await?;
+        let cat = st.catalog.read(&st.index, st.blobs.as_ref()).await?;
         sweep_view(&cat, &id)?
     };
     let s = &v.sweep;

@@ -366,7 +366,7 @@ async fn browser_follows_experiments_charts_live_updates_and_compare() {
     // 3. Live: the page subscribes over SSE; points published now appear without a reload.
     live.publish(LiveEvent::Status {
         run: "run-live".into(),
-        status: "running".into(),
+        status: glassbox_schemas::RunPhase::Running,
     });
     live.publish(LiveEvent::Point {
         run: "run-live".into(),
@@ -420,7 +420,7 @@ async fn browser_follows_experiments_charts_live_updates_and_compare() {
     assert_eq!(fetched.as_u64(), Some(0), "no chart block was re-fetched");
     live.publish(LiveEvent::Status {
         run: "run-live".into(),
-        status: "succeeded".into(),
+        status: glassbox_schemas::RunPhase::Ended(glassbox_schemas::RunStatus::Succeeded),
     });
     eventually("the status change", || async {
         (text_of(&c, "#run-status").await.as_deref() == Some("succeeded")).then_some(())

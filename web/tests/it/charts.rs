@@ -15,6 +15,7 @@
 //! and `run-long` (1,000,000 steps of `train/loss` with a spike at [`SPIKE`], ten more metrics
 //! every 100 steps and an expert-load heatmap), appended to the log and indexed here.
 
+use glassbox_schemas::RefRole;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -45,7 +46,7 @@ async fn add_long_run(fx: &Fixture) {
     let x = Some("acme/lab#4");
     let mut batch = vec![entry(
         x,
-        refs([("spec", blob)]),
+        refs([(RefRole::Spec, blob)]),
         ProposalBody {
             sweep: None,
             spec_hash,

@@ -5,6 +5,7 @@
 //! page (token boundaries drawn) and the run's consumption chart, with screenshots in
 //! `target/screenshots/`.
 
+use glassbox_schemas::RefRole;
 use std::collections::BTreeMap;
 use std::process::Stdio;
 
@@ -127,7 +128,7 @@ lr = 0.001
     for e in [
         entry(
             None,
-            refs([("corpus", corpus.0)]),
+            refs([(RefRole::Corpus, corpus.0)]),
             DatasetBody {
                 domain: "web".into(),
                 bytes: jsonl.len() as u64,
@@ -144,7 +145,7 @@ lr = 0.001
         ),
         entry(
             None,
-            refs([("tokenizer", tokenizer.0)]),
+            refs([(RefRole::Tokenizer, tokenizer.0)]),
             TokenizerBody {
                 kind: TokenizerKind::Bpe,
                 model: "BPE".into(),
@@ -159,7 +160,7 @@ lr = 0.001
         ),
         entry(
             None,
-            refs([("shard", shard_hash.0)]),
+            refs([(RefRole::Shard, shard_hash.0)]),
             TokenizedBody {
                 corpus,
                 tokenizer,
@@ -172,7 +173,7 @@ lr = 0.001
         ),
         entry(
             Some("data-browser"),
-            refs([("spec", spec_blob.0)]),
+            refs([(RefRole::Spec, spec_blob.0)]),
             ProposalBody {
                 sweep: None,
                 spec_hash,

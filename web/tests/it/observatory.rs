@@ -174,7 +174,7 @@ async fn fill(fx: &Fixture) {
     }
     fx.live.publish(LiveEvent::Status {
         run: "run-live".into(),
-        status: "running".into(),
+        status: glassbox_schemas::RunPhase::Running,
     });
     for step in 41..=80u64 {
         fx.live.publish(LiveEvent::Point {

@@ -934,7 +934,7 @@ async fn sse_streams_the_runs_live_events_only() {
     );
     fx.live.publish(LiveEvent::Status {
         run: "run-7".into(),
-        status: "succeeded".into(),
+        status: glassbox_schemas::RunPhase::Ended(glassbox_schemas::RunStatus::Succeeded),
     });
     let mut text = String::new();
     while !text.contains("succeeded") {

@@ -7,6 +7,7 @@
 //! The fixture lab: six experiments `acme/s#1`..`#6` with JSON specs (expert counts 8, 8, 4,
 //! 16, 4, 2; tags), runs `run-1`..`run-5` (`#4` has two), `#5` only proposed, `#6` rejected.
 
+use glassbox_schemas::RefRole;
 use std::collections::BTreeMap;
 
 use glassbox_ledger::index::Index;
@@ -85,7 +86,7 @@ async fn fixture_lab(dir: &std::path::Path, url: &str) -> (LabDir, Index) {
         let id = format!("acme/s#{n}");
         w.append_entry(&e(
             &id,
-            refs([("spec", put(json.as_bytes()))]),
+            refs([(RefRole::Spec, put(json.as_bytes()))]),
             ProposalBody {
                 sweep: None,
                 spec_hash: hash,
