@@ -31,8 +31,14 @@ fn main() {
     // what only the index says (a staged removal, `git rm --cached`) is picked up at the next
     // edit or commit. In a worktree `.git` is a file, so ask git where these live rather than
     // assuming `.git/HEAD`.
+    // Only paths that exist: cargo counts a watched path that is missing as changed, so a
+    // clone without `packed-refs` (most fresh ones) would rebuild the binary crate on every
+    // build. When refs are packed later, the loose branch ref watched below disappears, which
+    // counts as a change.
     for path in ["HEAD", "packed-refs"] {
-        if let Some(p) = git(&["rev-parse", "--git-path", path]) {
+        if let Some(p) = git(&["rev-parse", "--git-path", path])
+            && std::path::Path::new(&p).exists()
+        {
             println!("cargo:rerun-if-changed={p}");
         }
     }
