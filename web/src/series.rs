@@ -257,38 +257,15 @@ mod tests {
         index.close().await;
     }
 
-    /// PostgreSQL when `GLASSBOX_TEST_POSTGRES_URL` is set (as in the ledger's index tests), in
-    /// a schema of its own, dropped afterwards.
+    /// The same on PostgreSQL (the server `cargo xtask test` provides), in a schema of its own,
+    /// dropped afterwards.
     #[tokio::test]
-    async fn packed_points_read_back_bit_for_bit_on_postgres_when_configured() {
-        use sqlx::Connection;
-        let Ok(base) = std::env::var("GLASSBOX_TEST_POSTGRES_URL") else {
-            eprintln!("GLASSBOX_TEST_POSTGRES_URL is not set: nothing to connect to");
-            return;
-        };
-        sqlx::any::install_default_drivers();
-        let schema = format!(
-            "glassbox_web_test_{}_{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        );
-        let mut admin = sqlx::AnyConnection::connect(&base).await.unwrap();
-        sqlx::query(&format!("CREATE SCHEMA {schema}"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        let sep = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
-        let index = Index::connect(&url).await.unwrap();
+    async fn packed_points_read_back_bit_for_bit_on_postgres() {
+        let schema = glassbox_test_support::postgres_schema("web", "packed_points").await;
+        let index = Index::connect(&schema.url).await.unwrap();
         assert!(index.is_postgres());
         check_round_trip(&index).await;
         index.close().await;
-        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
+        schema.drop_schema().await;
     }
 }

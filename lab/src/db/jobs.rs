@@ -700,21 +700,8 @@ mod tests {
     /// finished jobs pile up. The pick must use the partial index of open jobs in that plan.
     #[tokio::test]
     async fn postgres_pick_reads_only_open_jobs_in_a_generic_plan() {
-        let base = std::env::var("GLASSBOX_TEST_POSTGRES_URL")
-            .expect("GLASSBOX_TEST_POSTGRES_URL is not set: run the tests with `cargo xtask test`, which provides a PostgreSQL server (`cargo xtask env` prints the variables for running one test by hand)");
-        let schema = format!("lab_pick_plan_{}", std::process::id());
-        sqlx::any::install_default_drivers();
-        let admin = sqlx::AnyPool::connect(&base)
-            .await
-            .unwrap_or_else(|e| panic!("PostgreSQL at {base} is required: {e}"));
-        for ddl in [
-            format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-            format!("CREATE SCHEMA {schema}"),
-        ] {
-            sqlx::query(&ddl).execute(&admin).await.unwrap();
-        }
-        let sep = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+        let schema = glassbox_test_support::postgres_schema("lab", "pick_plan").await;
+        let url = schema.url.clone();
         let q = Queue::connect_with(&url, Clock::System, Durability::PowerLoss)
             .await
             .unwrap();
@@ -746,10 +733,7 @@ mod tests {
         }
         drop(conn);
         q.close().await;
-        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-            .execute(&admin)
-            .await
-            .unwrap();
+        schema.drop_schema().await;
     }
 
     /// SQLite probes the state index for the three open states, never scanning the table.

@@ -25,11 +25,6 @@ use glassbox_schemas::record::{IssueRef, RejectionBody, ResultBody, RunStartedBo
 use glassbox_schemas::spec::Forecast;
 use glassbox_schemas::{EntryKind, ExperimentId, ExperimentSpec, LedgerEntry, RunStatus};
 
-fn postgres_url() -> String {
-    std::env::var("GLASSBOX_TEST_POSTGRES_URL")
-        .expect("GLASSBOX_TEST_POSTGRES_URL is not set: run the tests with `cargo xtask test`, which provides a PostgreSQL server (`cargo xtask env` prints the variables for running one test by hand)")
-}
-
 /// A lab directory, a queue on `engine`, a flow and its recorder.
 pub(crate) struct Setup {
     pub(crate) dir: tempfile::TempDir,
@@ -56,21 +51,9 @@ pub(crate) async fn setup_clocked(
     let url = match engine {
         "sqlite" => format!("sqlite://{}", dir.path().join("queue.db").display()),
         _ => {
-            let base = postgres_url();
-            let schema = format!("flow_{name}_{}", std::process::id());
-            sqlx::any::install_default_drivers();
-            let admin = sqlx::AnyPool::connect(&base)
+            glassbox_test_support::postgres_schema("flow", name)
                 .await
-                .unwrap_or_else(|e| panic!("PostgreSQL at {base} is required: {e}"));
-            for sql in [
-                format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-                format!("CREATE SCHEMA {schema}"),
-            ] {
-                sqlx::query(&sql).execute(&admin).await.unwrap();
-            }
-            admin.close().await;
-            let sep = if base.contains('?') { '&' } else { '?' };
-            format!("{base}{sep}options=-c%20search_path%3D{schema}")
+                .url
         }
     };
     let queue = Queue::connect_with_clock(&url, clock).await.unwrap();

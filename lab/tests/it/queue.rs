@@ -17,10 +17,7 @@ use glassbox_schemas::{Blake3Hash, ExperimentId, RunStatus, SpecHash};
 
 const LEASE: Duration = Duration::from_secs(30);
 
-fn postgres_url() -> String {
-    std::env::var("GLASSBOX_TEST_POSTGRES_URL")
-        .expect("GLASSBOX_TEST_POSTGRES_URL is not set: run the tests with `cargo xtask test`, which provides a PostgreSQL server (`cargo xtask env` prints the variables for running one test by hand)")
-}
+use glassbox_test_support::postgres_url;
 
 /// A fresh queue on `engine` with a manual clock, isolated from every other test.
 async fn fresh(engine: &str, name: &str) -> (Queue, Clock, Option<tempfile::TempDir>) {
@@ -56,24 +53,8 @@ async fn fresh_with(
 /// An empty PostgreSQL schema for test `name`: the URL that works in it, and the schema's name,
 /// which its connections also carry as their `application_name`.
 async fn fresh_postgres_schema(name: &str) -> (String, String) {
-    let base = postgres_url();
-    let schema = format!("lab_{name}_{}", std::process::id());
-    sqlx::any::install_default_drivers();
-    let admin = sqlx::AnyPool::connect(&base)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {base} is required: {e}"));
-    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        .execute(&admin)
-        .await
-        .unwrap();
-    sqlx::query(&format!("CREATE SCHEMA {schema}"))
-        .execute(&admin)
-        .await
-        .unwrap();
-    admin.close().await;
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let url = format!("{base}{sep}options=-c%20search_path%3D{schema}&application_name={schema}");
-    (url, schema)
+    let schema = glassbox_test_support::postgres_schema("lab", name).await;
+    (schema.url, schema.name)
 }
 
 fn job(n: u32, author: &str, priority: i64) -> NewJob {

@@ -299,32 +299,11 @@ fn sqlite_index_behind_is_a_prefix_and_a_hole_is_a_missing_row() {
 
 #[test]
 fn postgres_index() {
-    let base = std::env::var("GLASSBOX_TEST_POSTGRES_URL").expect(
-        "GLASSBOX_TEST_POSTGRES_URL is not set: run the tests with `cargo xtask test`, which provides a PostgreSQL server",
-    );
     let (_d, lab) = lab_with_a_run();
-    let schema = format!(
-        "glassbox_ledger_test_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
     runtime().block_on(async {
-        let mut admin = sqlx::PgConnection::connect(&base).await.unwrap();
-        sqlx::query(&format!("CREATE SCHEMA {schema}"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        let sep = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
-        exercise(&url, &lab).await;
-        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        admin.close().await.unwrap();
+        let schema = glassbox_test_support::postgres_schema("ledger", "index").await;
+        exercise(&schema.url, &lab).await;
+        schema.drop_schema().await;
     });
 }
 

@@ -32,27 +32,13 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_glassbox");
 /// `GLASSBOX_TEST_POSTGRES_URL`: the server `cargo xtask test` provides (never an assumed
 /// default port, so no test leans on a server it did not ask for).
 pub fn postgres_url() -> String {
-    std::env::var("GLASSBOX_TEST_POSTGRES_URL")
-        .expect("GLASSBOX_TEST_POSTGRES_URL is not set: run the tests with `cargo xtask test`, which provides a PostgreSQL server (`cargo xtask env` prints the variables for running one test by hand)")
+    glassbox_test_support::postgres_url()
 }
 
 /// A fresh PostgreSQL schema for one test, as a URL that selects it. Fails (never skips)
 /// without a server.
 pub fn postgres_schema(name: &str) -> String {
-    let schema = format!("e2e_{name}_{}", std::process::id());
-    let base = postgres_url();
-    let status = Command::new("psql")
-        .arg(&base)
-        .args([
-            "-q",
-            "-c",
-            &format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema};"),
-        ])
-        .status()
-        .expect("psql is needed to create a test schema");
-    assert!(status.success(), "PostgreSQL at {base} is required");
-    let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}options=-c%20search_path%3D{schema}")
+    glassbox_test_support::postgres_schema_blocking("e2e", name).url
 }
 
 /// `glassbox ARGS --lab DIR/lab`, run in `dir`, with a given MFU peak (no measuring); with

@@ -212,21 +212,9 @@ async fn fixture_lab(dir: &std::path::Path, url: &str) -> (LabDir, Index) {
 
 /// A PostgreSQL database of its own for one test (a schema on the test server).
 async fn postgres_url(name: &str) -> String {
-    let base = std::env::var("GLASSBOX_TEST_POSTGRES_URL").expect(
-        "GLASSBOX_TEST_POSTGRES_URL is not set: run the tests with `cargo xtask test`, which provides a PostgreSQL server",
-    );
-    let schema = format!("search_{name}_{}", std::process::id());
-    sqlx::any::install_default_drivers();
-    let admin = sqlx::AnyPool::connect(&base).await.unwrap();
-    for sql in [
-        format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-        format!("CREATE SCHEMA {schema}"),
-    ] {
-        sqlx::query(&sql).execute(&admin).await.unwrap();
-    }
-    admin.close().await;
-    let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}options=-c%20search_path%3D{schema}")
+    glassbox_test_support::postgres_schema("search", name)
+        .await
+        .url
 }
 
 /// The rows a query finds, as run ids (the experiment id for a row without a run), sorted.
