@@ -4,7 +4,7 @@
 # What it runs (on one GPU; about 4 minutes, at most 6: timeouts of 300 s for gpu_check and
 # 45 s for each PyTorch run):
 #   1. `gpu_check` (runner/examples/gpu_check.rs; every check and tolerance is documented in
-#      runner/src/backend/cuda/check.rs): per-op parity against the CPU reference at two shape
+#      runner/examples/gpu_check/check.rs): per-op parity against the CPU reference at two shape
 #      sets (materialized and fused attention, bf16 matmuls against their rounded CPU twin),
 #      whole-step parity on 20 steps of examples/tiny.toml, run-to-run bitwise determinism, the
 #      first two steps of the ladder rung (bench/configs/ladder-rung.toml) at batch 2 on the CPU

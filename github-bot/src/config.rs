@@ -314,6 +314,28 @@ impl BotConfig {
     }
 }
 
+/// One of the lab's per-proposal limits (`[github.budget]`) that a proposal's cost breaks, with
+/// the numbers; [`crate::render::budget_breach`] words it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BudgetBreach {
+    /// More FLOPs than `budget.max_flops`.
+    Flops {
+        /// What the proposal needs (training + evaluation).
+        needed: f64,
+        /// The limit.
+        limit: f64,
+    },
+    /// Longer than `budget.max_wall_seconds` at the configured `flops_per_second`.
+    WallTime {
+        /// The estimated seconds.
+        seconds: f64,
+        /// The throughput the estimate assumes.
+        flops_per_second: f64,
+        /// The limit, in seconds.
+        limit: f64,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@
 //! - [`event::WebhookEvent`] — the closed set of events the bot acts on;
 //! - [`form`] — the rendered experiment issue form to hypothesis, forecast and spec TOML;
 //! - [`command`] — slash commands in comments; [`permissions`] — who may run them;
-//! - [`handlers`] — one file per command, plus the proposal (validation comment) and
+//! - [`bot::handlers`] — one file per command, plus the proposal (validation comment) and
 //!   run-event (result comment) handlers; [`render`] — the text of every comment;
 //! - [`port::LabPort`] — the trait the lab implements (record proposal, approve bound to a spec
 //!   hash, reject, hold, cancel, rerun, reproduce, status, quota); [`port::InMemoryLab`] for tests;
@@ -30,7 +30,6 @@ pub mod error;
 pub mod event;
 pub mod form;
 pub mod github;
-pub mod handlers;
 pub mod ids;
 pub mod json_escapes;
 pub mod labels;

@@ -13,8 +13,8 @@ use std::fmt::Write;
 
 use glassbox_schemas::{CostEstimate, RunStatus, SpecError, SpecHash};
 
-use crate::bot::BudgetBreach;
 use crate::command::{COMMAND_NAMES, Command, HashPin};
+use crate::config::BudgetBreach;
 use crate::event::IssueAction;
 use crate::form::FormProblem;
 use crate::ids::Login;

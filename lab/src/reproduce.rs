@@ -40,7 +40,7 @@ use glassbox_schemas::record::{
 use glassbox_schemas::{Blake3Hash, BlobHash, ExperimentId, ExperimentSpec, RunId, RunStatus};
 use serde::Serialize;
 
-use glassbox_runner::backend::cuda::check::{TOL_BF16_LOSS, TOL_STEP_LOSS};
+use glassbox_runner::backend::parity::{TOL_BF16_LOSS, TOL_STEP_LOSS};
 use glassbox_schemas::record::Comparison;
 
 use crate::corpus::BlobCorpusStore;

@@ -30,23 +30,12 @@ use crate::checkpoint::{SignedCheckpoint, VerifierKey};
 use crate::error::Error;
 use crate::log::LogReader;
 use crate::merkle::TreeSize;
+pub use crate::source::Bucket;
 use crate::source::{DirSource, LogSource, ReadLimit};
 use crate::tiles::{self, TileId};
 
 /// Files copied at once (each is one request to the store).
 const PARALLEL_PUTS: usize = 8;
-
-/// A store holding a lab's public layout below some prefix.
-pub trait Bucket: LogSource + Send + Sync {
-    /// Writes `bytes` at `rel` (`log/checkpoint`, `log/tile/0/000`), replacing what is there.
-    fn write(&self, rel: &str, bytes: Vec<u8>) -> Result<(), Error>;
-    /// Deletes `rel`; deleting what is absent is no error.
-    fn remove(&self, rel: &str) -> Result<(), Error>;
-    /// Every file below `prefix` (`log/tile/`), as paths relative to the layout's root.
-    fn files(&self, prefix: &str) -> Result<Vec<String>, Error>;
-    /// The bucket and prefix, for messages (`s3://bucket/prefix`).
-    fn name(&self) -> String;
-}
 
 /// What one [`Mirror::sync`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -55,12 +55,12 @@ pub mod verify;
 pub mod witness;
 
 pub use audit::{AuditFailure, AuditOptions, AuditReport, audit};
-pub use blob::{BlobStore, LocalBlobStore, PutOutcome};
+pub use blob::{BlobStore, LocalBlobStore, PutOutcome, WithBlobStore};
 pub use bucket::{Bucket, Mirror};
 pub use checkpoint::{Checkpoint, SignedCheckpoint, SigningKey, VerifierKey};
 pub use error::Error;
 pub use lab::LabDir;
 pub use log::{LockMode, LogReader, LogWriter};
 pub use merkle::{LeafIndex, MerkleHash, TreeSize};
-pub use source::{DirSource, HttpSource, LogSource, ReadLimit, WithBlobStore};
+pub use source::{DirSource, HttpSource, LogSource, ReadLimit};
 pub use store::{open_bucket_with_env, open_store};

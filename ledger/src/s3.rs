@@ -476,7 +476,7 @@ impl BlobStore for S3BlobStore {
         self.name.clone()
     }
 
-    fn bucket(&self) -> Option<&dyn crate::bucket::Bucket> {
+    fn bucket(&self) -> Option<&dyn crate::source::Bucket> {
         Some(self)
     }
 }
@@ -518,7 +518,7 @@ impl crate::source::LogSource for S3BlobStore {
     }
 }
 
-impl crate::bucket::Bucket for S3BlobStore {
+impl crate::source::Bucket for S3BlobStore {
     fn write(&self, rel: &str, bytes: Vec<u8>) -> Result<(), Error> {
         let key = self.key(rel);
         self.block_on(async {

@@ -55,7 +55,7 @@ pub fn open_store_with_env(
 pub fn open_bucket_with_env(
     location: &str,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Box<dyn crate::bucket::Bucket>, Error> {
+) -> Result<Box<dyn crate::source::Bucket>, Error> {
     let Some(rest) = location.strip_prefix("s3://") else {
         return Err(Error::ObjectStore {
             store: location.to_string(),
@@ -77,7 +77,7 @@ fn open_s3_bucket(
     bucket: &str,
     prefix: &str,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Box<dyn crate::bucket::Bucket>, Error> {
+) -> Result<Box<dyn crate::source::Bucket>, Error> {
     let cfg = crate::s3::S3Config::from_env(bucket, prefix, env)?;
     Ok(Box::new(crate::s3::S3BlobStore::new(&cfg)?))
 }
@@ -87,7 +87,7 @@ fn open_s3_bucket(
     bucket: &str,
     prefix: &str,
     _env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Box<dyn crate::bucket::Bucket>, Error> {
+) -> Result<Box<dyn crate::source::Bucket>, Error> {
     Err(no_s3(bucket, prefix))
 }
 

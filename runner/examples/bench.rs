@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let threads: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(2);
     let spec = glassbox_schemas::parse_toml(&std::fs::read_to_string(path)?)?;
     let be = CpuBackend::<f32>::new(threads)?;
-    let peak = be.run(|| glassbox_runner::peak::measure_gemm_peak(threads, 1.0));
+    let peak = be.run(|| glassbox_runner::backend::cpu::peak::measure_gemm_peak(threads, 1.0));
     let opts = RunOptions {
         out_dir: None,
         resume: None,

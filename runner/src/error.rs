@@ -74,7 +74,7 @@ pub enum RunnerError {
     },
     /// A corpus, tokenizer or shard could not be read, or is not what it should be.
     #[error(transparent)]
-    Data(#[from] crate::data::DataError),
+    Data(#[from] glassbox_corpus::error::DataError),
     /// A training snapshot cannot be read or does not fit the spec.
     #[error("checkpoint {path}: {reason}")]
     Snapshot {

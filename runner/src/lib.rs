@@ -13,7 +13,6 @@ pub mod data;
 pub mod error;
 pub mod model;
 pub mod observer;
-pub mod peak;
 pub mod progress;
 pub mod rng;
 pub mod scalar;

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::RunnerError;
-use crate::train::RunOutcome;
+use glassbox_schemas::run::RunOutcome;
 
 pub use glassbox_schemas::metrics::{MetricRecord, RecordKind};
 pub use glassbox_schemas::record::Anomaly;

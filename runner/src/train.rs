@@ -87,25 +87,6 @@ fn wall_limit(spec: &ExperimentSpec, outside: Option<&WallLimit>) -> Option<(f64
     }
 }
 
-/// The peak FLOP/s that MFU is stated against.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Peak {
-    /// FLOP/s.
-    pub flops_per_second: f64,
-    /// What it is, e.g. `measured f32 GEMM peak (512^3), 2 threads`.
-    pub label: String,
-}
-
-impl Peak {
-    /// A peak stated by the person running, in GFLOP/s, instead of one measured.
-    pub fn given(gflops: f64) -> Self {
-        Self {
-            flops_per_second: gflops * 1e9,
-            label: format!("given peak {gflops} GFLOP/s"),
-        }
-    }
-}
-
 /// How to run, beyond the spec.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -131,6 +112,7 @@ pub struct WallLimit {
     pub source: String,
 }
 
+pub use crate::backend::Peak;
 pub use glassbox_schemas::run::RunOutcome;
 
 /// A training run in progress.

@@ -115,7 +115,9 @@ pub fn run(args: RunArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
             }
             let peak = match args.compute.peak() {
                 Some(p) => p,
-                None => be.run(|| glassbox_runner::peak::measure_gemm_peak(threads, 0.3)),
+                None => {
+                    be.run(|| glassbox_runner::backend::cpu::peak::measure_gemm_peak(threads, 0.3))
+                }
             };
             train_on(&be, peak, spec, &args, global)
         }

@@ -3,7 +3,8 @@
 //!
 //! [`run_marks`] loads them; a note an edited comment superseded is kept, marked with the
 //! entry that replaced it, and left off the charts. [`chart_marks`] turns the current ones into
-//! the charts' bands and markers, [`list`] renders the table under the charts, and
+//! the charts' bands and markers (`crate::pages::notes_table` renders the table under the
+//! charts), and
 //! [`run_annotations`] is the API (`/api/v1/runs/{run}/annotations`). Every text a person wrote
 //! reaches the page through maud (escaped) or [`crate::chart::escape_xml`]. Not here: drawing
 //! (the chart module) or writing anything (the dashboard is read-only).
@@ -14,7 +15,7 @@ use glassbox_ledger::index::queries::EntryFilter;
 use glassbox_schemas::EntryKind;
 use glassbox_schemas::LedgerEntry;
 use glassbox_schemas::record::{AnnotationBody, AnomalyBody, EntryBody};
-use maud::{Markup, html};
+
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -152,35 +153,6 @@ pub fn chart_marks(marks: &[RunMark]) -> Vec<Mark> {
             anomaly: m.kind == "anomaly",
         })
         .collect()
-}
-
-/// The table under the charts: every note and anomaly, superseded notes struck through.
-pub fn list(marks: &[RunMark]) -> Markup {
-    html! {
-        section #annotations {
-            h2 { "Notes and anomalies" }
-            @if marks.is_empty() {
-                p.empty { "No notes yet. Comment `/note step <n>: <what you saw>` on the experiment issue to add one." }
-            } @else {
-                table.list #annotations-list {
-                    thead { tr { th { "Steps" } th { "Kind" } th { "By" } th { "Note" } th { "Entry" } } }
-                    tbody { @for m in marks {
-                        tr class=(if m.kind == "anomaly" { "anomaly" } else { "annotation" }) {
-                            td.n { (m.from_step) @if m.to_step != m.from_step { "–" (m.to_step) } }
-                            td { span.badge { (m.label) } }
-                            td { (m.author.as_deref().unwrap_or("lab")) }
-                            td {
-                                @if m.is_current() { (m.text) } @else { del { (m.text) } }
-                                @if let Some(new) = m.superseded_by { " " small { "(superseded by entry " (new) ")" } }
-                                @if let Some(u) = &m.url { " " (crate::pages::safe_link(u)) }
-                            }
-                            td.n { a href={ "/api/v1/entries/" (m.entry) } { (m.entry) } }
-                        }
-                    } }
-                }
-            }
-        }
-    }
 }
 
 /// A run's notes and anomalies.

@@ -28,8 +28,10 @@ use super::*;
 impl Worker {
     pub(super) fn peak(&self, threads: usize) -> Peak {
         let mut p = self.peak.lock().unwrap_or_else(|e| e.into_inner());
-        p.get_or_insert_with(|| glassbox_runner::peak::measure_gemm_peak(threads, 0.3))
-            .clone()
+        p.get_or_insert_with(|| {
+            glassbox_runner::backend::cpu::peak::measure_gemm_peak(threads, 0.3)
+        })
+        .clone()
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -15,8 +15,10 @@ use glassbox_schemas::{Blake3Hash, BlobHash};
 use crate::error::Error;
 
 mod local;
+mod with_store;
 
 pub use local::LocalBlobStore;
+pub use with_store::WithBlobStore;
 
 /// Bytes read and hashed per step while ingesting (large enough for BLAKE3's SIMD and
 /// multithreaded paths, small enough to keep peak memory low).
@@ -80,7 +82,7 @@ pub trait BlobStore: Send + Sync {
     /// The bucket this store keeps its blobs in, when it can hold the lab's whole public
     /// layout (an object-store prefix: the integrator copies the log there, `serve` reads it
     /// back); `None` for a directory of blobs.
-    fn bucket(&self) -> Option<&dyn crate::bucket::Bucket> {
+    fn bucket(&self) -> Option<&dyn crate::source::Bucket> {
         None
     }
 }

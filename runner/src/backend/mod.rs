@@ -25,6 +25,10 @@
 pub mod cpu;
 pub mod cuda;
 pub mod heap;
+pub mod parity;
+mod peak;
+
+pub use peak::Peak;
 pub mod telemetry;
 
 use std::fmt;

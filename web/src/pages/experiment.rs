@@ -809,7 +809,7 @@ pub async fn page(
                 flops_per_token,
                 &crate::annotations::chart_marks(&marks),
             );
-            Some((drawn, crate::annotations::list(&marks)))
+            Some((drawn, super::notes_table(&marks)))
         }
         None => None,
     };

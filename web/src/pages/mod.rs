@@ -29,6 +29,7 @@ use axum::routing::get;
 use maud::{DOCTYPE, Markup, html};
 
 use crate::WebState;
+use crate::annotations::RunMark;
 
 /// The page routes.
 pub fn routes() -> Router<WebState> {
@@ -262,6 +263,35 @@ pub fn metric_value(name: &str, v: f64) -> String {
         count(v)
     } else {
         num(Some(v))
+    }
+}
+
+/// The table under the charts: every note and anomaly, superseded notes struck through.
+pub fn notes_table(marks: &[RunMark]) -> Markup {
+    html! {
+        section #annotations {
+            h2 { "Notes and anomalies" }
+            @if marks.is_empty() {
+                p.empty { "No notes yet. Comment `/note step <n>: <what you saw>` on the experiment issue to add one." }
+            } @else {
+                table.list #annotations-list {
+                    thead { tr { th { "Steps" } th { "Kind" } th { "By" } th { "Note" } th { "Entry" } } }
+                    tbody { @for m in marks {
+                        tr class=(if m.kind == "anomaly" { "anomaly" } else { "annotation" }) {
+                            td.n { (m.from_step) @if m.to_step != m.from_step { "–" (m.to_step) } }
+                            td { span.badge { (m.label) } }
+                            td { (m.author.as_deref().unwrap_or("lab")) }
+                            td {
+                                @if m.is_current() { (m.text) } @else { del { (m.text) } }
+                                @if let Some(new) = m.superseded_by { " " small { "(superseded by entry " (new) ")" } }
+                                @if let Some(u) = &m.url { " " (safe_link(u)) }
+                            }
+                            td.n { a href={ "/api/v1/entries/" (m.entry) } { (m.entry) } }
+                        }
+                    } }
+                }
+            }
+        }
     }
 }
 

@@ -331,7 +331,7 @@ pub async fn page(
                 }
             }
         }
-        (crate::annotations::list(&marks))
+        (super::notes_table(&marks))
     };
     Ok(frame(&heading, Nav::Other, true, body))
 }

@@ -22,6 +22,7 @@ pub mod expf;
 pub mod gemm;
 pub mod loss;
 pub mod norm;
+pub mod peak;
 pub mod permute;
 pub mod reduce;
 pub mod rope;

@@ -36,7 +36,6 @@
 //! of activations between ops, router statistics computed on the device (the model still
 //! downloads each layer's scores for them).
 
-pub mod check;
 pub mod compat;
 pub mod sources;
 

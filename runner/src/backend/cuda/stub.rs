@@ -9,12 +9,12 @@
 use std::convert::Infallible;
 
 use super::{AttentionPath, NOT_BUILT};
+use crate::backend::Peak;
 use crate::backend::{
     Accumulate, AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource, Qkv,
     RmsNormSaved, RopeTables, Routing, ScoreKind,
 };
 use crate::error::RunnerError;
-use crate::train::Peak;
 
 /// The CUDA backend, absent from this build: [`CudaBackend::new`] says so.
 #[derive(Debug)]

@@ -19,10 +19,10 @@ use glassbox_schemas::spec::Precision;
 
 use super::super::blas::{self, InType, Operand, Problem};
 use super::super::device::{CudaBackend, CudaBuf, DevBuf, grid_for, launch};
+use crate::backend::Peak;
 use crate::backend::{Accumulate, Backend, Groups};
 use crate::error::RunnerError;
 use crate::rng::SplitMix64;
-use crate::train::Peak;
 
 /// An operand as cuBLAS reads it: the f32 buffer, or a bf16 copy of a range of it (kept alive
 /// until the product is queued; the pool reuses it only in stream order).

@@ -1,4 +1,4 @@
-//! The MFU reference: this machine's peak f32 GEMM rate, measured once per run (or given).
+//! The CPU's MFU reference: this machine's peak f32 GEMM rate, measured once per run.
 //!
 //! Measured as the best of several timed 512 x 512 x 512 products through the CPU backend's
 //! own GEMM path ([`crate::backend::cpu::gemm`], all pool threads), which is what the model's
@@ -8,8 +8,8 @@
 use std::time::Instant;
 
 use crate::backend::Accumulate;
+use crate::backend::Peak;
 use crate::backend::cpu::gemm::{GemmShape, Mat, MatMut, Tiles, gemm_into};
-use crate::train::Peak;
 
 /// Measure the f32 GEMM peak inside the current rayon pool with `threads` threads (the label
 /// records it). Takes about `budget_seconds`.

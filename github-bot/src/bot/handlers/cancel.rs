@@ -2,8 +2,8 @@
 //! entry (status `cancelled`); the lab reports it and [`super::run_events`] comments it.
 
 use crate::bot::Bot;
+use crate::bot::handlers::{CommandContext, reply_lab_refusal};
 use crate::error::BotError;
-use crate::handlers::{CommandContext, reply_lab_refusal};
 use crate::labels::APPROVED;
 use crate::port::LabPort;
 use crate::render;

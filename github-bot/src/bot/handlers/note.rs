@@ -10,9 +10,9 @@
 use glassbox_schemas::record::NoteRole;
 
 use crate::bot::Bot;
+use crate::bot::handlers::{CommandContext, reply_lab_refusal};
 use crate::command::NoteCommand;
 use crate::error::BotError;
-use crate::handlers::{CommandContext, reply_lab_refusal};
 use crate::ids::CommentId;
 use crate::permissions::is_maintainer;
 use crate::port::{LabPort, NoteRequest};

@@ -2,8 +2,8 @@
 //! dashboard's queue page. Open to everyone.
 
 use crate::bot::Bot;
+use crate::bot::handlers::CommandContext;
 use crate::error::BotError;
-use crate::handlers::CommandContext;
 use crate::port::LabPort;
 use crate::render;
 

@@ -1,8 +1,8 @@
 //! `/rerun`: queue the approved spec again (a new run of the same hash).
 
 use crate::bot::Bot;
+use crate::bot::handlers::{CommandContext, reply_lab_refusal};
 use crate::error::BotError;
-use crate::handlers::{CommandContext, reply_lab_refusal};
 use crate::port::LabPort;
 use crate::render;
 

@@ -1,8 +1,8 @@
 //! `/hold` and `/unhold`: keep an approved proposal from being scheduled, and release it.
 
 use crate::bot::Bot;
+use crate::bot::handlers::{CommandContext, reply_lab_refusal};
 use crate::error::BotError;
-use crate::handlers::{CommandContext, reply_lab_refusal};
 use crate::port::LabPort;
 use crate::render;
 

@@ -1,8 +1,8 @@
 //! `/reproduce`: queue a re-run from the ledger, to be compared with the recorded result.
 
 use crate::bot::Bot;
+use crate::bot::handlers::{CommandContext, reply_lab_refusal};
 use crate::error::BotError;
-use crate::handlers::{CommandContext, reply_lab_refusal};
 use crate::port::LabPort;
 use crate::render;
 

@@ -1,5 +1,5 @@
 //! [`Bot`]: the bot's logic, turning one parsed webhook event or one lab event into lab actions
-//! and comments. Dispatch is in [`crate::handlers`], one file per command.
+//! and comments. Dispatch is in [`crate::bot::handlers`], one file per command.
 //!
 //! The pieces every handler shares live here: reading the proposal out of an issue (form ->
 //! spec -> hash -> cost -> budget), posting or editing the bot's own comments, and the
@@ -15,6 +15,8 @@
 //! one, the bot uses the id in its store or, when the store has none (a lost row, a crash
 //! after the POST), looks for its marked comment among the issue's comments before posting: a
 //! comment is posted at most once per kind, whatever is retried.
+
+pub mod handlers;
 
 use std::sync::Arc;
 
@@ -94,27 +96,7 @@ pub enum ProposalCheck {
     },
 }
 
-/// One of the lab's per-proposal limits (`[github.budget]`) that a proposal's cost breaks, with
-/// the numbers; [`render::budget_breach`] words it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum BudgetBreach {
-    /// More FLOPs than `budget.max_flops`.
-    Flops {
-        /// What the proposal needs (training + evaluation).
-        needed: f64,
-        /// The limit.
-        limit: f64,
-    },
-    /// Longer than `budget.max_wall_seconds` at the configured `flops_per_second`.
-    WallTime {
-        /// The estimated seconds.
-        seconds: f64,
-        /// The throughput the estimate assumes.
-        flops_per_second: f64,
-        /// The limit, in seconds.
-        limit: f64,
-    },
-}
+pub use crate::config::BudgetBreach;
 
 /// The experiment id of an issue: `<owner>/<repo>#<number>`.
 pub fn experiment_id(issue: &IssueKey) -> ExperimentId {
@@ -172,12 +154,12 @@ impl<L: LabPort> Bot<L> {
 
     /// Handles one parsed webhook event (scope-checked again: see [`BotConfig::scope`]).
     pub async fn handle_event(&self, event: WebhookEvent) -> Result<Handled, BotError> {
-        crate::handlers::dispatch(self, event).await
+        crate::bot::handlers::dispatch(self, event).await
     }
 
     /// Handles one lab event (run started, progress, finished).
     pub async fn handle_lab_event(&self, event: LabEvent) -> Result<(), BotError> {
-        crate::handlers::run_events::handle(self, event).await
+        crate::bot::handlers::run_events::handle(self, event).await
     }
 
     /// Reads, validates, hashes, costs and budget-checks the proposal in an issue.

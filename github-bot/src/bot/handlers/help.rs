@@ -1,8 +1,8 @@
 //! `/help`: the list of commands. Open to everyone.
 
 use crate::bot::Bot;
+use crate::bot::handlers::CommandContext;
 use crate::error::BotError;
-use crate::handlers::CommandContext;
 use crate::port::LabPort;
 use crate::render;
 

@@ -3,8 +3,8 @@
 //! edits, until a maintainer's `/approve` lifts it.
 
 use crate::bot::Bot;
+use crate::bot::handlers::{CommandContext, reply_lab_refusal};
 use crate::error::BotError;
-use crate::handlers::{CommandContext, reply_lab_refusal};
 use crate::labels::APPROVED;
 use crate::port::LabPort;
 use crate::render;

@@ -1,4 +1,4 @@
-//! The GPU check: the harness behind `examples/gpu_check.rs` and
+//! The GPU check: the harness behind this example (`main.rs`) and
 //! `scripts/gpu-check.sh`. It checks a device backend against the CPU reference and measures
 //! it, and writes `gpu-report.json` and `gpu-report.md` into the report directory after every
 //! section, so a failure or a timeout later still leaves what was found.
@@ -21,22 +21,7 @@
 //!    stopped-early run fails the check instead of reporting 0 tok/s; per kernel class
 //!    (dense GEMM, expert GEMM, attention, elementwise) the achieved rate at the rung's shapes.
 //!
-//! Tolerances (relative to the largest magnitude of the reference output, so scale-free):
-//! - [`TOL_SAME_ORDER`] `1e-5` for ops whose CUDA kernel sums in the CPU's order (embedding,
-//!   dispatch, combine forward, elementwise, RoPE, SwiGLU, router scores, AdamW): only
-//!   expf/FMA rounding differs;
-//! - [`TOL_REORDERED`] `1e-4` for reductions done as trees or online (RMSNorm, attention both
-//!   ways, cross-entropy, norms, the weight-gradient dot products) and for cuBLAS (blocked
-//!   k-order; with k <= 1024 the f32 error bound is ~k 2^-24 |a||b| ~ 6e-5 relative); the bf16
-//!   products too, since their twin rounds the same operands (a product of two bf16 values is
-//!   exact in f32, so only the accumulation order differs);
-//! - routing indices must be identical (same top-k, same stable order);
-//! - [`TOL_STEP_LOSS`] `2e-3` relative on whole-step losses: 1e-6 differences per op compound
-//!   through AdamW (whose first steps move every weight by ~lr regardless of gradient size) and
-//!   an occasional near-tie in top-k flips one assignment (the CPU-vs-JAX check
-//!   used the same bound);
-//! - [`TOL_BF16_LOSS`] `3e-2` relative for a bf16 device step against the f32 CPU: every matmul
-//!   operand carries bf16's 2^-9 relative rounding, through 2 matmuls per block, 8 layers.
+//! Tolerances: `glassbox_runner::backend::parity`.
 //!
 //! No-GPU mode: the device is a second CPU backend (another thread count). Everything but the
 //! bf16 and fused-attention sections runs, so CI exercises the harness itself — report
@@ -53,26 +38,21 @@ use glassbox_schemas::metrics as mn;
 use glassbox_schemas::{ExperimentSpec, RunStatus};
 use serde_json::{Map, Value, json};
 
-use super::{AttentionPath, CudaBackend};
-use crate::backend::cpu::CpuBackend;
-use crate::backend::{
+use glassbox_runner::backend::cpu::CpuBackend;
+use glassbox_runner::backend::cuda::{AttentionPath, CudaBackend};
+use glassbox_runner::backend::parity::{
+    TOL_BF16_LOSS, TOL_REORDERED, TOL_SAME_ORDER, TOL_STEP_LOSS,
+};
+use glassbox_runner::backend::{
     Accumulate, AdamW, AttnDims, Backend, Groups, Precision, Qkv, RmsNormSaved, RopeTables,
     ScoreKind,
 };
-use crate::data::{DataPipeline, DirCorpusStore};
-use crate::error::RunnerError;
-use crate::observer::{MetricRecord, Observer, RecordKind};
-use crate::rng::SplitMix64;
-use crate::train::{Peak, RunOptions, RunOutcome, Trainer, WallLimit};
+use glassbox_runner::data::{DataPipeline, DirCorpusStore};
+use glassbox_runner::error::RunnerError;
+use glassbox_runner::observer::{MetricRecord, Observer, RecordKind};
+use glassbox_runner::rng::SplitMix64;
+use glassbox_runner::train::{Peak, RunOptions, RunOutcome, Trainer, WallLimit};
 
-/// Tolerance of ops that sum in the CPU's order.
-pub const TOL_SAME_ORDER: f64 = 1e-5;
-/// Tolerance of tree/online reductions, cuBLAS and bf16 products against their twin.
-pub const TOL_REORDERED: f64 = 1e-4;
-/// Whole-step loss tolerance (relative), same precision.
-pub const TOL_STEP_LOSS: f64 = 2e-3;
-/// A bf16 device step against the f32 CPU (relative).
-pub const TOL_BF16_LOSS: f64 = 3e-2;
 /// NVIDIA's dense bf16 tensor-core figure for the H100/H200 SXM (989 TFLOP/s): the MFU
 /// reference; the measured matmul peaks are reported beside it.
 pub const H200_BF16_DENSE_PEAK: f64 = 989e12;
@@ -162,7 +142,7 @@ impl CheckDevice for CpuBackend<f32> {
     }
     fn matmul_peak(&self) -> Result<(f64, String), RunnerError> {
         let threads = self.threads();
-        let p = self.run(|| crate::peak::measure_gemm_peak(threads, 0.2));
+        let p = self.run(|| glassbox_runner::backend::cpu::peak::measure_gemm_peak(threads, 0.2));
         Ok((p.flops_per_second, p.label))
     }
     fn memory_used(&self) -> Option<(u64, u64)> {

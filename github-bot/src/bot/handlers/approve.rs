@@ -4,10 +4,10 @@
 //! maintainer reviewed), else it answers with both hashes. An approval lifts a rejection. On a
 //! sweep it approves every child at once, bound to the sweep file's hash.
 
+use crate::bot::handlers::{CommandContext, proposal, reply_lab_refusal};
 use crate::bot::{Bot, ProposalCheck};
 use crate::command::HashPin;
 use crate::error::BotError;
-use crate::handlers::{CommandContext, proposal, reply_lab_refusal};
 use crate::labels::APPROVED;
 use crate::port::{Approval, ExperimentState, LabPort};
 use crate::render;

@@ -1,6 +1,6 @@
 //! The GPU check behind `scripts/gpu-check.sh`: flags into one
 //! [`CheckConfig`], one call of [`run_check`], an exit status. What is checked and every
-//! tolerance are documented in `glassbox_runner::backend::cuda::check`. Writes
+//! tolerance are documented in `check.rs` beside this file. Writes
 //! `gpu-report.json` and `gpu-report.md` to the report directory (and nothing else there);
 //! exits 0 when every check passed, 1 when one failed (the report says which), 2 on usage
 //! errors, 3 when the check cannot run (CUDA not usable, a spec refused, the report
@@ -26,7 +26,9 @@ use std::process::ExitCode;
 
 use glassbox_runner::backend::cpu::CpuBackend;
 use glassbox_runner::backend::cuda::CudaBackend;
-use glassbox_runner::backend::cuda::check::{CheckConfig, run_check};
+mod check;
+
+use check::{CheckConfig, run_check};
 use glassbox_runner::backend::cuda::nvrtc;
 use glassbox_runner::backend::cuda::sources::KERNEL_FILES;
 use glassbox_schemas::ExperimentSpec;
