@@ -9,17 +9,17 @@
 
 use std::fmt;
 
+use crate::merkle::{MerkleHash, TreeSize};
+use crate::note_key::check_key_name;
+use crate::note_key::{LogKeyKind, PrivateNoteKey, note_key_id};
 use base64::Engine as _;
 use ed25519_dalek::{Signer as _, Verifier as _};
-use sha2::{Digest, Sha256};
-
-use crate::merkle::{MerkleHash, TreeSize};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 /// The signature-line prefix: an em dash and a space.
 const SIG_PREFIX: &str = "\u{2014} ";
 /// Algorithm byte for Ed25519 keys in signed notes.
-const ALG_ED25519: u8 = 0x01;
+const ALG_ED25519: u8 = <LogKeyKind as crate::note_key::NoteKeyKind>::ALG;
 
 /// What a checkpoint commits to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,120 +204,13 @@ impl NoteSignature {
 
 /// `SHA-256(name || 0x0A || 0x01 || public key)[:4]`, big-endian.
 pub fn key_id(name: &str, public: &[u8; 32]) -> u32 {
-    let mut h = Sha256::new();
-    h.update(name.as_bytes());
-    h.update([0x0A, ALG_ED25519]);
-    h.update(public);
-    let d = h.finalize();
-    u32::from_be_bytes([d[0], d[1], d[2], d[3]])
-}
-
-/// Checks a signed-note key name: non-empty, no spaces, no '+'.
-pub(crate) fn check_key_name(name: &str) -> Result<(), String> {
-    if name.is_empty()
-        || name.contains('+')
-        || name.chars().any(|c| c.is_whitespace() || c.is_control())
-    {
-        return Err(format!(
-            "key name {name:?} must be non-empty, without spaces or '+'"
-        ));
-    }
-    Ok(())
+    note_key_id(ALG_ED25519, name, public)
 }
 
 /// The log's Ed25519 signing key and its name (the log origin).
-pub struct SigningKey {
-    name: String,
-    key: ed25519_dalek::SigningKey,
-}
+pub type SigningKey = PrivateNoteKey<LogKeyKind>;
 
-impl fmt::Debug for SigningKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SigningKey({})", self.verifier_key())
-    }
-}
-
-impl SigningKey {
-    /// A fresh key from the operating system's random source.
-    pub fn generate(name: &str) -> Result<Self, CheckpointError> {
-        check_key_name(name).map_err(|reason| CheckpointError::BadKey {
-            value: name.into(),
-            reason,
-        })?;
-        let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|e| CheckpointError::BadKey {
-            value: name.into(),
-            reason: format!("no randomness from the operating system: {e}"),
-        })?;
-        Ok(Self {
-            name: name.to_string(),
-            key: ed25519_dalek::SigningKey::from_bytes(&seed),
-        })
-    }
-
-    /// A key from a 32-byte seed (tools and benchmarks that need the same key every run).
-    pub fn from_seed(name: &str, seed: [u8; 32]) -> Result<Self, CheckpointError> {
-        check_key_name(name).map_err(|reason| CheckpointError::BadKey {
-            value: name.into(),
-            reason,
-        })?;
-        Ok(Self {
-            name: name.to_string(),
-            key: ed25519_dalek::SigningKey::from_bytes(&seed),
-        })
-    }
-
-    /// The key's name (the log origin).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// `PRIVATE+KEY+<name>+<hexid>+<base64(0x01||seed)>`.
-    pub fn to_text(&self) -> String {
-        let vk = self.verifier_key();
-        let mut raw = vec![ALG_ED25519];
-        raw.extend_from_slice(self.key.as_bytes());
-        format!(
-            "PRIVATE+KEY+{}+{:08x}+{}",
-            self.name,
-            vk.key_id,
-            B64.encode(raw)
-        )
-    }
-
-    /// Parses the private key text form.
-    pub fn parse(text: &str) -> Result<Self, CheckpointError> {
-        let bad = |reason: &str| CheckpointError::BadKey {
-            value: "PRIVATE+KEY+...".into(),
-            reason: format!("{reason}; expected PRIVATE+KEY+<name>+<8 hex>+<base64>"),
-        };
-        let rest = text
-            .trim()
-            .strip_prefix("PRIVATE+KEY+")
-            .ok_or_else(|| bad("missing PRIVATE+KEY+ prefix"))?;
-        // The name cannot contain '+'; base64 can: split from the left.
-        let mut parts = rest.splitn(3, '+');
-        let (name, hexid, b64) = match (parts.next(), parts.next(), parts.next()) {
-            (Some(n), Some(h), Some(b)) => (n, h, b),
-            _ => return Err(bad("too few '+' separated parts")),
-        };
-        let raw = B64.decode(b64).map_err(|_| bad("key is not base64"))?;
-        if raw.len() != 33 || raw[0] != ALG_ED25519 {
-            return Err(bad("key is not 0x01 followed by a 32-byte Ed25519 seed"));
-        }
-        let seed: [u8; 32] = raw[1..]
-            .try_into()
-            .map_err(|_| bad("seed is not 32 bytes"))?;
-        let key = Self {
-            name: name.to_string(),
-            key: ed25519_dalek::SigningKey::from_bytes(&seed),
-        };
-        if format!("{:08x}", key.verifier_key().key_id) != hexid {
-            return Err(bad("key id does not match the name and key"));
-        }
-        Ok(key)
-    }
-
+impl PrivateNoteKey<LogKeyKind> {
     /// The matching verifier key.
     pub fn verifier_key(&self) -> VerifierKey {
         let public = self.key.verifying_key();

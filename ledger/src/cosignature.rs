@@ -23,14 +23,14 @@ use std::fmt;
 
 use base64::Engine as _;
 use ed25519_dalek::{Signer as _, Verifier as _};
-use sha2::{Digest, Sha256};
 
-use crate::checkpoint::{CheckpointError, NoteSignature, SignedCheckpoint, check_key_name};
+use crate::checkpoint::{CheckpointError, NoteSignature, SignedCheckpoint};
+use crate::note_key::{PrivateNoteKey, WitnessKeyKind, check_key_name, note_key_id};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 /// Signature type byte of timestamped Ed25519 checkpoint cosignatures (C2SP signed-note).
-pub const ALG_COSIGNATURE_V1: u8 = 0x04;
+pub const ALG_COSIGNATURE_V1: u8 = <WitnessKeyKind as crate::note_key::NoteKeyKind>::ALG;
 
 /// The header line of the signed message, for domain separation.
 pub const COSIGNATURE_HEADER: &str = "cosignature/v1";
@@ -49,12 +49,7 @@ pub fn cosigned_message(timestamp: u64, note_text: &str) -> Vec<u8> {
 
 /// `SHA-256(name || 0x0A || 0x04 || public key)[:4]`, big-endian.
 pub fn cosigner_key_id(name: &str, public: &[u8; 32]) -> u32 {
-    let mut h = Sha256::new();
-    h.update(name.as_bytes());
-    h.update([0x0A, ALG_COSIGNATURE_V1]);
-    h.update(public);
-    let d = h.finalize();
-    u32::from_be_bytes([d[0], d[1], d[2], d[3]])
+    note_key_id(ALG_COSIGNATURE_V1, name, public)
 }
 
 /// A witness's public key: name, key id and Ed25519 key, for `cosignature/v1`.
@@ -212,96 +207,10 @@ impl CosignerKey {
     }
 }
 
-/// A witness's private cosigning key and its name.
-pub struct CosigningKey {
-    name: String,
-    key: ed25519_dalek::SigningKey,
-}
+/// A witness's Ed25519 cosigning key and its name.
+pub type CosigningKey = PrivateNoteKey<WitnessKeyKind>;
 
-impl fmt::Debug for CosigningKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CosigningKey({})", self.verifier_key())
-    }
-}
-
-impl CosigningKey {
-    /// A fresh key from the operating system's random source.
-    pub fn generate(name: &str) -> Result<Self, CheckpointError> {
-        check_key_name(name).map_err(|reason| CheckpointError::BadKey {
-            value: name.into(),
-            reason,
-        })?;
-        let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|e| CheckpointError::BadKey {
-            value: name.into(),
-            reason: format!("no randomness from the operating system: {e}"),
-        })?;
-        Ok(Self {
-            name: name.to_string(),
-            key: ed25519_dalek::SigningKey::from_bytes(&seed),
-        })
-    }
-
-    /// A key from a 32-byte seed (tests, and tools that derive keys).
-    pub fn from_seed(name: &str, seed: [u8; 32]) -> Result<Self, CheckpointError> {
-        check_key_name(name).map_err(|reason| CheckpointError::BadKey {
-            value: name.into(),
-            reason,
-        })?;
-        Ok(Self {
-            name: name.to_string(),
-            key: ed25519_dalek::SigningKey::from_bytes(&seed),
-        })
-    }
-
-    /// The witness's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// `PRIVATE+KEY+<name>+<hexid>+<base64(0x04||seed)>`.
-    pub fn to_text(&self) -> String {
-        let mut raw = vec![ALG_COSIGNATURE_V1];
-        raw.extend_from_slice(self.key.as_bytes());
-        format!(
-            "PRIVATE+KEY+{}+{:08x}+{}",
-            self.name,
-            self.verifier_key().key_id,
-            B64.encode(raw)
-        )
-    }
-
-    /// Parses the private key text form.
-    pub fn parse(text: &str) -> Result<Self, CheckpointError> {
-        let bad = |reason: &str| CheckpointError::BadKey {
-            value: "PRIVATE+KEY+...".into(),
-            reason: format!(
-                "{reason}; a witness's private key is PRIVATE+KEY+<name>+<8 hex>+<base64(0x04||seed)>"
-            ),
-        };
-        let rest = text
-            .trim()
-            .strip_prefix("PRIVATE+KEY+")
-            .ok_or_else(|| bad("missing PRIVATE+KEY+ prefix"))?;
-        let mut parts = rest.splitn(3, '+');
-        let (name, hexid, b64) = match (parts.next(), parts.next(), parts.next()) {
-            (Some(n), Some(h), Some(b)) => (n, h, b),
-            _ => return Err(bad("too few '+' separated parts")),
-        };
-        let raw = B64.decode(b64).map_err(|_| bad("key is not base64"))?;
-        if raw.len() != 33 || raw[0] != ALG_COSIGNATURE_V1 {
-            return Err(bad("key is not 0x04 followed by a 32-byte Ed25519 seed"));
-        }
-        let seed: [u8; 32] = raw[1..]
-            .try_into()
-            .map_err(|_| bad("seed is not 32 bytes"))?;
-        let key = Self::from_seed(name, seed)?;
-        if format!("{:08x}", key.verifier_key().key_id) != hexid {
-            return Err(bad("key id does not match the name and key"));
-        }
-        Ok(key)
-    }
-
+impl PrivateNoteKey<WitnessKeyKind> {
     /// The matching public key.
     pub fn verifier_key(&self) -> CosignerKey {
         let public = self.key.verifying_key();
