@@ -10,6 +10,7 @@
 use std::fmt;
 
 use crate::merkle::{MerkleHash, TreeSize};
+pub use crate::note_error::CheckpointError;
 use crate::note_key::check_key_name;
 use crate::note_key::{LogKeyKind, PrivateNoteKey, note_key_id};
 use base64::Engine as _;
@@ -42,48 +43,6 @@ impl Checkpoint {
             self.root.to_base64()
         )
     }
-}
-
-/// Why a checkpoint, note or key is rejected. Each says which part is wrong.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CheckpointError {
-    /// The note is not `text`, an empty line, and signature lines.
-    #[error("checkpoint is not a signed note: {0}")]
-    Malformed(String),
-    /// No signature by the expected key.
-    #[error("checkpoint has no signature by key {name}+{key_id:08x}")]
-    Unsigned {
-        /// Key name.
-        name: String,
-        /// Key id.
-        key_id: u32,
-    },
-    /// A signature by the key that does not verify.
-    #[error(
-        "checkpoint signature by {name}+{key_id:08x} is invalid (the checkpoint text or signature was altered)"
-    )]
-    BadSignature {
-        /// Key name.
-        name: String,
-        /// Key id.
-        key_id: u32,
-    },
-    /// A key's text form is wrong.
-    #[error("bad key {value:?}: {reason}")]
-    BadKey {
-        /// The key text (cut to 100 characters).
-        value: String,
-        /// What is wrong and what is expected.
-        reason: String,
-    },
-    /// The origin differs from the key's log.
-    #[error("checkpoint origin {got:?} differs from the expected origin {expected:?}")]
-    WrongOrigin {
-        /// Origin in the checkpoint.
-        got: String,
-        /// Origin expected.
-        expected: String,
-    },
 }
 
 fn malformed(s: impl Into<String>) -> CheckpointError {

@@ -42,6 +42,7 @@ pub mod log;
 pub mod lttb;
 pub mod merkle;
 pub mod monitor;
+mod note_error;
 pub mod note_key;
 pub mod precedence;
 pub mod private_runtime;

@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
-use crate::checkpoint::CheckpointError;
+use crate::note_error::CheckpointError;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
