@@ -125,6 +125,20 @@ pub struct IndexedEntry {
     pub entry: String,
 }
 
+impl IndexedEntry {
+    /// A row with the entries table's columns (`idx, kind, experiment, run, time, entry`).
+    fn from_row(r: &sqlx::any::AnyRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            index: r.try_get::<i64, _>("idx")? as u64,
+            kind: r.try_get("kind")?,
+            experiment: r.try_get("experiment")?,
+            run: r.try_get("run")?,
+            time: r.try_get("time")?,
+            entry: r.try_get("entry")?,
+        })
+    }
+}
+
 /// Read-only connections to a SQLite index (in [`Index::pool`]): the dashboard serves many
 /// pages at once, and one connection would make every query queue behind the others.
 pub const READ_CONNECTIONS: u32 = 4;
@@ -635,16 +649,7 @@ impl Index {
             .await
             .map_err(|e| self.err(e))?;
         rows.iter()
-            .map(|r| {
-                Ok(IndexedEntry {
-                    index: r.try_get::<i64, _>("idx")? as u64,
-                    kind: r.try_get("kind")?,
-                    experiment: r.try_get("experiment")?,
-                    run: r.try_get("run")?,
-                    time: r.try_get("time")?,
-                    entry: r.try_get("entry")?,
-                })
-            })
+            .map(IndexedEntry::from_row)
             .collect::<Result<Vec<_>, sqlx::Error>>()
             .map_err(|e| self.err(e))
     }

@@ -85,16 +85,7 @@ impl Index {
             .await
             .map_err(|e| self.err(e))?;
         rows.iter()
-            .map(|r| {
-                Ok(IndexedEntry {
-                    index: r.try_get::<i64, _>("idx")? as u64,
-                    kind: r.try_get("kind")?,
-                    experiment: r.try_get("experiment")?,
-                    run: r.try_get("run")?,
-                    time: r.try_get("time")?,
-                    entry: r.try_get("entry")?,
-                })
-            })
+            .map(IndexedEntry::from_row)
             .collect::<Result<Vec<_>, sqlx::Error>>()
             .map_err(|e| self.err(e))
     }
