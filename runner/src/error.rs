@@ -21,6 +21,15 @@ pub enum RunnerError {
     #[error("backend error: {0}")]
     Backend(String),
     /// The spec asks for something this runner does not support.
+    #[error("{field} = {value} is not accepted: {accepted}")]
+    Invalid {
+        /// What was given (a flag or a request field).
+        field: &'static str,
+        /// The value given.
+        value: String,
+        /// What would be accepted.
+        accepted: String,
+    },
     #[error("unsupported spec: {field} = {value}: {fix}")]
     Unsupported {
         /// Field path, e.g. `model.vocab`.

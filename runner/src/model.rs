@@ -168,11 +168,11 @@ enum TensorKind {
 
 /// Indices of one layer's tensors in [`Model::params`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct LayerIx {
-    ln1: usize,
-    wqkv: usize,
-    wo: usize,
-    ln2: usize,
+pub(crate) struct LayerIx {
+    pub(crate) ln1: usize,
+    pub(crate) wqkv: usize,
+    pub(crate) wo: usize,
+    pub(crate) ln2: usize,
     router: usize,
     w13: usize,
     w2: usize,
@@ -258,6 +258,30 @@ enum Pass {
     /// Followed by backward: every layer's [`LayerCache`], and the logits overwritten by
     /// `dloss/dlogits` (see [`ForwardCache::dlogits`]).
     Train,
+    /// Scoring: the logits come back to the host, and routing is dropless (inference never
+    /// drops an assignment, whatever capacity training used).
+    Logits,
+}
+
+/// What a forward pass returns: its losses, and what its [`Pass`] asked it to keep.
+struct Forward<B: Backend> {
+    stats: PassStats,
+    cache: Option<ForwardCache<B>>,
+    logits: Option<Vec<f32>>,
+}
+
+/// One MoE block's forward: its output and every activation backward reads.
+pub(crate) struct MoeFwd<B: Backend> {
+    /// `[N, C]` the block's output (routed experts combined, plus the shared experts).
+    pub(crate) out: B::Buf,
+    router_logits: B::Buf,
+    scores: B::Buf,
+    routing: Routing<B>,
+    xs: B::Buf,
+    h: B::Buf,
+    a: B::Buf,
+    ye: B::Buf,
+    shared: Vec<(B::Buf, B::Buf)>,
 }
 
 /// What backward needs from one layer's forward (llm.c's activations): the layer's input,
@@ -474,8 +498,47 @@ impl Model {
         bias: &[Vec<f64>],
         batch: &BatchIds<'_, B>,
     ) -> PassStats {
-        let (stats, _) = self.forward(be, params, bias, batch, Pass::Evaluate);
-        stats
+        self.forward(be, params, bias, batch, Pass::Evaluate).stats
+    }
+
+    /// Forward only, dropless: the next-token logits `[N, V]` on the host, as f32 (scoring).
+    pub fn logits<B: Backend>(
+        &self,
+        be: &B,
+        params: &[B::Buf],
+        bias: &[Vec<f64>],
+        batch: &BatchIds<'_, B>,
+    ) -> Vec<f32> {
+        self.forward(be, params, bias, batch, Pass::Logits)
+            .logits
+            .unwrap_or_default()
+    }
+
+    /// The parameter index of the token embedding.
+    pub(crate) fn wte_index(&self) -> usize {
+        self.wte
+    }
+
+    /// The parameter index of the final RMSNorm's gain.
+    pub(crate) fn lnf_index(&self) -> usize {
+        self.lnf
+    }
+
+    /// The parameter index of the output projection.
+    pub(crate) fn lm_head_index(&self) -> usize {
+        self.lm_head
+    }
+
+    /// Each layer's parameter indices, in order.
+    pub(crate) fn layer_indices(&self) -> impl Iterator<Item = &LayerIx> {
+        self.layers.iter()
+    }
+
+    /// RoPE's `cos, sin [D/2]` at position `pos` (below `seq_len`).
+    pub(crate) fn rope_row(&self, pos: usize) -> (&[f64], &[f64]) {
+        let half = self.dims.d_model / self.dims.n_heads / 2;
+        let span = pos * half..(pos + 1) * half;
+        (&self.cos[span.clone()], &self.sin[span])
     }
 
     /// Forward and backward: adds the gradient of [`PassStats::total`] into `grads`
@@ -488,7 +551,7 @@ impl Model {
         bias: &[Vec<f64>],
         batch: &BatchIds<'_, B>,
     ) -> PassStats {
-        let (stats, cache) = self.forward(be, params, bias, batch, Pass::Train);
+        let Forward { stats, cache, .. } = self.forward(be, params, bias, batch, Pass::Train);
         if let Some(cache) = cache {
             self.backward(be, params, grads, batch, cache);
         }
@@ -503,19 +566,16 @@ impl Model {
         bias: &[Vec<f64>],
         batch: &BatchIds<'_, B>,
         pass: Pass,
-    ) -> (PassStats, Option<ForwardCache<B>>) {
+    ) -> Forward<B> {
         let (tokens, targets, b) = (batch.tokens, batch.targets, batch.batch_size);
         let keep = pass == Pass::Train;
         let d = &self.dims;
-        let (c, t, e, k, f, v) = (
-            d.d_model,
-            d.seq_len,
-            d.n_experts,
-            d.top_k,
-            d.d_expert,
-            d.vocab,
-        );
+        let (c, t, e, k, v) = (d.d_model, d.seq_len, d.n_experts, d.top_k, d.vocab);
         let n = b * t;
+        let capacity = match pass {
+            Pass::Logits => None,
+            Pass::Evaluate | Pass::Train => d.capacity(n),
+        };
         let ad = self.attn_dims(b);
         let rope = self.rope_tables(be);
 
@@ -560,62 +620,17 @@ impl Model {
             let mut ln2 = be.zeros(n * c);
             let mut rstd2 = be.zeros(n);
             be.rmsnorm_fwd(&mut ln2, &mut rstd2, &x_mid, &params[ix.ln2], c, d.norm_eps);
-            let mut router_logits = be.zeros(n * e);
-            be.linear_fwd(
-                &mut router_logits,
-                &ln2,
-                &params[ix.router],
-                &Groups::dense(n, c, e),
-            );
-            let mut scores = be.zeros(n * e);
-            be.router_scores_fwd(&mut scores, &router_logits, e, d.score);
-            let routing = be.route(&scores, &bias[li], k, d.combine_scale, d.capacity(n));
-            let s_rows: usize = routing.expert_rows.iter().sum();
-            let mut xs = be.zeros(s_rows * c);
-            be.dispatch_fwd(&mut xs, &ln2, &routing, c);
-            let eg13 = Groups {
-                rows: routing.expert_rows.clone(),
-                first: 0,
-                in_dim: c,
-                out_dim: 2 * f,
-            };
-            let eg2 = Groups {
-                rows: routing.expert_rows.clone(),
-                first: 0,
-                in_dim: f,
-                out_dim: c,
-            };
-            let mut h = be.zeros(s_rows * 2 * f);
-            be.linear_fwd(&mut h, &xs, &params[ix.w13], &eg13);
-            let mut a = be.zeros(s_rows * f);
-            be.swiglu_fwd(&mut a, &h, f);
-            let mut ye = be.zeros(s_rows * c);
-            be.linear_fwd(&mut ye, &a, &params[ix.w2], &eg2);
-            let mut moe_out = be.zeros(n * c);
-            let mut shared = Vec::with_capacity(d.n_shared);
-            for si in 0..d.n_shared {
-                let g13 = Groups {
-                    rows: vec![n],
-                    first: si,
-                    in_dim: c,
-                    out_dim: 2 * f,
-                };
-                let g2 = Groups {
-                    rows: vec![n],
-                    first: si,
-                    in_dim: f,
-                    out_dim: c,
-                };
-                let mut hs = be.zeros(n * 2 * f);
-                be.linear_fwd(&mut hs, &ln2, &params[ix.ws13], &g13);
-                let mut as_ = be.zeros(n * f);
-                be.swiglu_fwd(&mut as_, &hs, f);
-                let mut ys = be.zeros(n * c);
-                be.linear_fwd(&mut ys, &as_, &params[ix.ws2], &g2);
-                be.add_assign(&mut moe_out, &ys);
-                shared.push((hs, as_));
-            }
-            be.combine_fwd(&mut moe_out, &ye, &routing, c, Accumulate::Add);
+            let MoeFwd {
+                out: moe_out,
+                router_logits,
+                scores,
+                routing,
+                xs,
+                h,
+                a,
+                ye,
+                shared,
+            } = self.moe_fwd(be, params, li, &bias[li], &ln2, n, capacity);
             let mut x_out = be.duplicate(&x_mid);
             be.add_assign(&mut x_out, &moe_out);
             drop(moe_out);
@@ -663,6 +678,12 @@ impl Model {
             &params[self.lm_head],
             &Groups::dense(n, c, v),
         );
+        let host_logits = (pass == Pass::Logits).then(|| {
+            be.download(&logits)
+                .into_iter()
+                .map(|x| x.to_f64() as f32)
+                .collect()
+        });
         let grad_scale = keep.then_some(1.0 / n as f64);
         let sums = be.cross_entropy(&mut logits, targets, v, d.z_loss, grad_scale);
         let stats = PassStats {
@@ -679,7 +700,96 @@ impl Model {
             rstdf,
             dlogits: logits,
         });
-        (stats, cache)
+        Forward {
+            stats,
+            cache,
+            logits: host_logits,
+        }
+    }
+
+    /// One MoE block on `ln2 [N, C]`: router, top-k routing (with `capacity`, if any), the
+    /// routed experts combined by their weights, and the shared experts.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn moe_fwd<B: Backend>(
+        &self,
+        be: &B,
+        params: &[B::Buf],
+        li: usize,
+        bias: &[f64],
+        ln2: &B::Buf,
+        n: usize,
+        capacity: Option<usize>,
+    ) -> MoeFwd<B> {
+        let d = &self.dims;
+        let ix = &self.layers[li];
+        let (c, e, k, f) = (d.d_model, d.n_experts, d.top_k, d.d_expert);
+        let mut router_logits = be.zeros(n * e);
+        be.linear_fwd(
+            &mut router_logits,
+            ln2,
+            &params[ix.router],
+            &Groups::dense(n, c, e),
+        );
+        let mut scores = be.zeros(n * e);
+        be.router_scores_fwd(&mut scores, &router_logits, e, d.score);
+        let routing = be.route(&scores, bias, k, d.combine_scale, capacity);
+        let s_rows: usize = routing.expert_rows.iter().sum();
+        let mut xs = be.zeros(s_rows * c);
+        be.dispatch_fwd(&mut xs, ln2, &routing, c);
+        let eg13 = Groups {
+            rows: routing.expert_rows.clone(),
+            first: 0,
+            in_dim: c,
+            out_dim: 2 * f,
+        };
+        let eg2 = Groups {
+            rows: routing.expert_rows.clone(),
+            first: 0,
+            in_dim: f,
+            out_dim: c,
+        };
+        let mut h = be.zeros(s_rows * 2 * f);
+        be.linear_fwd(&mut h, &xs, &params[ix.w13], &eg13);
+        let mut a = be.zeros(s_rows * f);
+        be.swiglu_fwd(&mut a, &h, f);
+        let mut ye = be.zeros(s_rows * c);
+        be.linear_fwd(&mut ye, &a, &params[ix.w2], &eg2);
+        let mut moe_out = be.zeros(n * c);
+        let mut shared = Vec::with_capacity(d.n_shared);
+        for si in 0..d.n_shared {
+            let g13 = Groups {
+                rows: vec![n],
+                first: si,
+                in_dim: c,
+                out_dim: 2 * f,
+            };
+            let g2 = Groups {
+                rows: vec![n],
+                first: si,
+                in_dim: f,
+                out_dim: c,
+            };
+            let mut hs = be.zeros(n * 2 * f);
+            be.linear_fwd(&mut hs, ln2, &params[ix.ws13], &g13);
+            let mut as_ = be.zeros(n * f);
+            be.swiglu_fwd(&mut as_, &hs, f);
+            let mut ys = be.zeros(n * c);
+            be.linear_fwd(&mut ys, &as_, &params[ix.ws2], &g2);
+            be.add_assign(&mut moe_out, &ys);
+            shared.push((hs, as_));
+        }
+        be.combine_fwd(&mut moe_out, &ye, &routing, c, Accumulate::Add);
+        MoeFwd {
+            out: moe_out,
+            router_logits,
+            scores,
+            routing,
+            xs,
+            h,
+            a,
+            ye,
+            shared,
+        }
     }
 
     /// Router statistics of one layer, and the switch loss's per-expert score gradient.

@@ -145,6 +145,11 @@ pub fn save<F: Real>(path: &Path, state: &TrainingSnapshot<F>) -> Result<(), Run
 pub fn load<F: Real>(path: &Path) -> Result<TrainingSnapshot<F>, RunnerError> {
     let bytes = std::fs::read(path)
         .map_err(|e| RunnerError::io(format!("read checkpoint {}", path.display()), e))?;
+    from_bytes(&bytes, path)
+}
+
+/// Read a snapshot's bytes (a file's, or a blob's); `path` names it in errors.
+pub fn from_bytes<F: Real>(bytes: &[u8], path: &Path) -> Result<TrainingSnapshot<F>, RunnerError> {
     if bytes.len() < 8 {
         return Err(err(path, "file is shorter than its 8-byte header length"));
     }

@@ -197,6 +197,42 @@ impl TextTokenizer {
                 reason: e.to_string(),
             })
     }
+    /// The text of `ids`, special tokens included, as the tokenizer's decoder writes it.
+    pub fn decode(&self, ids: &[u32]) -> Result<String, DataError> {
+        self.inner
+            .decode(ids, false)
+            .map_err(|e| DataError::Tokenizer {
+                what: "decoding".into(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// The `bytes` tokenizer as a Hugging Face `tokenizer.json`: token `b` is byte `b` (a
+    /// byte-level BPE with the 256 byte symbols and no merges, no pre-tokenizer split, and the
+    /// byte-level decoder), so tools that load `tokenizer.json` see the same ids as glassbox.
+    pub fn bytes_json() -> Result<Vec<u8>, DataError> {
+        let bad = |reason: String| DataError::Tokenizer {
+            what: "the bytes tokenizer".into(),
+            reason,
+        };
+        let symbols = ByteLevel::alphabet();
+        let mut vocab = tokenizers::models::bpe::Vocab::default();
+        for b in 0..=255u8 {
+            let symbol = byte_symbol(b);
+            debug_assert!(symbols.contains(&symbol));
+            vocab.insert(symbol.to_string(), u32::from(b));
+        }
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, Vec::new())
+            .build()
+            .map_err(|e| bad(e.to_string()))?;
+        let mut t = Tokenizer::new(bpe);
+        t.with_pre_tokenizer(Some(ByteLevel::new(false, false, false)));
+        t.with_decoder(Some(ByteLevel::new(false, false, false)));
+        t.to_string(true)
+            .map(String::into_bytes)
+            .map_err(|e| bad(e.to_string()))
+    }
 
     /// Vocabulary size, added tokens included (one past the largest id).
     pub fn vocab_size(&self) -> u32 {
@@ -268,6 +304,16 @@ impl TextTokenizer {
             bytes,
         }
     }
+}
+/// GPT-2's printable stand-in for byte `b` in byte-level vocabularies: printable Latin-1
+/// bytes stand for themselves, the rest map in order to U+0100 onwards.
+fn byte_symbol(b: u8) -> char {
+    let printable = |x: u8| (b'!'..=b'~').contains(&x) || (0xa1..=0xac).contains(&x) || x >= 0xae;
+    if printable(b) {
+        return char::from(b);
+    }
+    let rank = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + rank).unwrap_or('\u{FFFD}')
 }
 
 fn special_tokens(t: &Tokenizer) -> Vec<String> {

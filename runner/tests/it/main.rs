@@ -4,6 +4,7 @@
 
 mod gpu_check;
 mod gradcheck;
+mod inference;
 mod kernels_nvrtc;
 mod learning;
 mod tokenizer_interop;

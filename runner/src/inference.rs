@@ -1,0 +1,229 @@
+//! What a trained model does with text: how likely it finds a text ([`score`]) and what it
+//! writes after a prompt ([`generate`]).
+//!
+//! Scoring runs the batched forward ([`Model::logits`]) over non-overlapping windows of the
+//! model's context: window `w` feeds tokens `wT .. wT+T` and predicts `wT+1 .. wT+T+1`, so each
+//! token after the first is predicted once, with at most `T` tokens before it (the context
+//! restarts at each window, as in training). Log-probabilities are taken in f64 from the f32
+//! logits. Generation feeds the prompt through a [`Decoder`] and then one token at a time.
+//! Both are the same for any CPU thread count. Not here: finding a run's snapshot (the lab).
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::backend::Backend;
+use crate::decode::Decoder;
+use crate::error::RunnerError;
+use crate::model::{BatchIds, Model};
+use crate::sampling::{SampleSettings, Sampler};
+use crate::text::TextCodec;
+
+/// Windows scored per forward pass (bounds the logits held at once to `B T V` floats).
+const SCORE_BATCH: usize = 8;
+
+/// A text's negative log-likelihood under the model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Score {
+    /// Tokens in the text.
+    pub tokens: usize,
+    /// Tokens predicted (all but the first).
+    pub predicted: usize,
+    /// UTF-8 bytes the predicted tokens stand for.
+    pub bytes: u64,
+    /// Sum of the predicted tokens' negative log-likelihoods, in nats.
+    pub total_nll: f64,
+    /// `total_nll / predicted`.
+    pub nll_per_token: f64,
+    /// `total_nll / ln 2 / bytes`.
+    pub bits_per_byte: f64,
+    /// Each predicted token's id and log-likelihood (nats, `<= 0`), in text order.
+    pub per_token: Vec<(u32, f64)>,
+}
+
+/// Scores token `ids` whose UTF-8 byte counts are `bytes`.
+pub fn score<B: Backend>(
+    model: &Model,
+    be: &B,
+    params: &[B::Buf],
+    bias: &[Vec<f64>],
+    ids: &[u32],
+    bytes: &[u32],
+) -> Result<Score, RunnerError> {
+    if ids.len() < 2 {
+        return Err(RunnerError::Invalid {
+            field: "text",
+            value: format!("{} token(s)", ids.len()),
+            accepted: "at least 2 tokens: the first is context, the rest are scored".into(),
+        });
+    }
+    let (t, v) = (model.dims.seq_len, model.dims.vocab);
+    if let Some(&bad) = ids.iter().find(|&&i| i as usize >= v) {
+        return Err(RunnerError::Invalid {
+            field: "token",
+            value: bad.to_string(),
+            accepted: format!("ids below the model's vocabulary size {v}"),
+        });
+    }
+    let predicted = ids.len() - 1;
+    let windows = predicted.div_ceil(t);
+    let mut per_token = Vec::with_capacity(predicted);
+    for first in (0..windows).step_by(SCORE_BATCH) {
+        let rows = (windows - first).min(SCORE_BATCH);
+        let mut inputs = vec![0u32; rows * t];
+        let mut targets = vec![0u32; rows * t];
+        let mut real = vec![false; rows * t];
+        for r in 0..rows {
+            let start = (first + r) * t;
+            for p in 0..t {
+                let i = start + p;
+                if i + 1 < ids.len() {
+                    inputs[r * t + p] = ids[i];
+                    targets[r * t + p] = ids[i + 1];
+                    real[r * t + p] = true;
+                }
+            }
+        }
+        let (tok, tgt) = (be.upload_ids(&inputs), be.upload_ids(&targets));
+        let batch = BatchIds {
+            tokens: &tok,
+            targets: &tgt,
+            batch_size: rows,
+        };
+        let logits = model.logits(be, params, bias, &batch);
+        for (n, row) in logits.chunks_exact(v).enumerate() {
+            if !real[n] {
+                continue;
+            }
+            let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
+            let lse = max
+                + row
+                    .iter()
+                    .map(|&x| (x as f64 - max).exp())
+                    .sum::<f64>()
+                    .ln();
+            let target = targets[n];
+            per_token.push((target, row[target as usize] as f64 - lse));
+        }
+    }
+    let total_nll = -per_token.iter().map(|(_, lp)| lp).sum::<f64>();
+    let scored_bytes: u64 = bytes.iter().skip(1).map(|&b| u64::from(b)).sum();
+    Ok(Score {
+        tokens: ids.len(),
+        predicted,
+        bytes: scored_bytes,
+        total_nll,
+        nll_per_token: total_nll / predicted as f64,
+        bits_per_byte: if scored_bytes == 0 {
+            f64::NAN
+        } else {
+            total_nll / std::f64::consts::LN_2 / scored_bytes as f64
+        },
+        per_token,
+    })
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// `max_tokens` were written.
+    Length,
+    /// The model wrote its end-of-text token (not part of the text).
+    EndOfText,
+}
+
+/// What a model wrote after a prompt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Completion {
+    /// Prompt tokens fed.
+    pub prompt_tokens: usize,
+    /// Prompt tokens cut from the front so the prompt and the completion fit the context.
+    pub prompt_tokens_dropped: usize,
+    /// The prompt as the model saw it (after any cut).
+    pub prompt_kept: String,
+    /// The completion's token ids.
+    pub ids: Vec<u32>,
+    /// The completion's text (complete characters only).
+    pub text: String,
+    /// Bytes of a character the completion left incomplete at its end, not in `text`.
+    pub incomplete_bytes: usize,
+    /// Why it stopped.
+    pub stop: StopReason,
+    /// Seconds from the start to the first new token's logits (the prompt's forward).
+    pub time_to_first_token: f64,
+    /// Seconds for the whole completion.
+    pub seconds: f64,
+}
+
+/// Writes up to `max_tokens` tokens after `prompt`. A prompt that does not fit the context
+/// with `max_tokens` after it keeps its last tokens (the cut is reported).
+#[allow(clippy::too_many_arguments)]
+pub fn generate<B: Backend>(
+    model: &Model,
+    be: &B,
+    params: &[B::Buf],
+    bias: &[Vec<f64>],
+    codec: &TextCodec,
+    prompt: &str,
+    max_tokens: usize,
+    settings: SampleSettings,
+) -> Result<Completion, RunnerError> {
+    let started = Instant::now();
+    let mut sampler = Sampler::new(settings)?;
+    let t = model.dims.seq_len;
+    if max_tokens == 0 || max_tokens >= t {
+        return Err(RunnerError::Invalid {
+            field: "max_tokens",
+            value: max_tokens.to_string(),
+            accepted: format!(
+                "between 1 and {} (the context is {t} tokens and the prompt needs at least one)",
+                t - 1
+            ),
+        });
+    }
+    let (mut ids, _) = codec.encode(prompt)?;
+    if ids.is_empty() {
+        return Err(RunnerError::Invalid {
+            field: "prompt",
+            value: format!("{prompt:?}"),
+            accepted: "a prompt of at least one token".into(),
+        });
+    }
+    let room = t - max_tokens;
+    let dropped = ids.len().saturating_sub(room);
+    ids.drain(..dropped);
+    let prompt_kept = codec.decode(&ids)?.text;
+    let mut decoder = Decoder::new(model, be, params, bias);
+    let mut logits = Vec::new();
+    for &id in &ids {
+        logits = decoder.feed(id)?;
+    }
+    let time_to_first_token = started.elapsed().as_secs_f64();
+    let mut out = Vec::with_capacity(max_tokens);
+    let mut stop = StopReason::Length;
+    let eot = codec.end_of_text();
+    for n in 0..max_tokens {
+        let next = sampler.pick(&logits);
+        if Some(next) == eot {
+            stop = StopReason::EndOfText;
+            break;
+        }
+        out.push(next);
+        if n + 1 < max_tokens {
+            logits = decoder.feed(next)?;
+        }
+    }
+    let decoded = codec.decode(&out)?;
+    Ok(Completion {
+        prompt_tokens: ids.len(),
+        prompt_tokens_dropped: dropped,
+        prompt_kept,
+        ids: out,
+        text: decoded.text,
+        incomplete_bytes: decoded.incomplete_bytes,
+        stop,
+        time_to_first_token,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
