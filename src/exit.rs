@@ -17,6 +17,7 @@
 use std::process::ExitCode;
 
 use glassbox_lab::LabError;
+use glassbox_runner::RunnerError;
 
 /// Success.
 pub const OK: u8 = 0;
@@ -46,6 +47,11 @@ pub fn of_error(err: &anyhow::Error) -> u8 {
         .find_map(|cause| cause.downcast_ref::<LabError>())
         .map_or(OPERATIONAL, |e| match e {
             LabError::Refused(_) | LabError::Data(_) => CHECK_FAILED,
+            LabError::Runner(
+                RunnerError::Invalid { .. }
+                | RunnerError::Unsupported { .. }
+                | RunnerError::Data(_),
+            ) => CHECK_FAILED,
             _ => OPERATIONAL,
         })
 }

@@ -76,6 +76,12 @@ enum Command {
     Ladder(cli::ladder::LadderArgs),
     /// Re-run a recorded run from the ledger and compare it bitwise (a `reproduction` entry).
     Reproduce(cli::reproduce::ReproduceArgs),
+    /// A run's snapshot's negative log-likelihood of a text: total, per token, bits per byte.
+    Score(cli::model::ScoreArgs),
+    /// What a run's snapshot writes after a prompt (cached decoding; greedy at temperature 0).
+    Sample(cli::model::SampleArgs),
+    /// A run's snapshot as a Hugging Face `transformers` directory, recorded in the ledger.
+    Export(cli::model::ExportArgs),
     /// The leaderboards rebuilt from the log alone: only reproduced runs are ranked.
     Board(cli::board::BoardArgs),
     /// Datasets: `data import --domain NAME FILE`, `data generate --domain NAME --seed N --bytes N`.
@@ -141,6 +147,9 @@ fn main() -> ExitCode {
         Command::Data(cmd) => cli::data::run(cmd, &cli.global),
         Command::Ladder(args) => cli::ladder::run(args, &cli.global),
         Command::Reproduce(args) => cli::reproduce::run(args, &cli.global),
+        Command::Score(args) => cli::model::score(args, &cli.global),
+        Command::Sample(args) => cli::model::sample(args, &cli.global),
+        Command::Export(args) => cli::model::export(args, &cli.global),
         Command::Board(args) => cli::board::run(args, &cli.global),
         Command::Serve(args) => cli::serve::run(args, &cli.global),
         Command::Quickstart(args) => cli::quickstart::run(args, &cli.global),

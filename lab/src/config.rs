@@ -323,6 +323,15 @@ impl Default for ReproduceSettings {
     }
 }
 
+/// `[export]`: what the lab says about the models it exports (`glassbox export`).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExportSettings {
+    /// The licence of the weights the lab publishes (an SPDX id or a sentence), written into
+    /// every exported model card. Left out: the card says none is declared.
+    pub licence: Option<String>,
+}
+
 /// The whole lab configuration.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LabConfig {
@@ -338,6 +347,8 @@ pub struct LabConfig {
     pub ledger: LedgerSettings,
     /// `[reproduce]`.
     pub reproduce: ReproduceSettings,
+    /// `[export]`.
+    pub export: ExportSettings,
     /// `[[leaderboard]]`: the boards, in the file's order.
     pub leaderboards: Vec<glassbox_ledger::board::BoardDef>,
 }
@@ -379,6 +390,7 @@ impl LabConfig {
                 "storage" => section(key, value, &mut cfg.storage, &mut problems),
                 "ledger" => section(key, value, &mut cfg.ledger, &mut problems),
                 "reproduce" => section(key, value, &mut cfg.reproduce, &mut problems),
+                "export" => section(key, value, &mut cfg.export, &mut problems),
                 "leaderboard" => boards(value, &mut cfg.leaderboards, &mut problems),
                 other if others.contains(&other) => {
                     rest.insert(key.clone(), value.clone());
@@ -391,6 +403,7 @@ impl LabConfig {
                         "storage",
                         "ledger",
                         "reproduce",
+                        "export",
                         "leaderboard",
                     ];
                     known.extend_from_slice(others);
@@ -413,6 +426,15 @@ impl LabConfig {
         let mut bad = |key: &str, value: String, rule: &str| {
             problems.push(format!("{key} = {value}: {rule}"));
         };
+        if let Some(l) = &self.export.licence
+            && (l.trim().is_empty() || l.len() > 200 || l.contains(['\n', '\r']))
+        {
+            bad(
+                "export.licence",
+                format!("{l:?}"),
+                "one line of at most 200 characters (an SPDX id such as \"apache-2.0\", or a sentence)",
+            );
+        }
         let l = &self.limits;
         if !(l.max_flops_per_proposal.is_finite() && l.max_flops_per_proposal > 0.0) {
             bad(

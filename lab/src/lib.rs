@@ -38,6 +38,7 @@ pub mod corpus;
 pub mod dataset;
 pub mod db;
 pub mod error;
+pub mod export;
 pub mod flow;
 pub mod forecast;
 pub mod handle;
@@ -53,6 +54,7 @@ pub mod sequencer;
 pub mod service;
 pub mod stall;
 pub mod tokens;
+pub mod trained;
 pub mod worker;
 
 pub use config::LabConfig;

@@ -159,7 +159,7 @@ fn find_run(rec: &Recorder, run: &RunId) -> Result<RunRecord, LabError> {
 }
 
 /// A blob's bytes, refused unless they hash to its name.
-fn verified(rec: &Recorder, hash: &BlobHash, what: &str) -> Result<Vec<u8>, LabError> {
+pub(crate) fn verified(rec: &Recorder, hash: &BlobHash, what: &str) -> Result<Vec<u8>, LabError> {
     let bytes = rec.get_bytes(hash)?;
     let actual = Blake3Hash::of(&bytes);
     if actual != hash.0 {

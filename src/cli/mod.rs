@@ -8,6 +8,7 @@ pub mod data;
 pub mod jobs;
 pub mod ladder;
 pub mod ledger;
+pub mod model;
 pub mod publish;
 pub mod quickstart;
 pub mod reproduce;
