@@ -81,13 +81,13 @@ pub struct SampleArgs {
     #[arg(long, default_value_t = 64)]
     pub max_tokens: usize,
     /// 0 is greedy; higher is more random (at most 100).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub temperature: f64,
     /// Draw only among the K most likely tokens.
     #[arg(long)]
     pub top_k: Option<usize>,
     /// Draw only among the most likely tokens holding this much probability (nucleus).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub top_p: f64,
     /// Seed of the draws (the same seed, prompt and settings give the same text).
     #[arg(long, default_value_t = 0)]

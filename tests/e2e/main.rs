@@ -12,6 +12,7 @@ mod disk_full;
 mod hostile;
 mod ladder_reproduce;
 mod ledger_cli;
+mod model_text;
 mod multi_machine;
 mod observatory_cli;
 mod quickstart;

@@ -46,11 +46,22 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
-/// The Python packages the tests need, pinned.
+/// The Python packages the tests need, pinned, in the tests' virtualenv (on `PATH`).
 const PYTHON_PINS: [&str; 3] = [
     "moto[server]==5.2.1",
     "nvidia-cuda-nvrtc==13.0.88",
     // The tokenizer interop test: the same release as the `tokenizers` crate.
+    "tokenizers==0.23.2",
+];
+
+/// The export test's `transformers` and `torch`, pinned, in a virtualenv of their own: PyPI's
+/// Linux torch wheel brings CUDA libraries of a newer release than the NVRTC pin above (the
+/// CPU-only index, download.pytorch.org, is not a registry CI can reach), so the two sets
+/// cannot share one environment. Its `python` is `GLASSBOX_HF_PYTHON`. It installs (about
+/// 3 GB, once) while the tests compile.
+const HF_PYTHON_PINS: [&str; 3] = [
+    "torch==2.15.0",
+    "transformers==5.24.0",
     "tokenizers==0.23.2",
 ];
 
@@ -249,6 +260,7 @@ fn test(mut cargo_args: Vec<OsString>) -> Result<ExitCode> {
         provide_browser(&mut provided)?;
         provide_promtool(&mut provided)?;
         provide_python(&paths, &mut provided)?;
+        provide_hf_python(&paths, &mut provided)?;
         Ok(provided)
     })();
     let provided = match provided {
@@ -428,6 +440,7 @@ fn env_task() -> Result<ExitCode> {
     provide_browser(&mut provided)?;
     provide_promtool(&mut provided)?;
     provide_python(&paths, &mut provided)?;
+    provide_hf_python(&paths, &mut provided)?;
     let cluster = provide_postgres(&paths, &mut provided)?;
     for line in &provided.report {
         eprintln!("xtask: {line}");
@@ -610,40 +623,47 @@ fn provide_promtool(provided: &mut Provided) -> Result<()> {
 
 // ---- Python wheels --------------------------------------------------------------------
 
-fn provide_python(paths: &Paths, provided: &mut Provided) -> Result<()> {
-    let venv = paths.xtask.join("venv");
+/// A virtualenv at `target/xtask/<name>` holding `pins`, installed unless its stamp says they
+/// are already there. Returns its `python` and whether it installed now.
+fn virtualenv(paths: &Paths, name: &str, pins: &[&str]) -> Result<(PathBuf, bool)> {
+    let venv = paths.xtask.join(name);
     let python = venv.join("bin/python");
     let stamp = venv.join("glassbox-pins.txt");
-    let want = PYTHON_PINS.join("\n");
-    let mut installed = false;
-    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(want.as_str()) {
-        if !python.exists() {
-            let base = std::env::var_os("GLASSBOX_PYTHON").unwrap_or_else(|| "python3".into());
-            run(
-                "creating the Python virtualenv",
-                Command::new(&base).arg("-m").arg("venv").arg(&venv),
-            )
-            .map_err(|e| {
-                Failure(format!(
-                    "{e}\n(the tests need Python 3 with its venv module; on Debian: apt-get install python3-venv)"
-                ))
-            })?;
-        }
-        println!(
-            "xtask: installing {} into {}",
-            PYTHON_PINS.join(" "),
-            venv.display()
-        );
-        run(
-            "pip install",
-            Command::new(&python)
-                .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
-                .args(PYTHON_PINS),
-        )?;
-        std::fs::write(&stamp, &want)
-            .or_else(|e| fail(format!("cannot write {}: {e}", stamp.display())))?;
-        installed = true;
+    let want = pins.join("\n");
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
+        return Ok((python, false));
     }
+    if !python.exists() {
+        let base = std::env::var_os("GLASSBOX_PYTHON").unwrap_or_else(|| "python3".into());
+        run(
+            "creating the Python virtualenv",
+            Command::new(&base).arg("-m").arg("venv").arg(&venv),
+        )
+        .map_err(|e| {
+            Failure(format!(
+                "{e}\n(the tests need Python 3 with its venv module; on Debian: apt-get install python3-venv)"
+            ))
+        })?;
+    }
+    println!(
+        "xtask: installing {} into {}",
+        pins.join(" "),
+        venv.display()
+    );
+    run(
+        "pip install",
+        Command::new(&python)
+            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+            .args(pins),
+    )?;
+    std::fs::write(&stamp, &want)
+        .or_else(|e| fail(format!("cannot write {}: {e}", stamp.display())))?;
+    Ok((python, true))
+}
+
+fn provide_python(paths: &Paths, provided: &mut Provided) -> Result<()> {
+    let (python, installed) = virtualenv(paths, "venv", &PYTHON_PINS)?;
+    let venv = paths.xtask.join("venv");
     let lib = run(
         "finding NVRTC in the virtualenv",
         Command::new(&python).args([
@@ -667,6 +687,19 @@ fn provide_python(paths: &Paths, provided: &mut Provided) -> Result<()> {
         venv.display(),
         if installed { ", installed now" } else { "" },
         lib.display()
+    ));
+    Ok(())
+}
+
+/// The export test's own virtualenv ([`HF_PYTHON_PINS`]), named by `GLASSBOX_HF_PYTHON`.
+fn provide_hf_python(paths: &Paths, provided: &mut Provided) -> Result<()> {
+    let (python, installed) = virtualenv(paths, "venv-hf", &HF_PYTHON_PINS)?;
+    provided.set("GLASSBOX_HF_PYTHON", python.clone());
+    provided.report.push(format!(
+        "Python wheels {} in {}{} (GLASSBOX_HF_PYTHON)",
+        HF_PYTHON_PINS.join(", "),
+        python.display(),
+        if installed { ", installed now" } else { "" }
     ));
     Ok(())
 }
