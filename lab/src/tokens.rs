@@ -239,6 +239,18 @@ fn record_tokenizer(
 }
 
 /// Loads stored tokenizer `hash` (re-hashed) with the end-of-document token its entry names.
+/// The text codec of `spec`'s tokenizer: bytes, or its stored tokenizer loaded and checked.
+pub fn codec_for(
+    rec: &Recorder,
+    spec: &ExperimentSpec,
+) -> Result<glassbox_runner::text::TextCodec, LabError> {
+    use glassbox_runner::text::TextCodec;
+    Ok(match spec.data.tokenizer.stored() {
+        None => TextCodec::Bytes,
+        Some(h) => TextCodec::Stored(Box::new(load_tokenizer(rec, h)?)),
+    })
+}
+
 pub fn load_tokenizer(rec: &Recorder, hash: &BlobHash) -> Result<TextTokenizer, LabError> {
     let entry = rec.tokenizer_entry(hash)?.ok_or_else(|| {
         LabError::Refused(format!(

@@ -194,10 +194,7 @@ impl TrainedModel {
                 snapshot.blob
             )));
         }
-        let codec = match spec.data.tokenizer.stored() {
-            None => TextCodec::Bytes,
-            Some(h) => TextCodec::Stored(Box::new(crate::tokens::load_tokenizer(rec, h)?)),
-        };
+        let codec = crate::tokens::codec_for(rec, &spec)?;
         Ok(Self {
             run: run.clone(),
             record,

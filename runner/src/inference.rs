@@ -156,6 +156,57 @@ pub struct Completion {
     pub seconds: f64,
 }
 
+/// Token ids a model wrote after a prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generated {
+    /// The new tokens (without an end-of-text token that stopped them).
+    pub ids: Vec<u32>,
+    /// Why it stopped.
+    pub stop: StopReason,
+    /// Seconds the prompt's forward took.
+    pub prompt_seconds: f64,
+}
+
+/// Feeds `prompt` (at least one token; with `max_tokens`, within the context) and writes up to
+/// `max_tokens` tokens, stopping early at `end_of_text`.
+#[allow(clippy::too_many_arguments)]
+pub fn generate_ids<B: Backend>(
+    model: &Model,
+    be: &B,
+    params: &[B::Buf],
+    bias: &[Vec<f64>],
+    prompt: &[u32],
+    max_tokens: usize,
+    sampler: &mut Sampler,
+    end_of_text: Option<u32>,
+) -> Result<Generated, RunnerError> {
+    let started = Instant::now();
+    let mut decoder = Decoder::new(model, be, params, bias);
+    let mut logits = Vec::new();
+    for &id in prompt {
+        logits = decoder.feed(id)?;
+    }
+    let prompt_seconds = started.elapsed().as_secs_f64();
+    let mut ids = Vec::with_capacity(max_tokens);
+    let mut stop = StopReason::Length;
+    for n in 0..max_tokens {
+        let next = sampler.pick(&logits);
+        if Some(next) == end_of_text {
+            stop = StopReason::EndOfText;
+            break;
+        }
+        ids.push(next);
+        if n + 1 < max_tokens {
+            logits = decoder.feed(next)?;
+        }
+    }
+    Ok(Generated {
+        ids,
+        stop,
+        prompt_seconds,
+    })
+}
+
 /// Writes up to `max_tokens` tokens after `prompt`. A prompt that does not fit the context
 /// with `max_tokens` after it keeps its last tokens (the cut is reported).
 #[allow(clippy::too_many_arguments)]
@@ -194,26 +245,18 @@ pub fn generate<B: Backend>(
     let dropped = ids.len().saturating_sub(room);
     ids.drain(..dropped);
     let prompt_kept = codec.decode(&ids)?.text;
-    let mut decoder = Decoder::new(model, be, params, bias);
-    let mut logits = Vec::new();
-    for &id in &ids {
-        logits = decoder.feed(id)?;
-    }
-    let time_to_first_token = started.elapsed().as_secs_f64();
-    let mut out = Vec::with_capacity(max_tokens);
-    let mut stop = StopReason::Length;
-    let eot = codec.end_of_text();
-    for n in 0..max_tokens {
-        let next = sampler.pick(&logits);
-        if Some(next) == eot {
-            stop = StopReason::EndOfText;
-            break;
-        }
-        out.push(next);
-        if n + 1 < max_tokens {
-            logits = decoder.feed(next)?;
-        }
-    }
+    let generated = generate_ids(
+        model,
+        be,
+        params,
+        bias,
+        &ids,
+        max_tokens,
+        &mut sampler,
+        codec.end_of_text(),
+    )?;
+    let time_to_first_token = generated.prompt_seconds;
+    let (out, stop) = (generated.ids, generated.stop);
     let decoded = codec.decode(&out)?;
     Ok(Completion {
         prompt_tokens: ids.len(),

@@ -14,6 +14,22 @@ use glassbox_schemas::run::RunOutcome;
 pub use glassbox_schemas::metrics::{MetricRecord, RecordKind};
 pub use glassbox_schemas::record::Anomaly;
 
+/// What the model wrote after each of the spec's prompts at one snapshot, as token ids (the
+/// text is the recorder's business: it holds the tokenizer).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleSet {
+    /// Steps completed.
+    pub step: u64,
+    /// Tokens asked for per prompt (after fitting the context).
+    pub max_tokens: u32,
+    /// 0 is greedy.
+    pub temperature: f64,
+    /// Seed of the draws.
+    pub seed: u64,
+    /// `(prompt, completion)` token ids, in prompt order.
+    pub items: Vec<(Vec<u32>, Vec<u32>)>,
+}
+
 /// Receives a run's telemetry. Every method has an empty default.
 pub trait Observer {
     /// The run (re)started at `step` with this description (backend, peak, params).
@@ -27,6 +43,8 @@ pub trait Observer {
     fn on_anomaly(&mut self, _anomaly: &Anomaly) {}
     /// A checkpoint was written.
     fn on_snapshot(&mut self, _step: u64, _path: &Path) {}
+    /// The spec's `[samples]` were written at a snapshot (after its [`Observer::on_snapshot`]).
+    fn on_samples(&mut self, _samples: &SampleSet) {}
     /// The run ended (any way).
     fn on_end(&mut self, _outcome: &RunOutcome) {}
 }
@@ -70,6 +88,11 @@ impl Observer for Fanout<'_> {
     fn on_snapshot(&mut self, step: u64, path: &Path) {
         for o in &mut self.observers {
             o.on_snapshot(step, path);
+        }
+    }
+    fn on_samples(&mut self, samples: &SampleSet) {
+        for o in &mut self.observers {
+            o.on_samples(samples);
         }
     }
     fn on_end(&mut self, outcome: &RunOutcome) {

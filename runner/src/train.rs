@@ -28,8 +28,10 @@ use crate::anomaly::AnomalyDetector;
 use crate::backend::{AdamW, Backend};
 use crate::data::{DataPipeline, Source};
 use crate::error::RunnerError;
+use crate::inference::generate_ids;
 use crate::model::{BatchIds, Model, ModelDims, PassStats};
-use crate::observer::{MetricRecord, Observer, RecordKind, RunInfo};
+use crate::observer::{MetricRecord, Observer, RecordKind, RunInfo, SampleSet};
+use crate::sampling::{SampleSettings, Sampler};
 use crate::scalar::Real;
 use crate::snapshot::{self, TrainingSnapshot};
 
@@ -139,6 +141,8 @@ pub struct Trainer<'a, B: Backend> {
     last: BTreeMap<String, f64>,
     /// Watches the train records for spikes, jumps and collapse.
     detector: AnomalyDetector,
+    /// `[samples]` prompts given as token ids, when the caller encoded them.
+    sample_prompts: Option<Vec<Vec<u32>>>,
     /// Which step records carry hardware telemetry (`hw/...`).
     hardware: crate::backend::telemetry::Sampler,
 }
@@ -216,6 +220,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
         );
         let mut t = Self {
             detector,
+            sample_prompts: None,
             hardware: crate::backend::telemetry::Sampler::new(be.host_threads()),
             be,
             spec,
@@ -291,6 +296,90 @@ impl<'a, B: Backend> Trainer<'a, B> {
         self.flops_used = st.flops_used;
         self.elapsed_before = st.elapsed_seconds;
         Ok(())
+    }
+
+    /// Prompts for the spec's `[samples]` given as token ids (a stored tokenizer's encoding of
+    /// `samples.prompts`, which the runner cannot do itself); replaces the default.
+    pub fn set_sample_prompts(&mut self, prompts: Vec<Vec<u32>>) {
+        self.sample_prompts = Some(prompts);
+    }
+
+    /// The prompts of `[samples]`: as set, else the spec's own for the `bytes` tokenizer, else
+    /// the first tokens (up to 16, at most half the context) of each domain's held-out split
+    /// (at most four domains).
+    fn prompt_ids(&self) -> Vec<Vec<u32>> {
+        if let Some(p) = &self.sample_prompts {
+            return p.clone();
+        }
+        let given = self
+            .spec
+            .samples
+            .as_ref()
+            .map_or(&[][..], |s| &s.prompts[..]);
+        if !given.is_empty() && self.spec.data.tokenizer.stored().is_none() {
+            return given
+                .iter()
+                .map(|p| p.bytes().map(u32::from).collect())
+                .collect();
+        }
+        let t = self.model.dims.seq_len;
+        let take = 16.min(t / 2).max(1);
+        (0..self.data.domains.len().min(4))
+            .map(|d| {
+                let b = self.data.eval_batch(d, 0);
+                b.tokens[..take.min(b.tokens.len())].to_vec()
+            })
+            .collect()
+    }
+
+    /// The spec's `[samples]` at this step: each prompt (cut from the front to leave room for
+    /// the completion) through the cached decoder. The tokens fed count in the FLOPs budget at
+    /// an evaluation forward's cost.
+    fn write_samples(&mut self) -> Result<SampleSet, RunnerError> {
+        let Some(cfg) = self.spec.samples.clone() else {
+            return Err(RunnerError::Backend("no [samples] in the spec".into()));
+        };
+        let t = self.model.dims.seq_len;
+        let max_new = (cfg.max_tokens as usize).clamp(1, t - 1);
+        let settings = SampleSettings {
+            temperature: cfg.temperature,
+            top_k: None,
+            top_p: 1.0,
+            seed: cfg.seed,
+        };
+        let mut items = Vec::new();
+        let mut fed = 0u64;
+        for mut prompt in self.prompt_ids() {
+            let room = t - max_new;
+            if prompt.len() > room {
+                prompt.drain(..prompt.len() - room);
+            }
+            if prompt.is_empty() {
+                continue;
+            }
+            // Every prompt starts the same stream: a completion depends on its prompt only.
+            let mut sampler = Sampler::new(settings)?;
+            let out = generate_ids(
+                &self.model,
+                self.be,
+                &self.params,
+                &self.bias,
+                &prompt,
+                max_new,
+                &mut sampler,
+                None,
+            )?;
+            fed += (prompt.len() + out.ids.len()) as u64;
+            items.push((prompt, out.ids));
+        }
+        self.flops_used += cost::eval_flops_per_token(&self.spec) * fed as f64;
+        Ok(SampleSet {
+            step: self.step,
+            max_tokens: max_new as u32,
+            temperature: cfg.temperature,
+            seed: cfg.seed,
+            items,
+        })
     }
 
     /// BLAKE3 of the parameters (little-endian bytes, layout order), `blake3:<hex>`.
@@ -509,6 +598,12 @@ impl<'a, B: Backend> Trainer<'a, B> {
                         last_ckpt = Some(path);
                     }
                     Err(e) => break (RunStatus::Failed, Some(e.to_string())),
+                }
+            }
+            if ckpt_due && self.spec.samples.is_some() {
+                match self.write_samples() {
+                    Ok(set) => obs.on_samples(&set),
+                    Err(e) => break (RunStatus::Failed, Some(format!("writing samples: {e}"))),
                 }
             }
         };

@@ -162,11 +162,13 @@ pub enum EntryKind {
     Sweep,
     /// A promotion gate was decided when a sweep's children ended.
     Gate,
+    /// What a run's snapshot wrote after the spec's prompts.
+    Samples,
 }
 
 impl EntryKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EntryKind; 16] = [
+    pub const ALL: [EntryKind; 17] = [
         EntryKind::Dataset,
         EntryKind::Proposal,
         EntryKind::Approval,
@@ -183,6 +185,7 @@ impl EntryKind {
         EntryKind::Anomaly,
         EntryKind::Sweep,
         EntryKind::Gate,
+        EntryKind::Samples,
     ];
 
     /// The kind's name as written in entries (`run_started`).
@@ -204,6 +207,7 @@ impl EntryKind {
             EntryKind::Anomaly => "anomaly",
             EntryKind::Sweep => "sweep",
             EntryKind::Gate => "gate",
+            EntryKind::Samples => "samples",
         }
     }
 }
@@ -332,6 +336,8 @@ entry_bodies! {
     Sweep(SweepBody),
     /// A promotion gate's decision.
     Gate(GateBody),
+    /// Completions written at a snapshot.
+    Samples(SamplesBody),
 }
 
 impl EntryBody {
@@ -345,6 +351,7 @@ impl EntryBody {
             EntryBody::Reproduction(b) => Some(&b.run),
             EntryBody::Annotation(b) => Some(&b.run),
             EntryBody::Anomaly(b) => Some(&b.run),
+            EntryBody::Samples(b) => Some(&b.run),
             EntryBody::Dataset(_)
             | EntryBody::Proposal(_)
             | EntryBody::Approval(_)
@@ -374,7 +381,7 @@ impl EntryBody {
             | EntryBody::Tokenized(_) => None,
             EntryBody::Annotation(_) | EntryBody::Anomaly(_) => None,
             EntryBody::Sweep(b) => Some(&b.parent_hash),
-            EntryBody::Gate(_) => None,
+            EntryBody::Gate(_) | EntryBody::Samples(_) => None,
         }
     }
 }
@@ -1404,6 +1411,31 @@ impl Anomaly {
             }
         }
     }
+}
+
+/// Body of a `samples` entry: what a run's snapshot wrote after each prompt, with the settings
+/// (the completions blob, `refs.artifact`, holds the same with token ids). The texts are model
+/// output: untrusted, shown escaped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SamplesBody {
+    /// The run.
+    pub run: RunId,
+    /// Steps completed at the snapshot.
+    pub step: u64,
+    /// The snapshot's blob, when it was stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<BlobHash>,
+    /// Tokens asked for per prompt.
+    pub max_tokens: u32,
+    /// 0 is greedy.
+    pub temperature: f64,
+    /// Seed of the draws.
+    pub seed: u64,
+    /// The prompts, as the model saw them.
+    pub prompts: Vec<String>,
+    /// The completion of each prompt, in order.
+    pub texts: Vec<String>,
 }
 
 /// Body of an `anomaly` entry: the lab's own annotation of a run, written by the worker.

@@ -40,6 +40,40 @@ pub struct ExperimentSpec {
     /// A pre-registered forecast of the outcome, compared with the result when the run ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forecast: Option<Forecast>,
+    /// Completions written at every snapshot, on the record (`samples` entries). Left out: none,
+    /// and the spec hashes as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<SamplesConfig>,
+}
+
+/// What the model is asked to write at each snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SamplesConfig {
+    /// Prompts, as text. Left out or empty: the first tokens of each domain's held-out split
+    /// (at most four domains).
+    #[serde(default)]
+    #[schemars(length(max = 8), inner(length(min = 1, max = 2000)))]
+    pub prompts: Vec<String>,
+    /// Tokens written per prompt (fewer when the prompt leaves less of the context).
+    #[serde(default = "default_sample_tokens")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub max_tokens: u32,
+    /// 0 is greedy; otherwise a seeded draw at this temperature.
+    #[serde(default = "default_sample_temperature")]
+    #[schemars(range(min = 0.0, max = 10.0))]
+    pub temperature: f64,
+    /// Seed of the draws (the same at every snapshot, so snapshots are compared on equal terms).
+    #[serde(default)]
+    #[schemars(range(max = 9007199254740991u64))]
+    pub seed: u64,
+}
+
+fn default_sample_tokens() -> u32 {
+    48
+}
+fn default_sample_temperature() -> f64 {
+    0.0
 }
 
 /// The human part of the proposal.

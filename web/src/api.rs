@@ -61,6 +61,10 @@ pub fn routes() -> Router<WebState> {
             "/api/v1/runs/{run}/annotations",
             get(crate::annotations::run_annotations),
         )
+        .route(
+            "/api/v1/runs/{run}/samples",
+            get(crate::samples::run_samples),
+        )
         .route("/api/v1/entries", get(entries))
         .route("/api/v1/entries/{idx}", get(entry))
         .route("/api/v1/entries/{idx}/proof", get(proof))
@@ -158,6 +162,7 @@ async fn index(State(st): State<WebState>) -> Json<ApiIndex> {
         series_batch,
         live,
         crate::annotations::run_annotations,
+        crate::samples::run_samples,
         entries,
         entry,
         proof,
@@ -221,6 +226,8 @@ async fn index(State(st): State<WebState>) -> Json<ApiIndex> {
         LiveEvent,
         crate::annotations::RunAnnotations,
         crate::annotations::RunMark,
+        crate::samples::RunSamples,
+        crate::samples::SampleRow,
         crate::queue::QueueView,
         crate::queue::QueueRow,
         crate::queue::QueueJob

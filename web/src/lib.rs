@@ -46,6 +46,7 @@ pub mod page_cache;
 pub mod pages;
 pub mod queue;
 pub mod render_cache;
+pub mod samples;
 pub mod search;
 pub mod series;
 pub mod series_cache;

@@ -25,10 +25,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use glassbox_runner::observer::{Anomaly, MetricRecord, Observer, RecordKind};
+use glassbox_runner::observer::{Anomaly, MetricRecord, Observer, RecordKind, SampleSet};
 use glassbox_runner::progress::ProgressLines;
+use glassbox_runner::text::TextCodec;
 use glassbox_runner::train::RunOutcome;
-use glassbox_schemas::record::{AnomalyBody, ArtifactBody, SnapshotBody};
+use glassbox_schemas::record::{AnomalyBody, ArtifactBody, SamplesBody, SnapshotBody};
 use glassbox_schemas::{BlobHash, ExperimentId, RunId};
 use tokio::runtime::Handle;
 
@@ -50,6 +51,8 @@ enum Work {
     Snapshot { step: u64, path: PathBuf },
     /// Something the anomaly detector flagged.
     Anomaly(Anomaly),
+    /// The spec's `[samples]` at a snapshot.
+    Samples(SampleSet),
 }
 
 /// Who and what a run's records belong to.
@@ -69,6 +72,8 @@ pub(super) struct RunContext {
     pub lease: std::time::Duration,
     /// The run's own log (anomalies are warned there).
     pub log: Arc<RunLog>,
+    /// The run's tokenizer, when the spec asks for `[samples]` (they are stored as text).
+    pub codec: Option<Arc<TextCodec>>,
 }
 
 /// What the recording thread leaves behind.
@@ -190,6 +195,10 @@ impl Observer for RecordingObserver {
         });
     }
 
+    fn on_samples(&mut self, samples: &SampleSet) {
+        self.hand_over(Work::Samples(samples.clone()));
+    }
+
     fn on_end(&mut self, _outcome: &RunOutcome) {
         self.flush();
     }
@@ -211,6 +220,7 @@ fn record_all(ctx: RunContext, rx: Receiver<Work>) -> Recording {
             }
             Work::Snapshot { step, path } => store_snapshot(&ctx, &mut state, step, &path),
             Work::Anomaly(anomaly) => store_anomaly(&ctx, anomaly),
+            Work::Samples(set) => store_samples(&ctx, &state, &set),
         };
         if let Err(e) = done {
             tracing::error!(run = %ctx.run, error = %e, "recording failed; stopping the run");
@@ -303,6 +313,44 @@ fn store_anomaly(ctx: &RunContext, anomaly: Anomaly) -> Result<(), LabError> {
         };
         outbox::raise_alert(&ctx.queue, &ctx.experiment, &ctx.run, alert).await
     })?;
+    Ok(())
+}
+
+/// Completions at a snapshot: their text (with the token ids) as a JSON blob, and a `samples`
+/// entry naming the snapshot, the settings, the prompts and the texts.
+fn store_samples(ctx: &RunContext, state: &Recording, set: &SampleSet) -> Result<(), LabError> {
+    let Some(codec) = &ctx.codec else {
+        return Err(LabError::Task("samples without the run's tokenizer".into()));
+    };
+    let text = |ids: &[u32]| codec.decode(ids).map(|d| d.text);
+    let mut prompts = Vec::with_capacity(set.items.len());
+    let mut texts = Vec::with_capacity(set.items.len());
+    for (p, c) in &set.items {
+        prompts.push(text(p)?);
+        texts.push(text(c)?);
+    }
+    let body = SamplesBody {
+        run: ctx.run.clone(),
+        step: set.step,
+        snapshot: state.last_snapshot,
+        max_tokens: set.max_tokens,
+        temperature: set.temperature,
+        seed: set.seed,
+        prompts,
+        texts,
+    };
+    let blob = serde_json::json!({
+        "body": &body,
+        "prompt_ids": set.items.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+        "completion_ids": set.items.iter().map(|(_, c)| c).collect::<Vec<_>>(),
+    });
+    let bytes = serde_json::to_vec(&blob).map_err(|e| LabError::Task(e.to_string()))?;
+    let hash = ctx.recorder.put_bytes(&bytes)?;
+    ctx.recorder.record(
+        Some(&ctx.experiment),
+        one_ref(RefRole::Artifact, &hash),
+        body,
+    )?;
     Ok(())
 }
 

@@ -11,6 +11,7 @@ use crate::stall::StallWatch;
 use glassbox_runner::backend::{self, Backend, Selected};
 use glassbox_runner::data::DataPipeline;
 use glassbox_runner::observer::RunInfo;
+use glassbox_runner::text::TextCodec;
 use glassbox_runner::train::{Peak, RunOptions, Trainer};
 use glassbox_schemas::record::RunEnding;
 use glassbox_schemas::record::RunStartedBody;
@@ -174,6 +175,29 @@ impl Worker {
                 return self.conclude_early(job, run, reason, log).await;
             }
         };
+        // `[samples]` become text on the recording thread, with the run's own tokenizer; a
+        // stored tokenizer also encodes the spec's prompts, which the runner cannot.
+        let codec = match &spec.samples {
+            None => None,
+            Some(cfg) => match crate::tokens::codec_for(&self.recorder, &spec) {
+                Ok(codec) => {
+                    if let (TextCodec::Stored(_), false) = (&codec, cfg.prompts.is_empty()) {
+                        let mut prompts = Vec::new();
+                        for p in &cfg.prompts {
+                            match codec.encode(p) {
+                                Ok((ids, _)) => prompts.push(ids),
+                                Err(e) => {
+                                    return self.conclude_early(job, run, e.to_string(), log).await;
+                                }
+                            }
+                        }
+                        trainer.set_sample_prompts(prompts);
+                    }
+                    Some(Arc::new(codec))
+                }
+                Err(e) => return self.conclude_early(job, run, e.to_string(), log).await,
+            },
+        };
         log.info(format!(
             "training {} steps of {} on {} ({} parameters)",
             spec.train.steps,
@@ -239,6 +263,7 @@ impl Worker {
             cancel: cancel.clone(),
             lease: self.opts.settings.lease(),
             log: log.clone(),
+            codec,
         };
         let (mut observer, recording) = recording::spawn(
             ctx,

@@ -103,3 +103,35 @@ async fn a_runs_log_is_shown_with_levels_and_search() {
     let (_, _, none) = get(&st, "/runs/run-1/log").await;
     assert!(none.contains("No log is stored for this run yet"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_samples_are_served_newest_first_and_shown_as_text() {
+    let fx = build().await;
+    let st = fx.state();
+    let (status, _, body) = get(&st, "/api/v1/runs/run-1/samples").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let snaps = v["snapshots"].as_array().unwrap();
+    assert_eq!(snaps.len(), 2, "{body}");
+    assert_eq!(
+        (snaps[0]["step"].as_u64(), snaps[1]["step"].as_u64()),
+        (Some(300), Some(150))
+    );
+    assert_eq!(snaps[1]["texts"][0], crate::fixture::SAMPLE_TEXT_150);
+    assert_eq!(snaps[0]["prompts"][1], "To be, or");
+    let (_, _, doc) = get(&st, "/api/v1/openapi.json").await;
+    assert!(
+        doc.contains("/api/v1/runs/{run}/samples"),
+        "the route is not documented"
+    );
+    let (_, _, page) = get(&st, "/runs/run-1").await;
+    assert!(page.contains("What it writes"));
+    assert!(
+        !page.contains("<script>alert('model')"),
+        "model output ran as markup"
+    );
+    assert!(page.contains("&lt;/pre&gt;&lt;script&gt;alert('model')"));
+    // A run without samples says why there are none.
+    let (_, _, other) = get(&st, "/runs/run-2").await;
+    assert!(other.contains("wrote no samples"), "{other}");
+}

@@ -23,7 +23,7 @@ use glassbox_web::LiveEvent;
 use glassbox_web::queue::{QueueFuture, QueueJob, QueueJobs, QueueSource};
 use serde_json::Value;
 
-use crate::browser::{Browser, console_errors, full_shot};
+use crate::browser::{Browser, console_errors, full_shot, text_of};
 use crate::fixture::{self, Fixture, entry};
 
 /// Every page and mode, by the name its screenshot gets.
@@ -299,6 +299,14 @@ async fn every_page_in_every_mode_draws_without_console_errors() {
                 ("#hardware .uplot", "hardware charts"),
                 ("#final-metrics table", "final metrics"),
                 ("figure.heatmap svg", "an expert-load heatmap"),
+                (
+                    "#samples-step-300 pre.completion",
+                    "the newest snapshot's completions",
+                ),
+                (
+                    "#samples-step-150 pre.completion",
+                    "an older snapshot's completions",
+                ),
             ],
             "compare" => &[("#compare-charts .uplot", "small multiples")],
             "ladder" => &[("table.forecasts td .badge", "a forecast verdict")],
@@ -310,6 +318,32 @@ async fn every_page_in_every_mode_draws_without_console_errors() {
             _ => &[],
         };
         if *name == "run" {
+            // Model output shows as text, newest snapshot first: no script of its ran, its
+            // markup is there as characters, and the control byte shows as a picture.
+            let order = c
+                .execute(
+                    "return [...document.querySelectorAll('#samples .sample-step h3')].map(h => h.textContent).join('|')",
+                    vec![],
+                )
+                .await
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            if order != "Step 300|Step 150" {
+                failures.push(format!("{name}: samples in the order {order:?}"));
+            }
+            let text = text_of(&c, "#samples-step-150 pre.completion")
+                .await
+                .unwrap_or_default();
+            if !text.contains("</pre><script>alert('model')</script> @someone") {
+                failures.push(format!("{name}: the model's markup reads {text:?}"));
+            }
+            let pictured = text_of(&c, "#samples-step-300 tr:nth-child(2) pre.completion")
+                .await
+                .unwrap_or_default();
+            if !pictured.contains('\u{2407}') {
+                failures.push(format!("{name}: the control byte reads {pictured:?}"));
+            }
             // The anomaly's mark tells its kind and message under the cursor.
             let tip = c
                 .execute(
