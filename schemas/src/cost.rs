@@ -50,7 +50,8 @@ pub struct CostEstimate {
     pub train_tokens: u64,
     /// Training FLOPs: `flops_per_token * train_tokens`.
     pub train_flops: f64,
-    /// Evaluation FLOPs: forward only over every scheduled evaluation.
+    /// Evaluation FLOPs: forward only over every scheduled evaluation, and over every
+    /// snapshot's `[samples]` (each prompt with its completion bounded by the context).
     pub eval_flops: f64,
     /// Training plus evaluation FLOPs; what budgets are checked against.
     pub total_flops: f64,
@@ -163,6 +164,30 @@ pub fn eval_count(spec: &ExperimentSpec) -> u64 {
     }
 }
 
+/// Snapshots a run takes: every `checkpoint_interval` steps and at the last step.
+pub fn snapshot_count(spec: &ExperimentSpec) -> u64 {
+    let t = &spec.train;
+    match t.checkpoint_interval {
+        0 => 1,
+        every if t.steps.is_multiple_of(every) => t.steps / every,
+        every => t.steps / every + 1,
+    }
+}
+
+/// Tokens fed through the model for `[samples]` over a run, at most: per snapshot, each prompt
+/// and its completion fill at most the context (prompts left out: one per domain, at most 4).
+pub fn sample_tokens(spec: &ExperimentSpec) -> u64 {
+    let Some(s) = &spec.samples else {
+        return 0;
+    };
+    let prompts = if s.prompts.is_empty() {
+        spec.data.mixture.len().min(4)
+    } else {
+        s.prompts.len()
+    } as u64;
+    snapshot_count(spec) * prompts * u64::from(spec.model.seq_len)
+}
+
 /// The full estimate for a spec.
 pub fn estimate(spec: &ExperimentSpec) -> CostEstimate {
     let (params_total, params_active, params_active_nonembedding) = param_counts(spec);
@@ -174,7 +199,7 @@ pub fn estimate(spec: &ExperimentSpec) -> CostEstimate {
     let train_flops = fpt * train_tokens as f64;
     let eval_tokens =
         eval_count(spec) * t.eval_batches as u64 * tokens_per_step * spec.data.mixture.len() as u64;
-    let eval_flops = eval_flops_per_token(spec) * eval_tokens as f64;
+    let eval_flops = eval_flops_per_token(spec) * (eval_tokens + sample_tokens(spec)) as f64;
 
     let (state_bytes, act_bytes) = match t.precision {
         Precision::F32 => (16u64, 4u64),

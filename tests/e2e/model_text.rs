@@ -368,3 +368,70 @@ fn transformers_loads_the_export_and_agrees_with_score_and_greedy_sample() {
         );
     }
 }
+
+#[test]
+fn a_spec_with_samples_records_what_the_model_writes_at_each_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    // `[samples]` is a table of its own: appended after the spec's [train].
+    let lab = dir.path().join("samples-lab");
+    let spec_path = dir.path().join("samples.toml");
+    let text = spec("text-samples", SOFTMAX_SCALED)
+        + "\n[samples]\nmax_tokens = 10\nprompts = [\"abc\", \"<b>\"]\n";
+    std::fs::write(&spec_path, text).unwrap();
+    let out = glassbox(&lab, &["run", spec_path.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let entries = crate::support::entries(&lab);
+    let snapshots: Vec<(u64, String)> = entries
+        .iter()
+        .filter(|e| e.body.kind().as_str() == "checkpoint")
+        .map(|e| {
+            let b = crate::support::body(e);
+            (
+                b["step"].as_u64().unwrap(),
+                e.refs["checkpoint"].to_string(),
+            )
+        })
+        .collect();
+    let samples: Vec<serde_json::Value> = entries
+        .iter()
+        .filter(|e| e.body.kind().as_str() == "samples")
+        .map(crate::support::body)
+        .collect();
+    assert_eq!(samples.len(), 2, "one per snapshot (steps 12 and 24)");
+    for (s, (step, blob)) in samples.iter().zip(&snapshots) {
+        assert_eq!(s["step"].as_u64(), Some(*step));
+        assert_eq!(
+            s["snapshot"].as_str(),
+            Some(blob.as_str()),
+            "names its snapshot"
+        );
+        assert_eq!(s["prompts"], serde_json::json!(["abc", "<b>"]));
+        assert_eq!(s["texts"].as_array().unwrap().len(), 2);
+    }
+    // Greedy by default: the last snapshot's completion is what `sample` writes from it.
+    let greedy = ok_json(
+        &lab,
+        &[
+            "sample",
+            "run-000001",
+            "--prompt",
+            "abc",
+            "--max-tokens",
+            "10",
+            "--temperature",
+            "0",
+            "--json",
+        ],
+    );
+    assert_eq!(samples[1]["texts"][0], greedy["completion"]["text"]);
+    let verify = glassbox(&lab, &["verify"]);
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+}

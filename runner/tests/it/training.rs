@@ -445,3 +445,57 @@ fn an_impossible_allocation_is_an_error_not_an_abort() {
     assert!(be.try_zeros(16).unwrap().iter().all(|&x| x == 0.0));
     assert_eq!(be.try_upload(&[1.0, 2.0]).unwrap(), vec![1.0, 2.0]);
 }
+
+/// Keeps the samples a run writes.
+#[derive(Default)]
+struct Samples(Vec<glassbox_runner::observer::SampleSet>);
+
+impl Observer for Samples {
+    fn on_samples(&mut self, s: &glassbox_runner::observer::SampleSet) {
+        self.0.push(s.clone());
+    }
+}
+
+#[test]
+fn samples_are_written_at_every_snapshot_the_same_for_any_thread_count() {
+    let extra = "checkpoint_interval = 10\n[samples]\nmax_tokens = 12\ntemperature = 0.8\nseed = 3\nprompts = [\"ab\", \"q\"]";
+    let s = spec(25, r#"{ method = "aux_loss_free", rate = 0.01 }"#, extra);
+    let run = |threads| {
+        let be = CpuBackend::<f32>::new(threads).expect("pool");
+        let store = DirCorpusStore::new("/nonexistent");
+        let data = DataPipeline::new(&s, &store).expect("data");
+        let o = opts(None, None);
+        let mut t = Trainer::new(&be, s.clone(), data, &o).expect("trainer");
+        let mut c = Samples::default();
+        let out = t.run(&o, &mut c);
+        (out, c.0)
+    };
+    let (out, one) = run(1);
+    let (_, two) = run(2);
+    assert_eq!(out.ending.status, RunStatus::Succeeded);
+    // Snapshots at steps 10, 20 and the last, 25: samples at each.
+    assert_eq!(
+        one.iter().map(|s| s.step).collect::<Vec<_>>(),
+        vec![10, 20, 25]
+    );
+    for set in &one {
+        assert_eq!(set.items.len(), 2);
+        assert_eq!(set.items[0].0, vec![u32::from(b'a'), u32::from(b'b')]);
+        assert!(set.items.iter().all(|(_, c)| c.len() == 12));
+    }
+    assert_eq!(one, two, "thread count changed the samples");
+    // The model changes between snapshots, and with it what it writes.
+    assert_ne!(one[0].items, one[2].items);
+    // The cost model counts them: a spec with samples costs more than the same without.
+    let plain = spec(
+        25,
+        r#"{ method = "aux_loss_free", rate = 0.01 }"#,
+        "checkpoint_interval = 10",
+    );
+    let (with, without) = (
+        glassbox_schemas::cost::estimate(&s),
+        glassbox_schemas::cost::estimate(&plain),
+    );
+    assert_eq!(glassbox_schemas::cost::sample_tokens(&s), 3 * 2 * 32);
+    assert!(with.total_flops > without.total_flops);
+}
