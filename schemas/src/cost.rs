@@ -169,7 +169,7 @@ pub fn snapshot_count(spec: &ExperimentSpec) -> u64 {
     let t = &spec.train;
     match t.checkpoint_interval {
         0 => 1,
-        every if t.steps.is_multiple_of(every) => t.steps / every,
+        every if t.steps % every == 0 => t.steps / every,
         every => t.steps / every + 1,
     }
 }
