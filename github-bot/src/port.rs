@@ -430,6 +430,18 @@ impl RunAlert {
     }
 }
 
+/// What a run's model wrote at its last snapshot after its first prompt, for the result
+/// comment. Model output: untrusted text.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QuotedSample {
+    /// Steps completed at the snapshot.
+    pub step: u64,
+    /// The prompt, as the model saw it.
+    pub prompt: String,
+    /// Its completion.
+    pub text: String,
+}
+
 /// The end of a run, as the result comment reports it: the run's [`RunEnding`] with where it
 /// is recorded.
 #[derive(Debug, Clone, PartialEq)]
@@ -444,6 +456,8 @@ pub struct RunResult {
     pub ledger_index: u64,
     /// URL of its inclusion proof.
     pub proof_url: String,
+    /// What the model wrote at its last snapshot, when the spec asked for samples.
+    pub sample: Option<QuotedSample>,
 }
 
 /// The run a note is on: the named one when it is one of `runs` (the experiment's), else a

@@ -571,6 +571,9 @@ pub fn run_result(outcome: &RunResult, dashboard: &str) -> String {
             if f.hit { "hit" } else { "miss" }
         );
     }
+    if let Some(q) = &outcome.sample {
+        s.push_str(&quoted_sample(q));
+    }
     let _ = write!(
         s,
         "Recorded as ledger entry {} ([inclusion proof]({})).",
@@ -586,6 +589,30 @@ pub fn run_result(outcome: &RunResult, dashboard: &str) -> String {
     }
     s.push('\n');
     s
+}
+
+/// Characters of a completion quoted in a comment at most.
+const MAX_QUOTED_CHARS: usize = 600;
+
+/// The model's last completion of its first prompt, as inert text: inside a code fence longer
+/// than any run of backticks in it (so it cannot close the fence, and no mention, link, HTML
+/// or `</details>` in it is rendered), control characters as pictures, cut to
+/// [`MAX_QUOTED_CHARS`].
+fn quoted_sample(q: &crate::port::QuotedSample) -> String {
+    let cut = |t: &str| -> String {
+        let shown = glassbox_schemas::record::control_pictures(t);
+        match shown.char_indices().nth(MAX_QUOTED_CHARS) {
+            Some((i, _)) => format!("{}…", &shown[..i]),
+            None => shown,
+        }
+    };
+    let body = format!("{}⟶{}", cut(&q.prompt), cut(&q.text));
+    let longest = body.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest.max(2) + 1);
+    format!(
+        "What it writes at step {} (its first prompt, then ⟶ and the model's completion):\n\n{fence}text\n{body}\n{fence}\n\n",
+        q.step
+    )
 }
 
 /// Reply to a recorded `/note`. The note's text is not repeated (it is the comment just above,

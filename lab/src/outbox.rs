@@ -97,6 +97,9 @@ pub enum Notice {
         forecast: Option<ForecastOutcome>,
         /// The `result` entry.
         entry: u64,
+        /// What the model wrote at its last snapshot, when the spec asked for samples.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sample: Option<glassbox_github_bot::port::QuotedSample>,
     },
     /// A running run needs a look (raised once per run and kind, `db::alerts`).
     Alert {

@@ -1438,6 +1438,20 @@ pub struct SamplesBody {
     pub texts: Vec<String>,
 }
 
+/// `text` with C0 control characters (but line breaks and tabs) and DEL shown as their
+/// Unicode control pictures (U+2400..): model output that is bytes shows as something, on a
+/// page or in a comment, instead of nothing or a terminal escape.
+pub fn control_pictures(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c,
+            '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + c as u32).unwrap_or('\u{FFFD}'),
+            '\u{7f}' => '\u{2421}',
+            _ => c,
+        })
+        .collect()
+}
+
 /// Body of an `anomaly` entry: the lab's own annotation of a run, written by the worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AnomalyBody {

@@ -105,17 +105,10 @@ pub async fn run_samples(
     Ok(Json(RunSamples { run, snapshots }))
 }
 
-/// `text` with C0 control characters (but line breaks and tabs) and DEL shown as their
-/// control pictures (U+2400..), so model output that is bytes shows as something.
+/// `text` as shown: control characters as their pictures
+/// ([`glassbox_schemas::record::control_pictures`]).
 pub fn visible(text: &str) -> String {
-    text.chars()
-        .map(|c| match c {
-            '\n' | '\t' => c,
-            '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + c as u32).unwrap_or('\u{FFFD}'),
-            '\u{7f}' => '\u{2421}',
-            _ => c,
-        })
-        .collect()
+    glassbox_schemas::record::control_pictures(text)
 }
 
 /// The run page's "What it writes": per snapshot, newest first, each prompt beside its

@@ -165,6 +165,7 @@ fn outcome(status: RunStatus) -> RunResult {
         forecast,
         ledger_index: 41,
         proof_url: "https://lab.example.org/proof/41".into(),
+        sample: None,
     }
 }
 
@@ -639,4 +640,45 @@ fn alerts_of_every_kind() {
             with_marker(&format!("alert:{status}:run-000042"), &body)
         );
     }
+}
+
+#[test]
+fn a_quoted_completion_is_inert_text_whatever_the_model_wrote() {
+    let mut r = outcome(RunStatus::Succeeded);
+    let hostile =
+        "hi @someone </details><b>bold</b> [click](https://evil.example) ``` \u{7}\n```\nout";
+    r.sample = Some(crate::port::QuotedSample {
+        step: 300,
+        prompt: "First Citizen:".into(),
+        text: hostile.into(),
+    });
+    let body = run_result(&r, "https://lab.example.org");
+    // The quote sits inside one fence, longer than any backtick run in the text, so nothing
+    // in it closes the fence; outside the fence no mention, markup or link from the model.
+    let fence_line = body
+        .lines()
+        .find(|l| l.starts_with("````") && l.ends_with("text"))
+        .unwrap_or_else(|| panic!("no fence of 4+ backticks opens the quote:\n{body}"));
+    let fence = fence_line.trim_end_matches("text");
+    let start = body.find(fence_line).unwrap();
+    let rest = &body[start + fence_line.len()..];
+    let end = rest
+        .find(&format!("\n{fence}\n"))
+        .expect("the fence closes");
+    let (inside, outside) = (&rest[..end], format!("{}{}", &body[..start], &rest[end..]));
+    assert!(
+        inside.contains("@someone") && inside.contains("</details>"),
+        "{inside}"
+    );
+    assert!(
+        inside.contains("\u{2407}"),
+        "the bell byte shows as its picture"
+    );
+    for bad in ["@someone", "</details>", "<b>", "evil.example"] {
+        assert!(!outside.contains(bad), "{bad} escaped the fence:\n{body}");
+    }
+    assert!(body.contains("step 300"));
+    // A long completion is cut, never the comment made huge.
+    r.sample.as_mut().unwrap().text = "x".repeat(50_000);
+    assert!(run_result(&r, "").len() < 3_000);
 }

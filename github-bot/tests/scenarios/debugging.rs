@@ -231,6 +231,7 @@ async fn alerts_are_commented_once_per_kind_and_run() {
             },
             ledger_index: 50,
             proof_url: "https://lab.example.org/proof/50".into(),
+            sample: None,
         },
     };
     h.bot.handle_lab_event(diverged.clone()).await.unwrap();

@@ -539,6 +539,7 @@ async fn cancel_of_a_running_job_stops_it_and_the_result_is_commented() {
                 },
                 ledger_index: 41,
                 proof_url: "https://lab.example.org/proof/41".into(),
+                sample: None,
             },
         })
         .await
@@ -887,6 +888,7 @@ async fn hold_reject_rerun_reproduce_and_results() {
                 },
                 ledger_index: 7,
                 proof_url: "https://lab.example.org/proof/7".into(),
+                sample: None,
             },
         })
         .await

@@ -474,6 +474,7 @@ fn finished(n: u64, run: &str) -> LabEvent {
             },
             ledger_index: 12,
             proof_url: "https://lab.example.org/proof/12".into(),
+            sample: None,
         },
     }
 }

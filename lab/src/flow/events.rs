@@ -71,6 +71,7 @@ impl Flow {
                 ending,
                 forecast,
                 entry,
+                sample,
                 ..
             } => LabEvent::Finished {
                 issue,
@@ -80,6 +81,7 @@ impl Flow {
                     forecast: forecast.clone(),
                     ledger_index: *entry,
                     proof_url: format!("{}/api/v1/entries/{entry}/proof", self.inner.public_url),
+                    sample: sample.clone(),
                 },
             },
             Notice::Alert { run, alert, .. } => LabEvent::Alert {

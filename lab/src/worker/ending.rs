@@ -60,6 +60,7 @@ impl Worker {
             mut ending,
             refs,
             params,
+            sample,
         } = outcome;
         ending.final_metrics.retain(|_, v| v.is_finite());
         let mut forecast = match spec.and_then(|s| s.forecast.clone()) {
@@ -104,6 +105,7 @@ impl Worker {
             ending: ending.clone(),
             forecast: forecast.clone(),
             entry,
+            sample,
         };
         self.announce_notice(job, &notice).await?;
         if let Some(live) = &self.live {

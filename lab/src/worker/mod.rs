@@ -437,6 +437,8 @@ struct JobOutcome {
     ending: RunEnding,
     refs: BTreeMap<String, Blake3Hash>,
     params: Option<Blake3Hash>,
+    /// The last snapshot's completion of the first `[samples]` prompt, for the result comment.
+    sample: Option<glassbox_github_bot::port::QuotedSample>,
 }
 
 impl JobOutcome {
@@ -446,6 +448,7 @@ impl JobOutcome {
             ending: RunEnding::early(status, reason),
             refs: BTreeMap::new(),
             params: None,
+            sample: None,
         }
     }
 }

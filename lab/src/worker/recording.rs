@@ -82,6 +82,8 @@ pub(super) struct Recording {
     pub error: Option<LabError>,
     /// The last checkpoint stored and pointed to in the queue.
     pub last_snapshot: Option<BlobHash>,
+    /// The last samples' completion of the first prompt.
+    pub last_sample: Option<glassbox_github_bot::port::QuotedSample>,
 }
 
 /// Starts the recording thread for one run; returns the observer to train with and the
@@ -122,6 +124,7 @@ impl RecordingThread {
         self.0.join().unwrap_or_else(|_| Recording {
             error: Some(LabError::Task("the recording thread panicked".into())),
             last_snapshot: None,
+            last_sample: None,
         })
     }
 }
@@ -209,6 +212,7 @@ fn record_all(ctx: RunContext, rx: Receiver<Work>) -> Recording {
     let mut state = Recording {
         error: None,
         last_snapshot: None,
+        last_sample: None,
     };
     for work in rx {
         if state.error.is_some() {
@@ -220,7 +224,7 @@ fn record_all(ctx: RunContext, rx: Receiver<Work>) -> Recording {
             }
             Work::Snapshot { step, path } => store_snapshot(&ctx, &mut state, step, &path),
             Work::Anomaly(anomaly) => store_anomaly(&ctx, anomaly),
-            Work::Samples(set) => store_samples(&ctx, &state, &set),
+            Work::Samples(set) => store_samples(&ctx, &mut state, &set),
         };
         if let Err(e) = done {
             tracing::error!(run = %ctx.run, error = %e, "recording failed; stopping the run");
@@ -318,7 +322,7 @@ fn store_anomaly(ctx: &RunContext, anomaly: Anomaly) -> Result<(), LabError> {
 
 /// Completions at a snapshot: their text (with the token ids) as a JSON blob, and a `samples`
 /// entry naming the snapshot, the settings, the prompts and the texts.
-fn store_samples(ctx: &RunContext, state: &Recording, set: &SampleSet) -> Result<(), LabError> {
+fn store_samples(ctx: &RunContext, state: &mut Recording, set: &SampleSet) -> Result<(), LabError> {
     let Some(codec) = &ctx.codec else {
         return Err(LabError::Task("samples without the run's tokenizer".into()));
     };
@@ -329,6 +333,15 @@ fn store_samples(ctx: &RunContext, state: &Recording, set: &SampleSet) -> Result
         prompts.push(text(p)?);
         texts.push(text(c)?);
     }
+    state.last_sample =
+        prompts
+            .first()
+            .zip(texts.first())
+            .map(|(p, t)| glassbox_github_bot::port::QuotedSample {
+                step: set.step,
+                prompt: p.clone(),
+                text: t.clone(),
+            });
     let body = SamplesBody {
         run: ctx.run.clone(),
         step: set.step,

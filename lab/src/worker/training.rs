@@ -324,6 +324,7 @@ impl Worker {
             },
             refs,
             params: Some(outcome.params_blake3),
+            sample: recorded.last_sample.clone(),
         };
         let mut end = self.conclude(job, run, Some(&spec), ending, log).await?;
         if let JobEnd::Recorded(finished) = &mut end {
