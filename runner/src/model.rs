@@ -250,6 +250,18 @@ pub struct BatchIds<'a, B: Backend> {
     pub batch_size: usize,
 }
 
+/// The routed experts' two grouped matmuls over `rows` per expert: `W13 [2F, C]` then
+/// `W2 [C, F]`.
+fn expert_groups(rows: &[usize], c: usize, f: usize) -> (Groups, Groups) {
+    let group = |in_dim, out_dim| Groups {
+        rows: rows.to_vec(),
+        first: 0,
+        in_dim,
+        out_dim,
+    };
+    (group(c, 2 * f), group(f, c))
+}
+
 /// What a forward pass is for, which decides what it keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pass {
@@ -736,18 +748,7 @@ impl Model {
         let s_rows: usize = routing.expert_rows.iter().sum();
         let mut xs = be.zeros(s_rows * c);
         be.dispatch_fwd(&mut xs, ln2, &routing, c);
-        let eg13 = Groups {
-            rows: routing.expert_rows.clone(),
-            first: 0,
-            in_dim: c,
-            out_dim: 2 * f,
-        };
-        let eg2 = Groups {
-            rows: routing.expert_rows.clone(),
-            first: 0,
-            in_dim: f,
-            out_dim: c,
-        };
+        let (eg13, eg2) = expert_groups(&routing.expert_rows, c, f);
         let mut h = be.zeros(s_rows * 2 * f);
         be.linear_fwd(&mut h, &xs, &params[ix.w13], &eg13);
         let mut a = be.zeros(s_rows * f);
@@ -884,18 +885,7 @@ impl Model {
             let mut dye = be.zeros(s_rows * c);
             let mut dweights = be.zeros(n * d.top_k);
             be.combine_bwd(&mut dye, &mut dweights, &dx, &lc.ye, routing, c);
-            let eg13 = Groups {
-                rows: routing.expert_rows.clone(),
-                first: 0,
-                in_dim: c,
-                out_dim: 2 * f,
-            };
-            let eg2 = Groups {
-                rows: routing.expert_rows.clone(),
-                first: 0,
-                in_dim: f,
-                out_dim: c,
-            };
+            let (eg13, eg2) = expert_groups(&routing.expert_rows, c, f);
             let mut da = be.zeros(s_rows * f);
             be.linear_bwd_data(&mut da, &dye, &params[ix.w2], &eg2, Accumulate::Overwrite);
             be.linear_bwd_weight(&mut grads[ix.w2], &dye, &lc.a, &eg2);
