@@ -250,12 +250,12 @@ pub struct BatchIds<'a, B: Backend> {
     pub batch_size: usize,
 }
 
-/// The routed experts' two grouped matmuls over `rows` per expert: `W13 [2F, C]` then
-/// `W2 [C, F]`.
-fn expert_groups(rows: &[usize], c: usize, f: usize) -> (Groups, Groups) {
+/// A SwiGLU block's two grouped matmuls over `rows` per weight matrix, from matrix `first`:
+/// `W13 [2F, C]` then `W2 [C, F]` (the routed experts from 0, a shared expert alone).
+fn swiglu_groups(rows: &[usize], first: usize, c: usize, f: usize) -> (Groups, Groups) {
     let group = |in_dim, out_dim| Groups {
         rows: rows.to_vec(),
-        first: 0,
+        first,
         in_dim,
         out_dim,
     };
@@ -748,7 +748,7 @@ impl Model {
         let s_rows: usize = routing.expert_rows.iter().sum();
         let mut xs = be.zeros(s_rows * c);
         be.dispatch_fwd(&mut xs, ln2, &routing, c);
-        let (eg13, eg2) = expert_groups(&routing.expert_rows, c, f);
+        let (eg13, eg2) = swiglu_groups(&routing.expert_rows, 0, c, f);
         let mut h = be.zeros(s_rows * 2 * f);
         be.linear_fwd(&mut h, &xs, &params[ix.w13], &eg13);
         let mut a = be.zeros(s_rows * f);
@@ -758,18 +758,7 @@ impl Model {
         let mut moe_out = be.zeros(n * c);
         let mut shared = Vec::with_capacity(d.n_shared);
         for si in 0..d.n_shared {
-            let g13 = Groups {
-                rows: vec![n],
-                first: si,
-                in_dim: c,
-                out_dim: 2 * f,
-            };
-            let g2 = Groups {
-                rows: vec![n],
-                first: si,
-                in_dim: f,
-                out_dim: c,
-            };
+            let (g13, g2) = swiglu_groups(&[n], si, c, f);
             let mut hs = be.zeros(n * 2 * f);
             be.linear_fwd(&mut hs, ln2, &params[ix.ws13], &g13);
             let mut as_ = be.zeros(n * f);
@@ -885,7 +874,7 @@ impl Model {
             let mut dye = be.zeros(s_rows * c);
             let mut dweights = be.zeros(n * d.top_k);
             be.combine_bwd(&mut dye, &mut dweights, &dx, &lc.ye, routing, c);
-            let (eg13, eg2) = expert_groups(&routing.expert_rows, c, f);
+            let (eg13, eg2) = swiglu_groups(&routing.expert_rows, 0, c, f);
             let mut da = be.zeros(s_rows * f);
             be.linear_bwd_data(&mut da, &dye, &params[ix.w2], &eg2, Accumulate::Overwrite);
             be.linear_bwd_weight(&mut grads[ix.w2], &dye, &lc.a, &eg2);
@@ -901,18 +890,7 @@ impl Model {
             be.dispatch_bwd(&mut dln2, &dxs, routing, c);
             drop(dxs);
             for (si, (hs, as_)) in lc.shared.iter().enumerate() {
-                let g13 = Groups {
-                    rows: vec![n],
-                    first: si,
-                    in_dim: c,
-                    out_dim: 2 * f,
-                };
-                let g2 = Groups {
-                    rows: vec![n],
-                    first: si,
-                    in_dim: f,
-                    out_dim: c,
-                };
+                let (g13, g2) = swiglu_groups(&[n], si, c, f);
                 let mut das = be.zeros(n * f);
                 be.linear_bwd_data(&mut das, &dx, &params[ix.ws2], &g2, Accumulate::Overwrite);
                 be.linear_bwd_weight(&mut grads[ix.ws2], &dx, as_, &g2);
