@@ -6,6 +6,7 @@
 //! - [`cost`] — parameters, FLOPs and memory of a spec (the one cost model);
 //! - [`record`] — ledger entry envelope and the body of each entry kind;
 //! - [`data`] — corpus formats, and the `tokenizer` and `tokenized` entry bodies;
+//! - [`eval`] — evaluation suites and results, `[evals]` and `eval:` metric names;
 //! - [`metrics`] — metric names (Marin/Levanter conventions) and the metric line format;
 //! - [`run`] — what a run reports: its outcome and `summary.json`;
 //! - [`ladder`] — scaling-ladder files: a base spec plus rungs, each a full spec;
@@ -20,6 +21,7 @@
 pub mod canonical;
 pub mod cost;
 pub mod data;
+pub mod eval;
 pub mod hash;
 pub mod issue_form;
 pub mod ladder;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::canonical::{CanonicalError, canonical_json};
 use crate::data::{CorpusFormat, RunData, TokenizedBody, TokenizerBody};
+pub use crate::eval::{EvalSuiteBody, EvaluationBody};
 use crate::hash::{Blake3Hash, BlobHash, SpecHash};
 
 /// The envelope version this crate writes.
@@ -164,11 +165,15 @@ pub enum EntryKind {
     Gate,
     /// What a run's snapshot wrote after the spec's prompts.
     Samples,
+    /// An evaluation suite was stored (a version of it: its items' hash).
+    EvalSuite,
+    /// A run's snapshot was evaluated on a suite (or the attempt ended otherwise).
+    Evaluation,
 }
 
 impl EntryKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EntryKind; 17] = [
+    pub const ALL: [EntryKind; 19] = [
         EntryKind::Dataset,
         EntryKind::Proposal,
         EntryKind::Approval,
@@ -186,6 +191,8 @@ impl EntryKind {
         EntryKind::Sweep,
         EntryKind::Gate,
         EntryKind::Samples,
+        EntryKind::EvalSuite,
+        EntryKind::Evaluation,
     ];
 
     /// The kind's name as written in entries (`run_started`).
@@ -208,6 +215,8 @@ impl EntryKind {
             EntryKind::Sweep => "sweep",
             EntryKind::Gate => "gate",
             EntryKind::Samples => "samples",
+            EntryKind::EvalSuite => "eval_suite",
+            EntryKind::Evaluation => "evaluation",
         }
     }
 }
@@ -338,6 +347,10 @@ entry_bodies! {
     Gate(GateBody),
     /// Completions written at a snapshot.
     Samples(SamplesBody),
+    /// An evaluation suite.
+    EvalSuite(EvalSuiteBody),
+    /// A snapshot evaluated on a suite.
+    Evaluation(EvaluationBody),
 }
 
 impl EntryBody {
@@ -352,7 +365,9 @@ impl EntryBody {
             EntryBody::Annotation(b) => Some(&b.run),
             EntryBody::Anomaly(b) => Some(&b.run),
             EntryBody::Samples(b) => Some(&b.run),
+            EntryBody::Evaluation(b) => Some(&b.run),
             EntryBody::Dataset(_)
+            | EntryBody::EvalSuite(_)
             | EntryBody::Proposal(_)
             | EntryBody::Approval(_)
             | EntryBody::Rejection(_)
@@ -382,6 +397,7 @@ impl EntryBody {
             EntryBody::Annotation(_) | EntryBody::Anomaly(_) => None,
             EntryBody::Sweep(b) => Some(&b.parent_hash),
             EntryBody::Gate(_) | EntryBody::Samples(_) => None,
+            EntryBody::EvalSuite(_) | EntryBody::Evaluation(_) => None,
         }
     }
 }
@@ -1487,11 +1503,13 @@ pub enum RefRole {
     Checkpoint,
     /// A chunk of a run's metric records (JSON lines).
     Metrics,
+    /// An evaluation suite's items (canonical JSON lines).
+    Suite,
 }
 
 impl RefRole {
     /// Every role.
-    pub const ALL: [RefRole; 10] = [
+    pub const ALL: [RefRole; 11] = [
         RefRole::Spec,
         RefRole::SpecToml,
         RefRole::Issue,
@@ -1502,6 +1520,7 @@ impl RefRole {
         RefRole::Artifact,
         RefRole::Checkpoint,
         RefRole::Metrics,
+        RefRole::Suite,
     ];
 
     /// The key in `refs`.
@@ -1517,6 +1536,7 @@ impl RefRole {
             RefRole::Artifact => "artifact",
             RefRole::Checkpoint => "checkpoint",
             RefRole::Metrics => "metrics",
+            RefRole::Suite => "suite",
         }
     }
 }

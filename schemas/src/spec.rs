@@ -44,6 +44,11 @@ pub struct ExperimentSpec {
     /// and the spec hashes as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<SamplesConfig>,
+    /// Suites each snapshot is evaluated on, each as a queued job of its own (`evaluation`
+    /// entries), beside the lab's own `[evals]`. Left out: the lab's only, and the spec hashes
+    /// as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evals: Option<crate::eval::EvalsConfig>,
 }
 
 /// What the model is asked to write at each snapshot.
@@ -601,7 +606,11 @@ impl ExperimentSpec {
 #[serde(deny_unknown_fields)]
 pub struct Forecast {
     /// Metric name (DESIGN.md conventions), e.g. `eval/markov/loss`.
-    #[schemars(regex(pattern = r"^[a-z][a-z0-9_]*(/[a-z0-9_<>-]+)+$"))]
+    /// An evaluation's metric is `eval:SUITE/METRIC` (`eval:markov-choice/acc_norm`), settled
+    /// when the run's last snapshot is evaluated on that suite.
+    #[schemars(regex(
+        pattern = r"^([a-z][a-z0-9_]*(/[a-z0-9_<>-]+)+|eval:[a-z0-9][a-z0-9._-]{0,63}/[a-z_]+)$"
+    ))]
     pub metric: String,
     /// Predicted final value.
     pub value: f64,

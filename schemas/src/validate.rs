@@ -678,12 +678,15 @@ fn semantic_errors(value: &Value, flagged: &[FieldError]) -> Vec<FieldError> {
         let layers_ok = m
             .n_layers
             .is_none_or(|n| crate::metrics::layer_in_range(&f.metric, n));
-        if !(crate::metrics::is_known_metric(&f.metric, domains.iter().copied()) && layers_ok) {
+        let reported =
+            crate::metrics::is_known_metric(&f.metric, domains.iter().copied()) && layers_ok;
+        let evaluated = crate::eval::parse_metric_name(&f.metric).is_some();
+        if !(reported || evaluated) {
             err(
                 "forecast.metric",
                 format!("{:?}", f.metric),
                 format!(
-                    "must be a metric this run reports, e.g. {}",
+                    "must be a metric this run reports, e.g. {}, or an evaluation's, eval:SUITE/acc_norm",
                     crate::metrics::forecastable_examples(domains.iter().copied()).join(", ")
                 ),
             );

@@ -1,0 +1,585 @@
+//! Evaluations on the record: a suite of items (`eval_suite` entries, the items a blob of
+//! canonical JSON lines), a snapshot's results on one (`evaluation` entries), a spec's
+//! `[evals]` section, the metric names (`eval:SUITE/acc_norm`) and the contamination figure.
+//!
+//! The two item shapes are the field's: a perplexity item is `{"text": ...}`; a multiple-choice
+//! item is lm-eval-harness's document shape `{"context": ..., "choices": [...], "answer": i}`,
+//! each choice the continuation exactly as it follows the context (no delimiter is added).
+//! Not here: reading files, scoring or storing (the lab and the runner do those).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::hash::BlobHash;
+use crate::record::{BuildIdentity, ForecastOutcome, JobId, RunId};
+
+/// Items a suite may hold.
+pub const MAX_SUITE_ITEMS: usize = 100_000;
+/// UTF-8 bytes one item may hold (its context and choices, or its text, together).
+pub const MAX_ITEM_BYTES: usize = 65_536;
+/// Choices a multiple-choice item may offer (at least 2).
+pub const MAX_CHOICES: usize = 16;
+/// Tokens in a shared n-gram that flag an item as contaminated (the GPT-3 paper's 13).
+pub const CONTAMINATION_NGRAM: u32 = 13;
+/// Flagged item indices an `evaluation` entry lists itself (the rest are in its blob).
+pub const FLAGGED_LISTED: usize = 64;
+
+/// What a name may be, as a pattern (also the JSON Schema's).
+pub const SUITE_NAME_PATTERN: &str = r"^[a-z0-9][a-z0-9._-]{0,63}$";
+
+/// A suite's name: lowercase letters, digits, `.`, `_` and `-`, at most 64, starting with a
+/// letter or digit. Several versions (hashes) of a suite share its name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SuiteName(String);
+
+impl SuiteName {
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for SuiteName {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let ok = !s.is_empty()
+            && s.len() <= 64
+            && s.bytes().enumerate().all(|(i, b)| {
+                b.is_ascii_lowercase()
+                    || b.is_ascii_digit()
+                    || (i > 0 && matches!(b, b'.' | b'_' | b'-'))
+            });
+        if ok {
+            Ok(SuiteName(s.to_string()))
+        } else {
+            Err(format!(
+                "suite name {s:?} is not a name: use 1 to 64 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit"
+            ))
+        }
+    }
+}
+
+impl TryFrom<String> for SuiteName {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<SuiteName> for String {
+    fn from(n: SuiteName) -> String {
+        n.0
+    }
+}
+
+impl fmt::Display for SuiteName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl JsonSchema for SuiteName {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SuiteName".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": SUITE_NAME_PATTERN,
+            "description": "An evaluation suite's name, as `glassbox data eval-suite import --name` stored it."
+        })
+    }
+}
+
+/// What a suite measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvalKind {
+    /// Texts: the model's negative log-likelihood and bits per byte.
+    Perplexity,
+    /// A context and choices: accuracy by log-likelihood, plain and length-normalised.
+    MultipleChoice,
+}
+
+impl EvalKind {
+    /// Both kinds.
+    pub const ALL: [EvalKind; 2] = [EvalKind::Perplexity, EvalKind::MultipleChoice];
+
+    /// The word on the wire and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvalKind::Perplexity => "perplexity",
+            EvalKind::MultipleChoice => "multiple_choice",
+        }
+    }
+
+    /// The metrics an evaluation of this kind reports, headline first.
+    pub fn metrics(self) -> &'static [&'static str] {
+        match self {
+            EvalKind::Perplexity => &[metric::BPB, metric::NLL, metric::PPL],
+            EvalKind::MultipleChoice => &[
+                metric::ACC_NORM,
+                metric::ACC,
+                metric::ACC_NORM_STDERR,
+                metric::ACC_STDERR,
+            ],
+        }
+    }
+
+    /// Whether a higher value of `metric` is better (accuracy) or a lower one (loss).
+    pub fn higher_is_better(metric: &str) -> bool {
+        matches!(metric, metric::ACC | metric::ACC_NORM)
+    }
+}
+
+impl fmt::Display for EvalKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EvalKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        EvalKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown suite kind {s:?}; expected perplexity or multiple_choice")
+            })
+    }
+}
+
+/// Metric names inside an evaluation (`evaluation` entries' `metrics`).
+pub mod metric {
+    /// Share of items whose answer has the highest log-likelihood.
+    pub const ACC: &str = "acc";
+    /// Share of items whose answer has the highest log-likelihood per character of the choice.
+    pub const ACC_NORM: &str = "acc_norm";
+    /// Standard error of `acc` (sample standard deviation over `sqrt(n)`).
+    pub const ACC_STDERR: &str = "acc_stderr";
+    /// Standard error of `acc_norm`.
+    pub const ACC_NORM_STDERR: &str = "acc_norm_stderr";
+    /// Mean negative log-likelihood per predicted token, in nats.
+    pub const NLL: &str = "nll";
+    /// Bits per UTF-8 byte of the predicted tokens, over the whole suite.
+    pub const BPB: &str = "bpb";
+    /// Token perplexity, `exp(nll)`.
+    pub const PPL: &str = "ppl";
+}
+
+/// The name a chart, a forecast or a leaderboard gives an evaluation metric:
+/// `eval:SUITE/METRIC`.
+pub fn metric_name(suite: &SuiteName, metric: &str) -> String {
+    format!("eval:{suite}/{metric}")
+}
+
+/// The suite and metric of an `eval:SUITE/METRIC` name, when it is one and names a metric an
+/// evaluation reports.
+pub fn parse_metric_name(name: &str) -> Option<(SuiteName, &str)> {
+    let rest = name.strip_prefix("eval:")?;
+    let (suite, metric) = rest.rsplit_once('/')?;
+    let known = EvalKind::ALL
+        .iter()
+        .any(|k| k.metrics().contains(&metric));
+    Some((suite.parse().ok()?, metric)).filter(|_| known)
+}
+
+/// One item of a suite.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum SuiteItem {
+    /// A multiple-choice item.
+    Choice {
+        /// What comes before each choice.
+        context: String,
+        /// The continuations, each as it follows the context.
+        choices: Vec<String>,
+        /// The index of the right one.
+        answer: u32,
+    },
+    /// A perplexity item.
+    Text {
+        /// The text.
+        text: String,
+    },
+}
+
+impl SuiteItem {
+    /// The kind of suite this item belongs in.
+    pub fn kind(&self) -> EvalKind {
+        match self {
+            SuiteItem::Choice { .. } => EvalKind::MultipleChoice,
+            SuiteItem::Text { .. } => EvalKind::Perplexity,
+        }
+    }
+
+    /// The item as its canonical line: JSON with its keys in order, no spaces.
+    pub fn canonical_line(&self) -> String {
+        // Strings and integers only: always has a canonical form.
+        crate::canonical::canonical_json(self)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Reads one item of a `kind` suite from a JSON object, checking what an evaluation
+    /// needs; an error names the field, the value and what would be accepted.
+    pub fn from_json(kind: EvalKind, value: &serde_json::Value) -> Result<Self, ItemError> {
+        let obj = value.as_object().ok_or_else(|| ItemError {
+            field: "(line)".into(),
+            problem: format!("{} is not a JSON object", kind_of(value)),
+            accepted: shape(kind).into(),
+        })?;
+        let text_field = |name: &str| -> Result<String, ItemError> {
+            match obj.get(name) {
+                Some(serde_json::Value::String(s)) => Ok(s.clone()),
+                Some(other) => Err(ItemError {
+                    field: name.into(),
+                    problem: format!("is {}", kind_of(other)),
+                    accepted: "a string".into(),
+                }),
+                None => Err(ItemError {
+                    field: name.into(),
+                    problem: "is missing".into(),
+                    accepted: shape(kind).into(),
+                }),
+            }
+        };
+        let item = match kind {
+            EvalKind::Perplexity => {
+                let text = text_field("text")?;
+                if text.chars().count() < 2 {
+                    return Err(ItemError {
+                        field: "text".into(),
+                        problem: format!("{text:?} is shorter than 2 characters"),
+                        accepted: "a text of at least 2 characters (the first is context)".into(),
+                    });
+                }
+                SuiteItem::Text { text }
+            }
+            EvalKind::MultipleChoice => {
+                let context = text_field("context")?;
+                let choices = match obj.get("choices") {
+                    Some(serde_json::Value::Array(a)) => a
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| match c {
+                            serde_json::Value::String(s) if !s.is_empty() => Ok(s.clone()),
+                            other => Err(ItemError {
+                                field: format!("choices[{i}]"),
+                                problem: format!("is {}", kind_of(other)),
+                                accepted: "a non-empty string".into(),
+                            }),
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                    Some(other) => {
+                        return Err(ItemError {
+                            field: "choices".into(),
+                            problem: format!("is {}", kind_of(other)),
+                            accepted: "an array of strings".into(),
+                        });
+                    }
+                    None => {
+                        return Err(ItemError {
+                            field: "choices".into(),
+                            problem: "is missing".into(),
+                            accepted: shape(kind).into(),
+                        });
+                    }
+                };
+                if !(2..=MAX_CHOICES).contains(&choices.len()) {
+                    return Err(ItemError {
+                        field: "choices".into(),
+                        problem: format!("has {} choice(s)", choices.len()),
+                        accepted: format!("2 to {MAX_CHOICES} choices"),
+                    });
+                }
+                let answer = match obj.get("answer") {
+                    Some(serde_json::Value::Number(n)) => n.as_u64(),
+                    _ => None,
+                };
+                let answer = match answer {
+                    Some(a) if (a as usize) < choices.len() => a as u32,
+                    _ => {
+                        return Err(ItemError {
+                            field: "answer".into(),
+                            problem: match obj.get("answer") {
+                                Some(v) => format!("{v} is not a choice's index"),
+                                None => "is missing".into(),
+                            },
+                            accepted: format!(
+                                "the index of the right choice, 0 to {}",
+                                choices.len() - 1
+                            ),
+                        });
+                    }
+                };
+                SuiteItem::Choice {
+                    context,
+                    choices,
+                    answer,
+                }
+            }
+        };
+        if let Some(extra) = obj.keys().find(|k| !field_of(kind, k)) {
+            return Err(ItemError {
+                field: extra.clone(),
+                problem: "is not a field of this kind of item".into(),
+                accepted: shape(kind).into(),
+            });
+        }
+        let bytes = match &item {
+            SuiteItem::Text { text } => text.len(),
+            SuiteItem::Choice {
+                context, choices, ..
+            } => context.len() + choices.iter().map(String::len).sum::<usize>(),
+        };
+        if bytes > MAX_ITEM_BYTES {
+            return Err(ItemError {
+                field: "(item)".into(),
+                problem: format!("holds {bytes} bytes of text"),
+                accepted: format!("at most {MAX_ITEM_BYTES} bytes per item"),
+            });
+        }
+        Ok(item)
+    }
+}
+
+fn field_of(kind: EvalKind, key: &str) -> bool {
+    match kind {
+        EvalKind::Perplexity => key == "text",
+        EvalKind::MultipleChoice => matches!(key, "context" | "choices" | "answer"),
+    }
+}
+
+fn shape(kind: EvalKind) -> &'static str {
+    match kind {
+        EvalKind::Perplexity => r#"{"text": "..."}"#,
+        EvalKind::MultipleChoice => r#"{"context": "...", "choices": ["...", "..."], "answer": 0}"#,
+    }
+}
+
+fn kind_of(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Why an item was refused: the field, what is wrong with it, and what would be accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemError {
+    /// The field (`choices[2]`, or `(line)` for the whole line).
+    pub field: String,
+    /// What is wrong.
+    pub problem: String,
+    /// What would be accepted.
+    pub accepted: String,
+}
+
+impl fmt::Display for ItemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}; expected {}", self.field, self.problem, self.accepted)
+    }
+}
+
+/// A spec's (or the lab config's) `[evals]`: the suites each snapshot is evaluated on, each
+/// as its own queued job. Left out of a spec, the spec hashes as before.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvalsConfig {
+    /// Suite names (the newest version of each on the record when the snapshot is saved).
+    #[schemars(length(max = 16))]
+    pub suites: Vec<SuiteName>,
+}
+
+/// Body of an `eval_suite` entry: a suite stored as a blob (`refs.suite`) of canonical JSON
+/// lines, one item each. The blob's hash is the suite's version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalSuiteBody {
+    /// Its name.
+    pub name: SuiteName,
+    /// What it measures.
+    pub kind: EvalKind,
+    /// Items it holds.
+    pub items: u64,
+    /// Its hash (the blob's): the version every evaluation names.
+    pub suite: BlobHash,
+    /// The licence its items are under, as the importer declared it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub licence: Option<String>,
+    /// Where the items came from (a URL, or the command that generated them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// How many of a suite's items share an n-gram (in the run's tokens) with what the run trained
+/// on, and which.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Contamination {
+    /// Tokens per n-gram ([`CONTAMINATION_NGRAM`]).
+    pub ngram: u32,
+    /// Items flagged.
+    pub flagged: u64,
+    /// `flagged / items`.
+    pub fraction: f64,
+    /// Items too short to hold one n-gram (never flagged).
+    pub too_short: u64,
+    /// The first flagged item indices (at most [`FLAGGED_LISTED`]; the blob lists all).
+    pub first_flagged: Vec<u64>,
+    /// Training tokens streamed past the suite's n-grams, by domain.
+    pub tokens_checked: BTreeMap<String, u64>,
+}
+
+/// How an evaluation job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvalOutcome {
+    /// Every item was scored; the metrics are the result.
+    Evaluated,
+    /// It could not be done (the reason is the entry's `detail`).
+    Failed,
+    /// A maintainer cancelled it.
+    Cancelled,
+}
+
+impl EvalOutcome {
+    /// The word on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvalOutcome::Evaluated => "evaluated",
+            EvalOutcome::Failed => "failed",
+            EvalOutcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for EvalOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Body of an `evaluation` entry: one snapshot of a run on one version of a suite, or how the
+/// attempt to evaluate it ended. `refs.checkpoint` is the snapshot, `refs.suite` the suite and
+/// `refs.artifact` the per-item results (JSON lines), when there are results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvaluationBody {
+    /// The run.
+    pub run: RunId,
+    /// Steps completed at the snapshot.
+    pub step: u64,
+    /// The snapshot's blob.
+    pub snapshot: BlobHash,
+    /// The suite's name.
+    pub suite: SuiteName,
+    /// The suite's version (its blob's hash).
+    pub suite_hash: BlobHash,
+    /// What it measures.
+    pub kind: EvalKind,
+    /// How it ended.
+    pub outcome: EvalOutcome,
+    /// Why, when it did not end `evaluated`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Items scored.
+    pub items: u64,
+    /// The metrics ([`EvalKind::metrics`]); empty unless `evaluated`.
+    pub metrics: BTreeMap<String, f64>,
+    /// The suite against the run's training data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contamination: Option<Contamination>,
+    /// The job that evaluated it, when a queued job did (`glassbox eval` run by hand has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobId>,
+    /// The worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// The worker's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// CPU threads it ran on (the results are the same for any count).
+    pub threads: u32,
+    /// The program that evaluated it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildIdentity>,
+    /// Queued by the lab's `[evals]` (or the spec's), not asked for.
+    #[serde(default)]
+    pub automatic: bool,
+    /// The forecast this evaluation settles (a forecast of an `eval:` metric of the run's last
+    /// snapshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<ForecastOutcome>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suite_names_are_checked() {
+        assert!("markov-choice".parse::<SuiteName>().is_ok());
+        assert!("arc.easy_v1".parse::<SuiteName>().is_ok());
+        for bad in ["", "-x", "Upper", "a b", &"x".repeat(65)] {
+            let e = bad.parse::<SuiteName>().unwrap_err();
+            assert!(e.contains("is not a name"), "{e}");
+        }
+    }
+
+    #[test]
+    fn metric_names_round_trip_and_refuse_unknown_metrics() {
+        let s: SuiteName = "hs".parse().unwrap();
+        let n = metric_name(&s, metric::ACC_NORM);
+        assert_eq!(n, "eval:hs/acc_norm");
+        assert_eq!(parse_metric_name(&n), Some((s, "acc_norm")));
+        assert_eq!(parse_metric_name("eval:hs/accuracy"), None);
+        assert_eq!(parse_metric_name("eval/markov/loss"), None);
+        assert_eq!(parse_metric_name("eval:Bad/acc"), None);
+    }
+
+    #[test]
+    fn items_are_read_with_errors_naming_the_field() {
+        let mc = EvalKind::MultipleChoice;
+        let ok = serde_json::json!({"context": "a", "choices": ["b", "c"], "answer": 1});
+        let item = SuiteItem::from_json(mc, &ok).unwrap();
+        assert_eq!(
+            item.canonical_line(),
+            r#"{"answer":1,"choices":["b","c"],"context":"a"}"#
+        );
+        let cases = [
+            (serde_json::json!([1]), "(line)"),
+            (serde_json::json!({"choices": ["b", "c"], "answer": 0}), "context"),
+            (serde_json::json!({"context": "a", "choices": ["b"], "answer": 0}), "choices"),
+            (serde_json::json!({"context": "a", "choices": ["b", 3], "answer": 0}), "choices[1]"),
+            (serde_json::json!({"context": "a", "choices": ["b", "c"], "answer": 2}), "answer"),
+            (serde_json::json!({"context": "a", "choices": ["b", "c"], "answer": -1}), "answer"),
+            (
+                serde_json::json!({"context": "a", "choices": ["b", "c"], "answer": 0, "label": 1}),
+                "label",
+            ),
+        ];
+        for (value, field) in cases {
+            let e = SuiteItem::from_json(mc, &value).unwrap_err();
+            assert_eq!(e.field, field, "{value}: {e}");
+        }
+        let e = SuiteItem::from_json(EvalKind::Perplexity, &serde_json::json!({"text": 5}))
+            .unwrap_err();
+        assert_eq!((e.field.as_str(), e.accepted.as_str()), ("text", "a string"));
+        let line = SuiteItem::Text { text: "hi".into() }.canonical_line();
+        assert_eq!(line, r#"{"text":"hi"}"#);
+        let back: SuiteItem = serde_json::from_str(&line).unwrap();
+        assert_eq!(back.kind(), EvalKind::Perplexity);
+    }
+}
