@@ -82,6 +82,9 @@ enum Command {
     Sample(cli::model::SampleArgs),
     /// A run's snapshot as a Hugging Face `transformers` directory, recorded in the ledger.
     Export(cli::model::ExportArgs),
+    /// A run's snapshot (or every snapshot) scored on an evaluation suite, with the suite's
+    /// contamination by the training data: an `evaluation` entry each.
+    Eval(cli::eval::EvalArgs),
     /// The leaderboards rebuilt from the log alone: only reproduced runs are ranked.
     Board(cli::board::BoardArgs),
     /// Datasets: `data import --domain NAME FILE`, `data generate --domain NAME --seed N --bytes N`.
@@ -150,6 +153,7 @@ fn main() -> ExitCode {
         Command::Score(args) => cli::model::score(args, &cli.global),
         Command::Sample(args) => cli::model::sample(args, &cli.global),
         Command::Export(args) => cli::model::export(args, &cli.global),
+        Command::Eval(args) => cli::eval::run(args, &cli.global),
         Command::Board(args) => cli::board::run(args, &cli.global),
         Command::Serve(args) => cli::serve::run(args, &cli.global),
         Command::Quickstart(args) => cli::quickstart::run(args, &cli.global),

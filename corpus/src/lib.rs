@@ -5,6 +5,7 @@
 //!   streaming, bounded, every bad input named by file and line, row or column;
 //! - [`shard`] — [`TokenShard`], the byte layout of a tokenized corpus (ids, each token's
 //!   source byte count, document starts);
+//! - [`rows`] — records out of JSON Lines or Parquet rows (evaluation suites), bounded;
 //! - [`error`] — [`DataError`];
 //! - `counting` — the documents of JSON Lines counted on every core, for import.
 //!
@@ -14,6 +15,7 @@
 mod counting;
 pub mod documents;
 pub mod error;
+pub mod rows;
 pub mod shard;
 
 pub use error::{DataError, Location};

@@ -235,6 +235,62 @@ impl TokenShard {
         out
     }
 
+    /// Streams a shard's ids from `reader` without holding the shard: reads the header, asks
+    /// `take(tokens in the shard)` how many of the first ids to read, and calls `visit` with
+    /// them a chunk at a time; returns the shard's token count. `what` names it in errors.
+    pub fn stream_ids(
+        mut reader: impl std::io::Read,
+        what: &str,
+        take: impl FnOnce(u64) -> u64,
+        mut visit: impl FnMut(&[u32]),
+    ) -> Result<u64, DataError> {
+        let bad = |reason: String| DataError::Shard {
+            what: what.into(),
+            reason,
+        };
+        let mut header = [0u8; HEADER_BYTES];
+        reader
+            .read_exact(&mut header)
+            .map_err(|e| bad(format!("its header cannot be read ({e})")))?;
+        if &header[..8] != MAGIC {
+            return Err(bad(format!(
+                "does not start with the {HEADER_BYTES}-byte header of a glassbox token shard (\"GBSHARD1\")"
+            )));
+        }
+        let w = header[8] as usize;
+        if w != 2 && w != 4 {
+            return Err(bad(format!("id width {w}; a shard's ids are 2 or 4 bytes")));
+        }
+        let n = u64::from_le_bytes(header[16..24].try_into().unwrap_or([0; 8]));
+        let mut left = take(n).min(n);
+        let mut buf = vec![0u8; 64 * 1024 * w];
+        let mut ids = Vec::with_capacity(64 * 1024);
+        while left > 0 {
+            let count = (left as usize).min(64 * 1024);
+            let bytes = &mut buf[..count * w];
+            reader
+                .read_exact(bytes)
+                .map_err(|e| bad(format!("its ids cannot be read ({e})")))?;
+            ids.clear();
+            if w == 2 {
+                ids.extend(
+                    bytes
+                        .chunks_exact(2)
+                        .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]]))),
+                );
+            } else {
+                ids.extend(
+                    bytes
+                        .chunks_exact(4)
+                        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                );
+            }
+            visit(&ids);
+            left -= count as u64;
+        }
+        Ok(n)
+    }
+
     /// Reads a shard's bytes; `what` names it in errors.
     pub fn from_bytes(bytes: &[u8], what: &str) -> Result<Self, DataError> {
         let bad = |reason: String| DataError::Shard {

@@ -14,6 +14,7 @@
 
 use std::fmt;
 
+use glassbox_schemas::eval::SuiteName;
 use glassbox_schemas::hash::HASH_PREFIX;
 use glassbox_schemas::record::MAX_NOTE_CHARS;
 use glassbox_schemas::{RunId, SpecHash};
@@ -185,6 +186,11 @@ pub enum Command {
     Rerun,
     /// Re-run from the ledger and compare with the recorded result.
     Reproduce,
+    /// Evaluate the finished run's snapshots on a suite (its newest version).
+    Evaluate {
+        /// The suite's name.
+        suite: SuiteName,
+    },
     /// Report the proposal's state and queue position.
     Status,
     /// List the commands.
@@ -194,7 +200,7 @@ pub enum Command {
 }
 
 /// Every command name, in the order `/help` lists them.
-pub const COMMAND_NAMES: [&str; 10] = [
+pub const COMMAND_NAMES: [&str; 11] = [
     "approve",
     "reject",
     "hold",
@@ -202,6 +208,7 @@ pub const COMMAND_NAMES: [&str; 10] = [
     "cancel",
     "rerun",
     "reproduce",
+    "evaluate",
     "status",
     "note",
     "help",
@@ -218,6 +225,7 @@ impl Command {
             Command::Cancel => "cancel",
             Command::Rerun => "rerun",
             Command::Reproduce => "reproduce",
+            Command::Evaluate { .. } => "evaluate",
             Command::Status => "status",
             Command::Help => "help",
             Command::Note(_) => "note",
@@ -236,6 +244,7 @@ impl fmt::Display for Command {
         match self {
             Command::Reject { reason } if !reason.is_empty() => write!(f, "/reject {reason}"),
             Command::Approve { pin: Some(pin) } => write!(f, "/approve {pin}"),
+            Command::Evaluate { suite } => write!(f, "/evaluate {suite}"),
             Command::Note(n) => n.fmt(f),
             c => write!(f, "/{}", c.name()),
         }
@@ -349,6 +358,18 @@ pub fn parse_commands(text: &str) -> Vec<ParsedCommand> {
             "cancel" => Command::Cancel,
             "rerun" => Command::Rerun,
             "reproduce" => Command::Reproduce,
+            "evaluate" => match args.parse::<SuiteName>() {
+                Ok(suite) => Command::Evaluate { suite },
+                Err(problem) => {
+                    out.push(ParsedCommand::Malformed {
+                        name: "evaluate",
+                        problem: format!(
+                            "{problem}; write /evaluate SUITE with a suite stored by `glassbox data eval-suite import`"
+                        ),
+                    });
+                    continue;
+                }
+            },
             "status" => Command::Status,
             "help" => Command::Help,
             "note" => match NoteCommand::parse(args) {
@@ -401,6 +422,29 @@ mod tests {
                 ParsedCommand::Unknown { .. } | ParsedCommand::Malformed { .. } => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn evaluate_takes_one_suite_name() {
+        assert_eq!(
+            known("/evaluate markov-choice"),
+            vec![Command::Evaluate {
+                suite: "markov-choice".parse().unwrap()
+            }]
+        );
+        for bad in ["/evaluate", "/evaluate Two Words", "/evaluate <b>x</b>"] {
+            match parse_commands(bad).as_slice() {
+                [
+                    ParsedCommand::Malformed {
+                        name: "evaluate",
+                        problem,
+                    },
+                ] => {
+                    assert!(problem.contains("/evaluate SUITE"), "{problem}")
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
     }
 
     #[test]

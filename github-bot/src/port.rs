@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use glassbox_schemas::eval::SuiteName;
 use glassbox_schemas::record::{IssueRef, RunEnding};
 use glassbox_schemas::{ExperimentId, ExperimentSpec, RunId, RunStatus, SpecHash};
 
@@ -296,6 +297,14 @@ pub trait LabPort: Send + Sync + 'static {
         experiment: &ExperimentId,
         by: &Login,
     ) -> impl Future<Output = Result<u32, LabError>> + Send;
+    /// Queues the evaluation of the last finished run's snapshots on `suite` (its newest
+    /// version); returns how many eval jobs were queued and the first one's queue position.
+    fn evaluate(
+        &self,
+        experiment: &ExperimentId,
+        suite: &SuiteName,
+        by: &Login,
+    ) -> impl Future<Output = Result<(u32, u32), LabError>> + Send;
     /// The experiment's state, or `None` when nothing is recorded.
     fn status(
         &self,
@@ -371,6 +380,21 @@ pub enum LabEvent {
         /// Index of the `reproduction` entry.
         ledger_index: u64,
     },
+    /// An evaluation a maintainer asked for (`/evaluate`) ended.
+    Evaluated {
+        /// The issue.
+        issue: IssueKey,
+        /// The run evaluated.
+        run: RunId,
+        /// The result in one line (suite, step, headline metric), or how it ended.
+        headline: String,
+        /// `evaluated`, `failed` or `cancelled`.
+        outcome: String,
+        /// The share of the suite's items that share a 13-gram with the training data.
+        contamination: Option<f64>,
+        /// Index of the `evaluation` entry.
+        ledger_index: u64,
+    },
     /// A sweep's promotion gate was decided when its children ended.
     Gate {
         /// The sweep's issue.
@@ -393,6 +417,7 @@ impl LabEvent {
             | LabEvent::Finished { issue, .. }
             | LabEvent::Alert { issue, .. }
             | LabEvent::Reproduced { issue, .. }
+            | LabEvent::Evaluated { issue, .. }
             | LabEvent::Gate { issue, .. } => issue,
         }
     }
@@ -574,6 +599,15 @@ impl InMemoryLab {
             }
         }
         m.journal.push(format!("run_started {experiment} {run}"));
+    }
+
+    /// Marks `experiment`'s run over with `status` (what the lab does when a run ends).
+    pub fn finish_run(&self, experiment: &ExperimentId, status: RunStatus) {
+        let mut m = self.lock();
+        if let Some(e) = m.experiments.get_mut(experiment) {
+            e.state = ExperimentState::Finished { status };
+        }
+        m.journal.push(format!("finished {experiment} {status}"));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LabModel> {
@@ -896,6 +930,27 @@ impl LabPort for InMemoryLab {
         }
         m.journal.push(format!("reproduce {experiment} by {by}"));
         Ok(Self::enqueue(&mut m, experiment))
+    }
+
+    async fn evaluate(
+        &self,
+        experiment: &ExperimentId,
+        suite: &SuiteName,
+        by: &Login,
+    ) -> Result<(u32, u32), LabError> {
+        let mut m = self.lock();
+        let e = m
+            .experiments
+            .get(experiment)
+            .ok_or_else(|| LabError::UnknownExperiment(experiment.clone()))?;
+        if !matches!(e.state, ExperimentState::Finished { .. }) {
+            return Err(LabError::InvalidState(
+                "there is no finished run to evaluate yet".into(),
+            ));
+        }
+        m.journal
+            .push(format!("evaluate {experiment} on {suite} by {by}"));
+        Ok((1, Self::enqueue(&mut m, experiment)))
     }
 
     async fn status(

@@ -379,6 +379,14 @@ pub fn reproduction_queued(actor: &Login, position: u32) -> String {
     )
 }
 
+/// The reply to `/evaluate SUITE`.
+pub fn evaluation_queued(actor: &Login, suite: &str, jobs: u32, position: u32) -> String {
+    format!(
+        "📏 Evaluation on `{suite}` requested by @{actor}: {jobs} snapshot{} queued (first at position {position}, below training). The result of the last snapshot is posted here.",
+        if jobs == 1 { "" } else { "s" }
+    )
+}
+
 /// The comment (apart from the validation comment, so it notifies) when an edit gave the spec
 /// a new hash, `hash`, and so voided the approval of the old one.
 pub fn approval_voided_by_edit(hash: &SpecHash, voided: &ApprovalInfo) -> String {
@@ -473,6 +481,9 @@ fn command_usage(name: &str) -> &'static str {
         "cancel" => "`/cancel` — cancel the queued or running job",
         "rerun" => "`/rerun` — queue the same spec again",
         "reproduce" => "`/reproduce` — re-run from the ledger and compare with the result",
+        "evaluate" => {
+            "`/evaluate <suite>` — score the finished run's snapshots on an evaluation suite (its newest version) and post the result"
+        }
         "status" => "`/status` — show the state and queue position",
         "note" => {
             "`/note [run-<n>] step <n>|steps <a>-<b>: <text>` — annotate steps of a run (the run may be left out when the issue has one); a maintainer's note is marked as such; editing the comment records a note that supersedes it"
@@ -761,6 +772,44 @@ pub fn reproduction_result(
             detail.unwrap_or("no detail recorded")
         ),
     };
+    if !dashboard.is_empty() {
+        let _ = write!(
+            s,
+            " Dashboard: {}/runs/{run}",
+            dashboard.trim_end_matches('/')
+        );
+    }
+    s
+}
+
+/// The comment when an evaluation a maintainer asked for (`/evaluate`) ends. The headline is
+/// the lab's own text but may quote an error, so it is shown as inert code (no backticks, no
+/// line breaks, at most 300 characters).
+pub fn evaluation_result(
+    run: &str,
+    headline: &str,
+    outcome: &str,
+    contamination: Option<f64>,
+    ledger_index: u64,
+    dashboard: &str,
+) -> String {
+    let inert: String = headline
+        .chars()
+        .map(|c| if c == '`' || c.is_control() { ' ' } else { c })
+        .take(300)
+        .collect();
+    let mut s = match outcome {
+        "evaluated" => format!("📏 Evaluation of run `{run}`: `{inert}`."),
+        other => format!("⚠️ Evaluation of run `{run}` ended **{other}**: `{inert}`."),
+    };
+    if let Some(c) = contamination {
+        let _ = write!(
+            s,
+            " Contamination: {:.1}% of the suite's items share a 13-gram with the run's training data.",
+            c * 100.0
+        );
+    }
+    let _ = write!(s, " Recorded as ledger entry {ledger_index}.");
     if !dashboard.is_empty() {
         let _ = write!(
             s,

@@ -332,6 +332,26 @@ pub struct ExportSettings {
     pub licence: Option<String>,
 }
 
+/// `[evals]`: the suites every snapshot of every run is evaluated on, each as an eval job of its
+/// own at `priority` (below every training job's, so training never waits on them).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EvalSettings {
+    /// Suite names (their newest version when a snapshot is saved).
+    pub suites: Vec<glassbox_schemas::eval::SuiteName>,
+    /// Queue priority of eval jobs (training jobs' are `[queue]`'s).
+    pub priority: i64,
+}
+
+impl Default for EvalSettings {
+    fn default() -> Self {
+        Self {
+            suites: Vec::new(),
+            priority: -1000,
+        }
+    }
+}
+
 /// The whole lab configuration.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LabConfig {
@@ -349,6 +369,8 @@ pub struct LabConfig {
     pub reproduce: ReproduceSettings,
     /// `[export]`.
     pub export: ExportSettings,
+    /// `[evals]`.
+    pub evals: EvalSettings,
     /// `[[leaderboard]]`: the boards, in the file's order.
     pub leaderboards: Vec<glassbox_ledger::board::BoardDef>,
 }
@@ -391,6 +413,7 @@ impl LabConfig {
                 "ledger" => section(key, value, &mut cfg.ledger, &mut problems),
                 "reproduce" => section(key, value, &mut cfg.reproduce, &mut problems),
                 "export" => section(key, value, &mut cfg.export, &mut problems),
+                "evals" => section(key, value, &mut cfg.evals, &mut problems),
                 "leaderboard" => boards(value, &mut cfg.leaderboards, &mut problems),
                 other if others.contains(&other) => {
                     rest.insert(key.clone(), value.clone());
@@ -404,6 +427,7 @@ impl LabConfig {
                         "ledger",
                         "reproduce",
                         "export",
+                        "evals",
                         "leaderboard",
                     ];
                     known.extend_from_slice(others);
@@ -433,6 +457,30 @@ impl LabConfig {
                 "export.licence",
                 format!("{l:?}"),
                 "one line of at most 200 characters (an SPDX id such as \"apache-2.0\", or a sentence)",
+            );
+        }
+        let q = &self.queue;
+        let lowest_training = q
+            .author_priority
+            .values()
+            .copied()
+            .chain([q.default_priority])
+            .min()
+            .unwrap_or(0);
+        if self.evals.priority >= lowest_training {
+            bad(
+                "evals.priority",
+                self.evals.priority.to_string(),
+                &format!(
+                    "must be below every training job's priority (the lowest is {lowest_training}), so training never waits on an evaluation"
+                ),
+            );
+        }
+        if self.evals.suites.len() > 16 {
+            bad(
+                "evals.suites",
+                format!("{} suites", self.evals.suites.len()),
+                "at most 16 suites",
             );
         }
         let l = &self.limits;

@@ -166,6 +166,7 @@ impl LabHandle {
         opts.limits = self.config.limits.clone();
         opts.reproduce = self.config.reproduce.clone();
         opts.leaderboards = self.config.leaderboards.clone();
+        opts.evals = self.config.evals.clone();
         opts
     }
 

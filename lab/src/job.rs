@@ -8,6 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use glassbox_schemas::eval::{EvalKind, SuiteName};
 use glassbox_schemas::{BlobHash, ExperimentId, JobId, RunId, RunStatus, SpecHash};
 use serde::{Deserialize, Serialize};
 
@@ -125,6 +126,8 @@ pub enum JobKind {
     Run,
     /// Re-run an earlier run from its ledger record and compare (`/reproduce`).
     Reproduction,
+    /// Score a run's snapshot on an evaluation suite (`[evals]`, `/evaluate`).
+    Eval,
 }
 
 impl JobKind {
@@ -133,6 +136,7 @@ impl JobKind {
         match self {
             JobKind::Run => "run",
             JobKind::Reproduction => "reproduction",
+            JobKind::Eval => "eval",
         }
     }
 }
@@ -143,8 +147,9 @@ impl FromStr for JobKind {
         match s {
             "run" => Ok(JobKind::Run),
             "reproduction" => Ok(JobKind::Reproduction),
+            "eval" => Ok(JobKind::Eval),
             other => Err(format!(
-                "unknown job kind {other:?}; expected run or reproduction"
+                "unknown job kind {other:?}; expected run, reproduction or eval"
             )),
         }
     }
@@ -222,8 +227,38 @@ pub struct Job {
     pub avoid_worker: Option<WorkerId>,
     /// A host whose workers take it only while no other host's worker serves the queue.
     pub avoid_host: Option<String>,
-    /// Queued by the lab's own policy (`[reproduce]`), not asked for.
+    /// Queued by the lab's own policy (`[reproduce]`, `[evals]`), not asked for.
     pub automatic: bool,
+    /// For an eval job: the snapshot and suite version it scores.
+    pub evaluates: Option<EvalTarget>,
+}
+
+/// What an eval job scores: one snapshot of a run on one version of a suite.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvalTarget {
+    /// The run.
+    pub run: RunId,
+    /// Steps completed at the snapshot.
+    pub step: u64,
+    /// The snapshot's blob.
+    pub snapshot: BlobHash,
+    /// The suite's name.
+    pub suite: SuiteName,
+    /// The suite version.
+    pub suite_hash: BlobHash,
+    /// What the suite measures.
+    pub kind: EvalKind,
+    /// Whether its end is announced on the experiment's issue (the last snapshot of a
+    /// `/evaluate`); not part of [`EvalTarget::key`].
+    #[serde(default)]
+    pub announce: bool,
+}
+
+impl EvalTarget {
+    /// The target as one string: at most one job per key waits or runs.
+    pub fn key(&self) -> String {
+        format!("{} {} {}", self.run, self.snapshot, self.suite_hash)
+    }
 }
 
 /// Where a reproduction job may not run, and whether the lab queued it by itself.

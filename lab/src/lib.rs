@@ -16,6 +16,8 @@
 //! - [`dataset`], [`tokens`] and [`corpus`] — corpora as blobs with `dataset` entries,
 //!   tokenizers and token shards with `tokenizer` and `tokenized` entries, and the runner's
 //!   corpus store over the blob store;
+//! - [`eval`] — evaluation suites on the record, a snapshot scored on one (lm-eval-harness's
+//!   definitions) with the contamination figure beside it;
 //! - [`ladder`] — scaling ladders: rungs, the fit, the pre-registered forecast, the target;
 //! - [`reproduce`] — re-running a recorded run from the ledger and comparing it (bitwise, or
 //!   within tolerances for another backend), and the `[reproduce]` policy that queues it on
@@ -38,6 +40,7 @@ pub mod corpus;
 pub mod dataset;
 pub mod db;
 pub mod error;
+pub mod eval;
 pub mod export;
 pub mod flow;
 pub mod forecast;

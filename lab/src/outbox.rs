@@ -129,6 +129,21 @@ pub enum Notice {
         /// The `reproduction` entry.
         entry: u64,
     },
+    /// An evaluation someone asked for (`/evaluate`) ended.
+    Evaluated {
+        /// The experiment.
+        experiment: ExperimentId,
+        /// The run evaluated.
+        run: RunId,
+        /// The result in one line (suite, step, headline metric).
+        headline: String,
+        /// How it ended.
+        outcome: glassbox_schemas::eval::EvalOutcome,
+        /// The suite's contamination fraction, when it was checked.
+        contamination: Option<f64>,
+        /// The `evaluation` entry.
+        entry: u64,
+    },
     /// A sweep's promotion gate was decided.
     Gate {
         /// The sweep's experiment.
@@ -182,6 +197,7 @@ impl Notice {
             | Notice::Finished { experiment, .. }
             | Notice::Alert { experiment, .. }
             | Notice::Reproduced { experiment, .. }
+            | Notice::Evaluated { experiment, .. }
             | Notice::Gate { experiment, .. } => experiment,
         }
     }

@@ -37,7 +37,7 @@ use std::time::Duration;
 pub use glassbox_schemas::JobId;
 
 pub use crate::error::QueueError;
-pub use crate::job::{Avoid, CancelOutcome, Job, JobKind, JobState, NewJob, WorkerId};
+pub use crate::job::{Avoid, CancelOutcome, EvalTarget, Job, JobKind, JobState, NewJob, WorkerId};
 use glassbox_schemas::{BlobHash, ExperimentId, RunId, RunStatus};
 
 pub use crate::clock::Clock;
@@ -348,6 +348,33 @@ impl Queue {
             Ok(id) => Ok(id),
             // Two requests at once: the unique index lets one through.
             Err(e) => match self.open_reproduction_of(run).await? {
+                Some(open) => Err(QueueError::AlreadyOpen {
+                    job: open.id,
+                    state: open.state,
+                }),
+                None => Err(e.into()),
+            },
+        }
+    }
+
+    /// Adds an eval job scoring `target` (`job.kind` must be [`JobKind::Eval`]); at most one
+    /// waits or runs per target: a second is [`QueueError::AlreadyOpen`].
+    pub async fn enqueue_eval(
+        &self,
+        job: &NewJob,
+        target: &EvalTarget,
+        automatic: bool,
+    ) -> Result<JobId, QueueError> {
+        if let Some(open) = jobs::open_eval_of(self.db.pool(), target).await? {
+            return Err(QueueError::AlreadyOpen {
+                job: open.id,
+                state: open.state,
+            });
+        }
+        match jobs::insert_eval(self.db.pool(), job, target, automatic, self.now()).await {
+            Ok(id) => Ok(id),
+            // Two requests at once: the unique index lets one through.
+            Err(e) => match jobs::open_eval_of(self.db.pool(), target).await? {
                 Some(open) => Err(QueueError::AlreadyOpen {
                     job: open.id,
                     state: open.state,

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use glassbox_ledger::index::Index;
 use glassbox_ledger::{BlobStore, DirSource, LabDir, LockMode, LogReader};
-use glassbox_schemas::record::{EntryBody, refs};
+use glassbox_schemas::record::{EntryBody, EvalSuiteBody, refs};
 use glassbox_schemas::{Blake3Hash, BlobHash, ExperimentId, LedgerEntry, RunId, SpecHash};
 
 use crate::error::LabError;
@@ -80,6 +80,8 @@ struct LogFacts {
     /// started.
     runs: HashMap<String, Option<String>>,
     run_order: Vec<String>,
+    /// Every `eval_suite` entry, in log order.
+    suites: Vec<(u64, EvalSuiteBody)>,
 }
 
 impl LogFacts {
@@ -115,6 +117,7 @@ impl LogFacts {
                     self.approvals.insert((exp.0.clone(), b.spec_hash), index);
                 }
             }
+            EntryBody::EvalSuite(b) => self.suites.push((index, b.clone())),
             _ => {}
         }
     }
@@ -509,6 +512,11 @@ impl Recorder {
         tokenizer: &BlobHash,
     ) -> Result<Option<u64>, LabError> {
         self.ask(|f| f.tokenized.get(&(*corpus, *tokenizer)).copied())
+    }
+
+    /// Every `eval_suite` entry on the record (index and body), oldest first.
+    pub fn eval_suites(&self) -> Result<Vec<(u64, EvalSuiteBody)>, LabError> {
+        self.ask(|f| f.suites.clone())
     }
 
     /// The `result` entry of `run`, if it has one.

@@ -241,6 +241,57 @@ impl TrainedModel {
         })
     }
 
+    /// Each request's continuation log-likelihood ([`inference::continuation_logliks`]);
+    /// `None` when `cancelled` turned true on the way.
+    pub fn continuation_logliks(
+        &self,
+        threads: usize,
+        requests: &[inference::Continuation],
+        cancelled: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Option<Vec<f64>>, LabError> {
+        self.on_cpu(threads, |be, params| {
+            Ok(inference::continuation_logliks(
+                &self.model,
+                be,
+                params,
+                &self.state.router_bias,
+                requests,
+                cancelled,
+            )?)
+        })
+    }
+
+    /// Each text's score, with the parameters uploaded once; `None` when `cancelled` turned
+    /// true between texts.
+    pub fn score_many(
+        &self,
+        threads: usize,
+        texts: &[&str],
+        cancelled: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Option<Vec<Score>>, LabError> {
+        let encoded = texts
+            .iter()
+            .map(|t| self.codec.encode(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.on_cpu(threads, |be, params| {
+            let mut out = Vec::with_capacity(encoded.len());
+            for (ids, bytes) in &encoded {
+                if cancelled() {
+                    return Ok(None);
+                }
+                out.push(inference::score(
+                    &self.model,
+                    be,
+                    params,
+                    &self.state.router_bias,
+                    ids,
+                    bytes,
+                )?);
+            }
+            Ok(Some(out))
+        })
+    }
+
     /// What the model writes after `prompt`.
     pub fn sample(
         &self,

@@ -95,15 +95,8 @@ pub fn score<B: Backend>(
             if !real[n] {
                 continue;
             }
-            let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
-            let lse = max
-                + row
-                    .iter()
-                    .map(|&x| (x as f64 - max).exp())
-                    .sum::<f64>()
-                    .ln();
             let target = targets[n];
-            per_token.push((target, row[target as usize] as f64 - lse));
+            per_token.push((target, log_softmax_at(row, target as usize)));
         }
     }
     let total_nll = -per_token.iter().map(|(_, lp)| lp).sum::<f64>();
@@ -121,6 +114,130 @@ pub fn score<B: Backend>(
         },
         per_token,
     })
+}
+
+/// One log-likelihood request: `tokens` is the context followed by the continuation, and the
+/// last `continuation` of them are scored, each given every token before it (at most the
+/// model's context of them: a longer request keeps its last `seq_len + 1` tokens, as
+/// lm-eval-harness truncates).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Continuation {
+    /// Context then continuation.
+    pub tokens: Vec<u32>,
+    /// How many of the last tokens are the continuation (at least 1, fewer than `tokens`).
+    pub continuation: usize,
+}
+
+/// Rows per forward of [`continuation_logliks`].
+pub const LOGLIK_BATCH: usize = 32;
+
+/// The log-likelihood (nats, summed in f64 over its tokens) of each request's continuation,
+/// in order; `None` when `cancelled` turned true between batches.
+///
+/// Requests are sorted longest first and run [`LOGLIK_BATCH`] at a time, each batch padded at
+/// the end to its longest row (the forward is causal, so padding changes nothing before it).
+/// A row's result does not depend on its batch: every output of the forward is one fixed chain
+/// of operations over that row alone, so the answer is the same for any batching and any CPU
+/// thread count.
+pub fn continuation_logliks<B: Backend>(
+    model: &Model,
+    be: &B,
+    params: &[B::Buf],
+    bias: &[Vec<f64>],
+    requests: &[Continuation],
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Option<Vec<f64>>, RunnerError> {
+    let (t_max, v) = (model.dims.seq_len, model.dims.vocab);
+    for (i, r) in requests.iter().enumerate() {
+        if r.continuation == 0 || r.continuation >= r.tokens.len() {
+            return Err(RunnerError::Invalid {
+                field: "continuation",
+                value: format!(
+                    "request {i}: {} of {} tokens",
+                    r.continuation,
+                    r.tokens.len()
+                ),
+                accepted: "at least one continuation token after at least one context token".into(),
+            });
+        }
+        if r.continuation > t_max {
+            return Err(RunnerError::Invalid {
+                field: "continuation",
+                value: format!("request {i}: {} tokens", r.continuation),
+                accepted: format!("at most the model's context, seq_len = {t_max} tokens"),
+            });
+        }
+        if let Some(&bad) = r.tokens.iter().find(|&&x| x as usize >= v) {
+            return Err(RunnerError::Invalid {
+                field: "token",
+                value: bad.to_string(),
+                accepted: format!("ids below the model's vocabulary size {v}"),
+            });
+        }
+    }
+    // What each request feeds (its last `seq_len + 1` tokens but the very last) and predicts.
+    let window = |r: &Continuation| -> (usize, usize) {
+        let keep = r.tokens.len().min(t_max + 1);
+        (r.tokens.len() - keep, keep - 1)
+    };
+    let mut order: Vec<usize> = (0..requests.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(window(&requests[i]).1), i));
+    let mut out = vec![0.0f64; requests.len()];
+    let mut models: Vec<(usize, Model)> = Vec::new();
+    for chunk in order.chunks(LOGLIK_BATCH) {
+        if cancelled() {
+            return Ok(None);
+        }
+        let t = window(&requests[chunk[0]]).1;
+        // The same model over a shorter context: positions 0..t are unchanged.
+        let m = match models.iter().position(|(len, _)| *len == t) {
+            Some(i) => &models[i].1,
+            None => {
+                let mut dims = model.dims.clone();
+                dims.seq_len = t;
+                models.push((t, Model::new(dims)));
+                &models[models.len() - 1].1
+            }
+        };
+        let rows = chunk.len();
+        let mut inputs = vec![0u32; rows * t];
+        for (r, &i) in chunk.iter().enumerate() {
+            let (from, len) = window(&requests[i]);
+            inputs[r * t..r * t + len].copy_from_slice(&requests[i].tokens[from..from + len]);
+        }
+        let tok = be.upload_ids(&inputs);
+        let batch = BatchIds {
+            tokens: &tok,
+            targets: &tok,
+            batch_size: rows,
+        };
+        let logits = m.logits(be, params, bias, &batch);
+        for (r, &i) in chunk.iter().enumerate() {
+            let req = &requests[i];
+            let (from, len) = window(req);
+            let mut sum = 0.0f64;
+            // Position p (0-based in the window) predicts token from + p + 1.
+            for p in len - req.continuation..len {
+                let row = &logits[(r * t + p) * v..(r * t + p + 1) * v];
+                let target = req.tokens[from + p + 1] as usize;
+                sum += log_softmax_at(row, target);
+            }
+            out[i] = sum;
+        }
+    }
+    Ok(Some(out))
+}
+
+/// `log softmax(row)[target]` in f64 from f32 logits.
+fn log_softmax_at(row: &[f32], target: usize) -> f64 {
+    let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
+    let lse = max
+        + row
+            .iter()
+            .map(|&x| (x as f64 - max).exp())
+            .sum::<f64>()
+            .ln();
+    row[target] as f64 - lse
 }
 
 /// Why generation stopped.

@@ -184,10 +184,28 @@ pub fn metric_name(suite: &SuiteName, metric: &str) -> String {
 pub fn parse_metric_name(name: &str) -> Option<(SuiteName, &str)> {
     let rest = name.strip_prefix("eval:")?;
     let (suite, metric) = rest.rsplit_once('/')?;
-    let known = EvalKind::ALL
-        .iter()
-        .any(|k| k.metrics().contains(&metric));
+    let known = EvalKind::ALL.iter().any(|k| k.metrics().contains(&metric));
     Some((suite.parse().ok()?, metric)).filter(|_| known)
+}
+
+/// Python's `str.isspace` for one character: what lm-eval-harness's `context.rstrip()` strips
+/// before it moves a context's trailing whitespace onto the continuation. It is wider than
+/// Rust's `char::is_whitespace` (it holds the separators U+001C..U+001F, and not U+180E).
+pub fn python_isspace(c: char) -> bool {
+    matches!(
+        c,
+        '\t' | '\n' | '\u{0b}' | '\u{0c}' | '\r' | '\u{1c}'..='\u{1f}' | ' ' | '\u{85}' | '\u{a0}'
+            | '\u{1680}' | '\u{2000}'..='\u{200a}' | '\u{2028}' | '\u{2029}' | '\u{202f}'
+            | '\u{205f}' | '\u{3000}'
+    )
+}
+
+/// A multiple-choice request as lm-eval-harness builds it: the context's trailing whitespace
+/// (by [`python_isspace`]) moves onto the continuation. Returns (context, continuation).
+pub fn encode_pair(context: &str, choice: &str) -> (String, String) {
+    let kept = context.trim_end_matches(python_isspace);
+    let moved = &context[kept.len()..];
+    (kept.to_string(), format!("{moved}{choice}"))
 }
 
 /// One item of a suite.
@@ -264,6 +282,14 @@ impl SuiteItem {
             }
             EvalKind::MultipleChoice => {
                 let context = text_field("context")?;
+                if context.chars().all(python_isspace) {
+                    return Err(ItemError {
+                        field: "context".into(),
+                        problem: format!("{context:?} holds no text"),
+                        accepted: "a context with at least one character that is not whitespace"
+                            .into(),
+                    });
+                }
                 let choices = match obj.get("choices") {
                     Some(serde_json::Value::Array(a)) => a
                         .iter()
@@ -388,7 +414,11 @@ pub struct ItemError {
 
 impl fmt::Display for ItemError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}; expected {}", self.field, self.problem, self.accepted)
+        write!(
+            f,
+            "{} {}; expected {}",
+            self.field, self.problem, self.accepted
+        )
     }
 }
 
@@ -529,6 +559,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn pairs_move_trailing_whitespace_as_lm_eval_does() {
+        assert_eq!(encode_pair("Q: A ", "yes"), ("Q: A".into(), " yes".into()));
+        assert_eq!(
+            encode_pair("ab\u{1f}\n", "c"),
+            ("ab".into(), "\u{1f}\nc".into())
+        );
+        assert_eq!(encode_pair("ab", " c"), ("ab".into(), " c".into()));
+        assert!(python_isspace('\u{1c}') && !python_isspace('\u{180e}') && !python_isspace('x'));
+    }
+
+    #[test]
     fn suite_names_are_checked() {
         assert!("markov-choice".parse::<SuiteName>().is_ok());
         assert!("arc.easy_v1".parse::<SuiteName>().is_ok());
@@ -560,11 +601,26 @@ mod tests {
         );
         let cases = [
             (serde_json::json!([1]), "(line)"),
-            (serde_json::json!({"choices": ["b", "c"], "answer": 0}), "context"),
-            (serde_json::json!({"context": "a", "choices": ["b"], "answer": 0}), "choices"),
-            (serde_json::json!({"context": "a", "choices": ["b", 3], "answer": 0}), "choices[1]"),
-            (serde_json::json!({"context": "a", "choices": ["b", "c"], "answer": 2}), "answer"),
-            (serde_json::json!({"context": "a", "choices": ["b", "c"], "answer": -1}), "answer"),
+            (
+                serde_json::json!({"choices": ["b", "c"], "answer": 0}),
+                "context",
+            ),
+            (
+                serde_json::json!({"context": "a", "choices": ["b"], "answer": 0}),
+                "choices",
+            ),
+            (
+                serde_json::json!({"context": "a", "choices": ["b", 3], "answer": 0}),
+                "choices[1]",
+            ),
+            (
+                serde_json::json!({"context": "a", "choices": ["b", "c"], "answer": 2}),
+                "answer",
+            ),
+            (
+                serde_json::json!({"context": "a", "choices": ["b", "c"], "answer": -1}),
+                "answer",
+            ),
             (
                 serde_json::json!({"context": "a", "choices": ["b", "c"], "answer": 0, "label": 1}),
                 "label",
@@ -576,7 +632,10 @@ mod tests {
         }
         let e = SuiteItem::from_json(EvalKind::Perplexity, &serde_json::json!({"text": 5}))
             .unwrap_err();
-        assert_eq!((e.field.as_str(), e.accepted.as_str()), ("text", "a string"));
+        assert_eq!(
+            (e.field.as_str(), e.accepted.as_str()),
+            ("text", "a string")
+        );
         let line = SuiteItem::Text { text: "hi".into() }.canonical_line();
         assert_eq!(line, r#"{"text":"hi"}"#);
         let back: SuiteItem = serde_json::from_str(&line).unwrap();

@@ -77,6 +77,10 @@ pub enum DataCommand {
     /// entry; a spec names it with `[data] tokenizer = "blake3:..."`.
     #[command(subcommand)]
     Tokenizer(TokenizerCommand),
+    /// Evaluation suites: `import` a JSONL/Parquet file of items, `generate` a built-in one
+    /// from a spec's Markov source, `list` those on the record.
+    #[command(subcommand)]
+    EvalSuite(crate::cli::eval::EvalSuiteCommand),
     /// Tokenize a stored corpus with a stored tokenizer into a token shard (a blob and a
     /// `tokenized` entry). Runs on all cores; a pair tokenized before is reused. Workers do
     /// this themselves for what a spec needs.
@@ -176,6 +180,10 @@ enum Done {
 }
 
 pub fn run(cmd: DataCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    let cmd = match cmd {
+        DataCommand::EvalSuite(c) => return crate::cli::eval::suite_command(c, global),
+        other => other,
+    };
     let args = LabArgs::defaults();
     args::runtime()?.block_on(async {
         let ctx = args::open(global, &args, true).await?;
@@ -253,6 +261,9 @@ pub fn run(cmd: DataCommand, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
                 }),
                 json,
             ),
+            DataCommand::EvalSuite(_) => {
+                anyhow::bail!("`data eval-suite` runs before the lab is opened here")
+            }
             DataCommand::Tokenize {
                 corpus,
                 tokenizer,

@@ -5,6 +5,7 @@ pub mod args;
 pub mod board;
 pub mod bot;
 pub mod data;
+pub mod eval;
 pub mod jobs;
 pub mod ladder;
 pub mod ledger;

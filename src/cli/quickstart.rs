@@ -7,7 +7,9 @@
 //! octocrab client; the dashboard labels it as local); deliver a signed `issues.opened` webhook
 //! whose body is the experiment form filled with the built-in `examples/tiny.toml`; wait for the
 //! bot's validation comment; deliver a maintainer's `/approve`; train with a progress bar; wait
-//! for the result comment; audit the running server over HTTP (`verified: ...`).
+//! for the result comment; wait for the run's evaluations on the built-in suites (stored at the
+//! start, `[evals]` set for this lab), each an eval job of its own; audit the running server
+//! over HTTP (`verified: ...`).
 //!
 //! Glue over `cli::serve` and the library crates; the example spec is compiled into the binary
 //! so this works from any directory.
@@ -28,6 +30,8 @@ use glassbox_github_bot::{Login, RepoName, Secret, WEBHOOK_PATH};
 use glassbox_lab::{LiveSink, dataset};
 use glassbox_ledger::LabDir;
 use glassbox_schemas::ExperimentId;
+use glassbox_schemas::eval::{EvalKind, EvaluationBody};
+use glassbox_schemas::record::EntryBody;
 
 use crate::GlobalOpts;
 use crate::cli::args::{self, LabArgs};
@@ -36,6 +40,20 @@ use crate::exit;
 
 /// The example experiment, built into the binary.
 const TINY: &str = include_str!("../../examples/tiny.toml");
+/// The built-in evaluation suites, drawn from the example's Markov source
+/// (`glassbox data eval-suite generate --from examples/tiny.toml`), by name and kind.
+const SUITES: [(&str, EvalKind, &str); 2] = [
+    (
+        "markov-choice",
+        EvalKind::MultipleChoice,
+        include_str!("../../examples/evals/markov-choice.jsonl"),
+    ),
+    (
+        "markov-text",
+        EvalKind::Perplexity,
+        include_str!("../../examples/evals/markov-text.jsonl"),
+    ),
+];
 /// The quickstart's pretend repository, proposer and maintainer.
 const REPO: &str = "local/glassbox-quickstart";
 const PROPOSER: &str = "ada";
@@ -189,6 +207,46 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
             ),
         );
 
+        // The built-in suites, stored as any suite is, and evaluated on every snapshot.
+        let rec = ctx.recorder.clone();
+        let scratch = ctx.lab.root().join("scratch");
+        let suites = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&scratch)
+                .map_err(glassbox_lab::LabError::io("cannot create", &scratch))?;
+            SUITES
+                .iter()
+                .map(|(name, kind, text)| {
+                    let file = scratch.join(format!("{name}.jsonl"));
+                    std::fs::write(&file, text)
+                        .map_err(glassbox_lab::LabError::io("cannot write", &file))?;
+                    let stored = glassbox_lab::eval::suite::import(
+                        &rec,
+                        &glassbox_lab::eval::suite::SuiteImport {
+                            file: file.clone(),
+                            name: name.parse().map_err(glassbox_lab::LabError::Refused)?,
+                            kind: *kind,
+                            licence: Some("CC0-1.0".into()),
+                            source: Some(format!(
+                                "glassbox data eval-suite generate --from examples/tiny.toml --kind {kind} --seed 1"
+                            )),
+                        },
+                    );
+                    let _ = std::fs::remove_file(&file);
+                    stored
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await??;
+        stage(
+            "suites",
+            suites
+                .iter()
+                .map(|s| format!("{} ({} {} items, entry {})", s.body.name, s.body.items, s.body.kind, s.entry))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        ctx.config.evals.suites = suites.iter().map(|s| s.body.name.clone()).collect();
+
         let listener = tokio::net::TcpListener::bind(args.bind)
             .await
             .with_context(|| format!("cannot listen on {} (try --bind 127.0.0.1:0)", args.bind))?;
@@ -221,6 +279,7 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
         ctx.flow = glassbox_lab::Flow::new(ctx.queue.clone(), ctx.recorder.clone(), ctx.config.clone())
             .with_public_url(&base);
         let queue = ctx.queue.clone();
+        let recorder = ctx.recorder.clone();
         let progress: Arc<dyn LiveSink> = Arc::new(crate::cli::run::ProgressSink::new());
         let running = serve::start(
             ServeParts {
@@ -320,7 +379,46 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
             ),
         );
 
-        // 4. Anyone audits the running lab over HTTP.
+        // 4. The worker evaluates the run's snapshots, each an eval job below training.
+        let q = queue.clone();
+        let run = done.run();
+        let evals = wait_for("the run's evaluations", Duration::from_secs(300), async || {
+            let jobs = q.list(None, 200).await?;
+            let of_run = |j: &&glassbox_lab::Job| {
+                j.kind == glassbox_lab::JobKind::Eval
+                    && j.evaluates.as_ref().is_some_and(|t| t.run == run)
+            };
+            let open = jobs.iter().filter(of_run).any(|j| !j.state.is_terminal());
+            let ended = jobs.iter().filter(of_run).count();
+            Ok((!open && ended > 0).then_some(ended))
+        })
+        .await?;
+        let rec = recorder.clone();
+        let run = done.run();
+        let bodies = tokio::task::spawn_blocking(move || {
+            let mut out: Vec<EvaluationBody> = Vec::new();
+            rec.for_each_entry(|_, e| {
+                if let EntryBody::Evaluation(b) = e.body
+                    && b.run == run
+                {
+                    out.push(b);
+                }
+            })?;
+            Ok::<_, glassbox_lab::LabError>(out)
+        })
+        .await??;
+        for b in &bodies {
+            stage("eval", glassbox_lab::eval::headline(b));
+        }
+        stage(
+            "evals",
+            format!(
+                "{evals} eval job(s) ended; the run page shows them under Evaluations: {base}/runs/{}",
+                done.run()
+            ),
+        );
+
+        // 5. Anyone audits the running lab over HTTP.
         let url = format!("{base}/");
         let g = global.clone();
         let verified = tokio::task::spawn_blocking(move || {

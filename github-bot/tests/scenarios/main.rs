@@ -930,6 +930,93 @@ async fn hold_reject_rerun_reproduce_and_results() {
     );
 }
 
+/// `/evaluate SUITE`: refused until a run has finished, malformed without a suite name, then
+/// queued; the lab's evaluation event becomes a comment with the result and contamination.
+#[tokio::test]
+async fn evaluate_is_queued_and_answered() {
+    let mut h = Harness::new().await;
+    let body = form_body(str::to_string);
+    h.deliver("issues", &issue_event("opened", 24, "carol", &body))
+        .await;
+    h.deliver(
+        "issue_comment",
+        &comment_created(24, "carol", &body, "alice", "/approve", 30),
+    )
+    .await;
+    h.deliver(
+        "issue_comment",
+        &comment_created(24, "carol", &body, "alice", "/evaluate markov-choice", 31),
+    )
+    .await;
+    assert_eq!(
+        h.comment_bodies(24).pop().unwrap(),
+        "@alice, `/evaluate` was not run: there is no finished run to evaluate yet."
+    );
+    let run = RunId("run-000024".into());
+    h.lab.start_run(&exp(24), run.clone());
+    h.lab.finish_run(&exp(24), RunStatus::Succeeded);
+    h.deliver(
+        "issue_comment",
+        &comment_created(24, "carol", &body, "alice", "/evaluate Markov Choice", 32),
+    )
+    .await;
+    let malformed = h.comment_bodies(24).pop().unwrap();
+    assert!(malformed.contains("/evaluate SUITE"), "{malformed}");
+    // Anyone may not: it is a maintainer's command.
+    h.deliver(
+        "issue_comment",
+        &comment_created(24, "carol", &body, "mallory", "/evaluate markov-choice", 33),
+    )
+    .await;
+    assert!(
+        !h.lab
+            .snapshot()
+            .journal
+            .iter()
+            .any(|j| j.starts_with("evaluate") && j.ends_with("mallory"))
+    );
+    h.deliver(
+        "issue_comment",
+        &comment_created(24, "carol", &body, "alice", "/evaluate markov-choice", 34),
+    )
+    .await;
+    assert!(
+        h.lab
+            .snapshot()
+            .journal
+            .iter()
+            .any(|j| j == &format!("evaluate {} on markov-choice by alice", exp(24)))
+    );
+    let queued = h.comment_bodies(24).pop().unwrap();
+    assert!(
+        queued.starts_with("📏 Evaluation on `markov-choice` requested by @alice"),
+        "{queued}"
+    );
+    let key = IssueKey {
+        repo: RepoName::parse(REPO).unwrap(),
+        number: IssueNumber(24),
+    };
+    h.bot
+        .handle_lab_event(LabEvent::Evaluated {
+            issue: key,
+            run,
+            headline: "eval:markov-choice/acc_norm at step 300: 0.8450 ± 0.0256 `@x`".into(),
+            outcome: "evaluated".into(),
+            contamination: Some(0.015),
+            ledger_index: 41,
+        })
+        .await
+        .unwrap();
+    let answer = h.comment_bodies(24).pop().unwrap();
+    assert!(
+        answer.contains("eval:markov-choice/acc_norm at step 300: 0.8450")
+            && answer.contains("1.5% of the suite's items")
+            && answer.contains("ledger entry 41")
+            && !answer.contains("`@x`"),
+        "{answer}"
+    );
+}
+
 #[tokio::test]
 async fn a_crash_after_the_2xx_loses_nothing() {
     let h = Harness::new().await;

@@ -17,13 +17,13 @@ use sqlx::{Any, Executor, Row};
 
 use super::Engine;
 use crate::error::QueueError;
-use crate::job::{Avoid, Job, JobState, NewJob, WorkerId};
+use crate::job::{Avoid, EvalTarget, Job, JobState, NewJob, WorkerId};
 
 /// Every column of a job, in the order [`decode`] reads them.
 pub(crate) const COLUMNS: &str = "id, kind, experiment, spec_hash, author, proposal_entry, approval_entry, priority, \
     state, attempts, max_attempts, lease_owner, lease_expires_at, cancel_requested, \
     checkpoint_step, checkpoint_blob, run_id, reproduces, reason, created_at, updated_at, \
-    avoid_worker, avoid_host, automatic";
+    avoid_worker, avoid_host, automatic, evaluates";
 
 /// A worker may not take a job that avoids it: never its own id, and not its host while a worker
 /// of another host asked for work in the last minute (60,000 ms). Uses only `$1` (the worker)
@@ -105,6 +105,55 @@ pub(crate) async fn insert_reproduction<'e>(
     .fetch_one(db)
     .await?;
     Ok(JobId(row.try_get::<i64, _>("id")?))
+}
+
+/// Adds a queued eval job scoring `target` (`job.kind` is eval). The unique index
+/// `jobs_one_eval` refuses a second open one for the same target (the database error is
+/// returned as it is; the queue reads it).
+pub(crate) async fn insert_eval<'e>(
+    db: impl Executor<'e, Database = Any>,
+    job: &NewJob,
+    target: &EvalTarget,
+    automatic: bool,
+    now: i64,
+) -> Result<JobId, sqlx::Error> {
+    let evaluates = serde_json::to_string(target)
+        .map_err(|e| sqlx::Error::Protocol(format!("eval target: {e}")))?;
+    let row = sqlx::query(
+        "INSERT INTO jobs (experiment, spec_hash, author, proposal_entry, approval_entry, \
+         priority, state, max_attempts, created_at, updated_at, kind, evaluates, eval_key, \
+         automatic) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $8, 'eval', $9, $10, $11) \
+         RETURNING id",
+    )
+    .bind(job.experiment.0.clone())
+    .bind(job.spec_hash.to_string())
+    .bind(job.author.clone())
+    .bind(job.proposal_entry.map(|v| v as i64))
+    .bind(job.approval_entry.map(|v| v as i64))
+    .bind(job.priority)
+    .bind(i64::from(job.max_attempts.max(1)))
+    .bind(now)
+    .bind(evaluates)
+    .bind(target.key())
+    .bind(i64::from(automatic))
+    .fetch_one(db)
+    .await?;
+    Ok(JobId(row.try_get::<i64, _>("id")?))
+}
+
+/// The open eval job of `target`, if one waits or runs.
+pub(crate) async fn open_eval_of<'e>(
+    db: impl Executor<'e, Database = Any>,
+    target: &EvalTarget,
+) -> Result<Option<Job>, QueueError> {
+    let row = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM jobs WHERE eval_key = $1 AND state IN {OPEN} ORDER BY id DESC LIMIT 1"
+    ))
+    .bind(target.key())
+    .fetch_optional(db)
+    .await?;
+    row.as_ref().map(decode).transpose()
 }
 
 /// Jobs queued, leased or running, less those that never run on `worker`.
@@ -683,6 +732,11 @@ pub(crate) fn decode(r: &AnyRow) -> Result<Job, QueueError> {
             .map(WorkerId),
         avoid_host: r.try_get("avoid_host")?,
         automatic: r.try_get::<i64, _>("automatic")? != 0,
+        evaluates: r
+            .try_get::<Option<String>, _>("evaluates")?
+            .map(|t| serde_json::from_str(&t))
+            .transpose()
+            .map_err(|e| corrupt(format!("evaluates: {e}")))?,
     })
 }
 

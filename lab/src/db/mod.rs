@@ -77,6 +77,11 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
         "reproduce",
         include_str!("../../migrations/sqlite/0007_reproduce.sql"),
     ),
+    (
+        8,
+        "evals",
+        include_str!("../../migrations/sqlite/0008_evals.sql"),
+    ),
 ];
 /// The same on PostgreSQL (`migrations/postgres/`).
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -119,6 +124,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[
         8,
         "reproduce",
         include_str!("../../migrations/postgres/0008_reproduce.sql"),
+    ),
+    (
+        9,
+        "evals",
+        include_str!("../../migrations/postgres/0009_evals.sql"),
     ),
 ];
 

@@ -125,6 +125,21 @@ impl Flow {
                 automatic: *automatic,
                 ledger_index: *entry,
             },
+            Notice::Evaluated {
+                run,
+                headline,
+                outcome,
+                contamination,
+                entry,
+                ..
+            } => LabEvent::Evaluated {
+                issue,
+                run: run.clone(),
+                headline: headline.clone(),
+                outcome: outcome.to_string(),
+                contamination: *contamination,
+                ledger_index: *entry,
+            },
             Notice::Gate {
                 outcome,
                 detail,

@@ -10,6 +10,9 @@ use glassbox_schemas::{ExperimentId, RunId, RunStatus};
 
 use super::*;
 
+/// The most snapshots one `/evaluate` queues (the newest).
+pub const MAX_EVAL_SNAPSHOTS: usize = 32;
+
 impl Flow {
     /// Queues a reproduction of `run` (of `experiment`) requested by `by`: a job like any
     /// other (the requester's priority and open-job limit), at most one per run at a time.
@@ -63,6 +66,91 @@ impl Flow {
         Ok((job, self.position(&j).await?))
     }
 
+    /// Queues eval jobs (`/evaluate SUITE` by `by`) of every snapshot of the experiment's last
+    /// finished run on the suite's newest version, at the lab's eval priority (the last
+    /// [`MAX_EVAL_SNAPSHOTS`] when there are more); the job of the last snapshot announces its
+    /// result on the issue. A snapshot whose job already waits or runs is not queued twice.
+    /// Returns the jobs queued and the first one's queue position.
+    pub async fn queue_evaluation(
+        &self,
+        experiment: &ExperimentId,
+        suite: &glassbox_schemas::eval::SuiteName,
+        by: &str,
+    ) -> Result<(u32, u32), LabError> {
+        let job = self.inner.queue.latest_job_of(experiment).await?;
+        let (job, run) = match job {
+            Some(j) if j.state.is_terminal() && j.run_id.is_some() => {
+                let run = j.run();
+                (j, run)
+            }
+            Some(j) => {
+                return Err(LabError::Refused(format!(
+                    "job {} is {}; a run can be evaluated once it has ended",
+                    j.id, j.state
+                )));
+            }
+            None => {
+                return Err(LabError::Refused(
+                    "nothing has run for this issue yet".into(),
+                ));
+            }
+        };
+        let rec = self.inner.recorder.clone();
+        let (r, s) = (run.clone(), suite.clone());
+        let (snapshots, stored) = tokio::task::spawn_blocking(move || {
+            let snaps = crate::trained::RunSnapshots::find(&rec, &r)?.snapshots;
+            let stored = crate::eval::suite::find(&rec, &crate::eval::SuiteRef::Name(s))?;
+            Ok::<_, LabError>((snaps, stored))
+        })
+        .await
+        .map_err(|e| LabError::Task(e.to_string()))??;
+        if snapshots.is_empty() {
+            return Err(LabError::Refused(format!(
+                "{run} kept no snapshot to evaluate (set train.checkpoint_interval)"
+            )));
+        }
+        let skip = snapshots.len().saturating_sub(MAX_EVAL_SNAPSHOTS);
+        let new = NewJob {
+            kind: JobKind::Eval,
+            experiment: experiment.clone(),
+            spec_hash: job.spec_hash,
+            author: by.to_string(),
+            proposal_entry: job.proposal_entry,
+            approval_entry: None,
+            priority: self.inner.config.evals.priority,
+            max_attempts: self.inner.config.limits.max_attempts,
+        };
+        let (mut queued, mut first) = (0u32, None);
+        let last = snapshots.len() - 1;
+        for (i, snap) in snapshots.iter().enumerate().skip(skip) {
+            let target = crate::queue::EvalTarget {
+                run: run.clone(),
+                step: snap.step,
+                snapshot: snap.blob,
+                suite: suite.clone(),
+                suite_hash: stored.body.suite,
+                kind: stored.body.kind,
+                // Only the last snapshot's job announces: one comment per request.
+                announce: i == last,
+            };
+            match self.inner.queue.enqueue_eval(&new, &target, false).await {
+                Ok(id) => {
+                    queued += 1;
+                    first.get_or_insert(id);
+                }
+                Err(crate::queue::QueueError::AlreadyOpen { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let Some(first) = first else {
+            return Err(LabError::Refused(format!(
+                "every snapshot of {run} already has an evaluation on {suite} waiting or running"
+            )));
+        };
+        let j = self.inner.queue.get(first).await?;
+        Ok((queued, self.position(&j).await?))
+    }
+
     /// What a `/cancel` on an experiment stops: its run job while that is not over, else a
     /// reproduction of it that waits or runs.
     pub(super) async fn job_to_cancel(
@@ -92,25 +180,39 @@ impl Flow {
     }
 
     /// Cancels `job`: one that had not started leaves the queue with its `result` entry
-    /// (`cancelled`, no steps, the reason) in the same transaction; a running one is asked to
+    /// (`cancelled`, no steps, the reason; an eval job's `evaluation` entry) in the same
+    /// transaction; a running one is asked to
     /// stop, and its worker records the result.
     pub(super) async fn cancel_on_record(
         &self,
         job: &Job,
         reason: &str,
     ) -> Result<CancelOutcome, LabError> {
-        let body = ResultBody {
-            run: job.run(),
-            spec_hash: job.spec_hash,
-            ending: RunEnding::early(RunStatus::Cancelled, format!("{reason} before it started")),
-            forecast: None,
-            params_blake3: None,
+        let before = format!("{reason} before it started");
+        let entry = match &job.evaluates {
+            // An eval job's end is an `evaluation` entry, as every way it ends is.
+            Some(target) if job.kind == JobKind::Eval => {
+                let (mut body, refs) = crate::eval::unscored(
+                    target,
+                    glassbox_schemas::eval::EvalOutcome::Cancelled,
+                    Some(before),
+                );
+                body.job = Some(job.id);
+                body.automatic = job.automatic;
+                glassbox_schemas::LedgerEntry::new(Some(job.experiment.clone()), refs, body)
+            }
+            _ => glassbox_schemas::LedgerEntry::new(
+                Some(job.experiment.clone()),
+                Default::default(),
+                ResultBody {
+                    run: job.run(),
+                    spec_hash: job.spec_hash,
+                    ending: RunEnding::early(RunStatus::Cancelled, before),
+                    forecast: None,
+                    params_blake3: None,
+                },
+            ),
         };
-        let entry = glassbox_schemas::LedgerEntry::new(
-            Some(job.experiment.clone()),
-            Default::default(),
-            body,
-        );
         let bytes = crate::recorder::canonical(std::slice::from_ref(&entry))?;
         let (out, sequenced) = self
             .inner

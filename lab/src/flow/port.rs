@@ -224,6 +224,17 @@ impl LabPort for Flow {
             .map_err(port_error)
     }
 
+    async fn evaluate(
+        &self,
+        experiment: &ExperimentId,
+        suite: &glassbox_schemas::eval::SuiteName,
+        by: &Login,
+    ) -> Result<(u32, u32), PortError> {
+        self.queue_evaluation(experiment, suite, by.as_str())
+            .await
+            .map_err(port_error)
+    }
+
     async fn reproduce(&self, experiment: &ExperimentId, by: &Login) -> Result<u32, PortError> {
         let job = self
             .inner

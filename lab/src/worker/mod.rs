@@ -26,7 +26,9 @@
 //! ([`Queue::claim_abandoned`]) and ended `failed` through the same path.
 //!
 //! Reproduction jobs (`/reproduce`) are queued like runs and run here too: on this worker's
-//! threads, under the lab's limits, cancellable, with a `reproduction` entry at the end.
+//! threads, under the lab's limits, cancellable, with a `reproduction` entry at the end. So are
+//! eval jobs (`[evals]`, `/evaluate`), queued as each snapshot is recorded, at a priority below
+//! training, each ending with an `evaluation` entry.
 //!
 //! This module does not decide which jobs exist (the flow does) or how training works (the
 //! runner does).
@@ -49,6 +51,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 mod admission;
 mod ending;
+mod evaluation;
 mod options;
 mod recording;
 mod reproduction;
@@ -268,6 +271,16 @@ impl Worker {
             "job {}: {reason} ({} of {} attempts); worker {} records its end",
             job.id, job.attempts, job.max_attempts, self.opts.id
         ));
+        if job.kind == JobKind::Eval {
+            let outcome = if job.cancel_requested {
+                glassbox_schemas::eval::EvalOutcome::Cancelled
+            } else {
+                glassbox_schemas::eval::EvalOutcome::Failed
+            };
+            return self
+                .conclude_eval(&job, None, outcome, Some(reason.to_string()), &log)
+                .await;
+        }
         if job.kind == JobKind::Reproduction {
             let outcome = if job.cancel_requested {
                 "cancelled"
@@ -392,6 +405,9 @@ impl Worker {
         ));
         if job.kind == JobKind::Reproduction {
             return self.reproduce(job, log).await;
+        }
+        if job.kind == JobKind::Eval {
+            return self.evaluate(job, log).await;
         }
         let run = job.run();
         // The record may be ahead of the queue (a worker died after recording the result but

@@ -4,7 +4,7 @@
 //!
 //! Not here: the job loop (the parent module) or training (`training`).
 
-use crate::config::{Limits, ReproduceSettings, WorkerSettings};
+use crate::config::{EvalSettings, Limits, ReproduceSettings, WorkerSettings};
 use crate::queue::WorkerId;
 use glassbox_ledger::board::BoardDef;
 use glassbox_runner::backend::BackendRequest;
@@ -42,6 +42,8 @@ pub struct WorkerOptions {
     pub reproduce: ReproduceSettings,
     /// The lab's leaderboards (what `reproduce.policy = "top"` ranks against).
     pub leaderboards: Vec<BoardDef>,
+    /// The lab's `[evals]`: suites each snapshot is evaluated on, and their jobs' priority.
+    pub evals: EvalSettings,
     /// Test only: train with a seed the spec does not state, as a nondeterministic backend
     /// would, so that a reproduction differs.
     #[cfg(feature = "test-backend")]
@@ -72,6 +74,7 @@ impl WorkerOptions {
             host: host_name(),
             reproduce: ReproduceSettings::default(),
             leaderboards: Vec::new(),
+            evals: EvalSettings::default(),
             #[cfg(feature = "test-backend")]
             nondeterministic: false,
         }

@@ -74,6 +74,8 @@ pub(super) struct RunContext {
     pub log: Arc<RunLog>,
     /// The run's tokenizer, when the spec asks for `[samples]` (they are stored as text).
     pub codec: Option<Arc<TextCodec>>,
+    /// The eval jobs to queue for each snapshot (`[evals]`), if any.
+    pub evals: Option<super::evaluation::EvalPlan>,
 }
 
 /// What the recording thread leaves behind.
@@ -390,7 +392,20 @@ fn store_snapshot(
         ctx.queue.record_snapshot(ctx.job, &ctx.worker, step, &hash)
     }));
     match told {
-        Ok(()) => state.last_snapshot = Some(hash),
+        Ok(()) => {
+            state.last_snapshot = Some(hash);
+            if let Some(plan) = &ctx.evals {
+                ctx.handle.block_on(super::evaluation::queue_snapshot_evals(
+                    &ctx.queue,
+                    &ctx.recorder,
+                    plan,
+                    &ctx.run,
+                    step,
+                    &hash,
+                    &ctx.log,
+                ));
+            }
+        }
         // Lost the lease: the heartbeat notices too and the run stops.
         Err(QueueError::LeaseLost { .. }) => ctx.cancel.store(true, Ordering::SeqCst),
         Err(e) => return Err(e.into()),

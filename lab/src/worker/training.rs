@@ -264,6 +264,22 @@ impl Worker {
             lease: self.opts.settings.lease(),
             log: log.clone(),
             codec,
+            evals: {
+                let suites = crate::eval::suites_for(&self.opts.evals.suites, &spec);
+                (!suites.is_empty()).then(|| super::evaluation::EvalPlan {
+                    suites,
+                    job: crate::queue::NewJob {
+                        kind: JobKind::Eval,
+                        experiment: job.experiment.clone(),
+                        spec_hash: job.spec_hash,
+                        author: job.author.clone(),
+                        proposal_entry: job.proposal_entry,
+                        approval_entry: None,
+                        priority: self.opts.evals.priority,
+                        max_attempts: self.opts.limits.max_attempts,
+                    },
+                })
+            },
         };
         let (mut observer, recording) = recording::spawn(
             ctx,

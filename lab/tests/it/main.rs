@@ -2,6 +2,7 @@
 //! test binary.
 
 mod debugging;
+mod evals;
 mod flow;
 mod queue;
 mod research;

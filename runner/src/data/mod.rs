@@ -151,6 +151,63 @@ pub enum Source {
     },
 }
 
+/// The domain (of those with `weights`, summing to `total`) that row `r` of `step` draws from,
+/// and the row's stream positioned after the draw: the one rule every training batch follows.
+fn draw_row(
+    seed: u64,
+    weights: impl ExactSizeIterator<Item = f64>,
+    total: f64,
+    step: u64,
+    r: usize,
+) -> (usize, SplitMix64) {
+    let mut rng = SplitMix64::new(derive(&[seed, TRAIN, step, r as u64]));
+    let mut u = rng.next_f64() * total;
+    let mut di = weights.len() - 1;
+    for (i, w) in weights.enumerate() {
+        if u < w {
+            di = i;
+            break;
+        }
+        u -= w;
+    }
+    (di, rng)
+}
+
+/// The training rows a spec's generator domains gave over its first `steps` steps, without
+/// loading any stored corpus: `visit(the domain's index in the mixture, the row's
+/// seq_len + 1 bytes)`, exactly the windows [`DataPipeline::train_batch`] draws.
+pub fn generated_rows(spec: &ExperimentSpec, steps: u64, mut visit: impl FnMut(usize, &[u8])) {
+    let mixture = &spec.data.mixture;
+    let sources: Vec<Option<MarkovSource>> = mixture
+        .iter()
+        .map(|c| match (&c.corpus, &c.generator) {
+            (None, Some(g)) => match g.kind {
+                GeneratorKind::Markov => Some(MarkovSource::new(g)),
+            },
+            _ => None,
+        })
+        .collect();
+    if sources.iter().all(Option::is_none) || mixture.is_empty() {
+        return;
+    }
+    let total: f64 = mixture.iter().map(|c| c.weight).sum();
+    let seq = spec.model.seq_len as usize;
+    for step in 0..steps {
+        for r in 0..spec.train.batch_size as usize {
+            let (di, mut rng) = draw_row(
+                spec.train.seed,
+                mixture.iter().map(|c| c.weight),
+                total,
+                step,
+                r,
+            );
+            if let Some(m) = &sources[di] {
+                visit(di, &m.sample(rng.next_u64(), seq + 1));
+            }
+        }
+    }
+}
+
 /// One mixture domain.
 #[derive(Debug, Clone)]
 pub struct Domain {
@@ -320,17 +377,13 @@ impl DataPipeline {
 
     /// The domain of row `r` of `step`, and the row's stream positioned after the draw.
     fn row_domain(&self, step: u64, r: usize) -> (usize, SplitMix64) {
-        let mut rng = SplitMix64::new(derive(&[self.seed, TRAIN, step, r as u64]));
-        let mut u = rng.next_f64() * self.total_weight;
-        let mut di = self.domains.len() - 1;
-        for (i, d) in self.domains.iter().enumerate() {
-            if u < d.weight {
-                di = i;
-                break;
-            }
-            u -= d.weight;
-        }
-        (di, rng)
+        draw_row(
+            self.seed,
+            self.domains.iter().map(|d| d.weight),
+            self.total_weight,
+            step,
+            r,
+        )
     }
 
     /// Training tokens each domain gave over the first `steps` steps (recomputed from the

@@ -244,6 +244,7 @@ async fn run_command<L: LabPort>(
         Command::Cancel => cancel::handle(bot, ctx).await,
         Command::Rerun => rerun::handle(bot, ctx).await,
         Command::Reproduce => reproduce::handle(bot, ctx).await,
+        Command::Evaluate { suite } => reproduce::evaluate(bot, ctx, &suite).await,
         Command::Status => status::handle(bot, ctx).await,
         Command::Help => help::handle(bot, ctx).await,
         Command::Note(note) => note::handle(bot, ctx, ctx.comment, note).await,

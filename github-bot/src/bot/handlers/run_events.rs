@@ -93,6 +93,28 @@ pub(crate) async fn handle<L: LabPort>(bot: &Bot<L>, event: LabEvent) -> Result<
                     .await?;
             }
         }
+        LabEvent::Evaluated {
+            issue,
+            run,
+            headline,
+            outcome,
+            contamination,
+            ledger_index,
+        } => {
+            bot.upsert_comment(
+                &issue,
+                &format!("evaluation:{ledger_index}"),
+                &render::evaluation_result(
+                    &run.0,
+                    &headline,
+                    &outcome,
+                    contamination,
+                    ledger_index,
+                    dashboard,
+                ),
+            )
+            .await?;
+        }
         LabEvent::Gate {
             issue,
             passed,
