@@ -19,11 +19,56 @@ use crate::evals::run::anchor;
 use crate::evals::{MAX_BOARD_ENTRIES, SuiteKind, SuiteRow, percent, read_suites, suite_param};
 use crate::extract::ApiQuery;
 
+/// The page's parameters as its filter form sends them: a field left empty is no filter.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    /// A suite name.
+    pub suite: Option<String>,
+    /// `multiple_choice` or `perplexity`.
+    pub kind: Option<String>,
+    /// A column's key.
+    pub sort: Option<String>,
+    /// Runs shown at most.
+    pub limit: Option<String>,
+}
+
+impl PageQuery {
+    /// The board these parameters ask for; a malformed one is a 400 naming it.
+    pub fn board_query(&self) -> Result<BoardQuery, WebError> {
+        let given = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+        let kind = match given(&self.kind) {
+            None => None,
+            Some(k) => Some(
+                k.parse::<glassbox_schemas::eval::EvalKind>()
+                    .map(SuiteKind::from)
+                    .map_err(|e| WebError::BadRequest(format!("kind = {k:?}: {e}")))?,
+            ),
+        };
+        let limit = match given(&self.limit) {
+            None => None,
+            Some(l) => Some(l.parse::<u64>().map_err(|_| {
+                WebError::BadRequest(format!(
+                    "limit = {l:?}: use a whole number from 1 to {}",
+                    board::MAX_BOARD_RUNS
+                ))
+            })?),
+        };
+        Ok(BoardQuery {
+            suite: given(&self.suite),
+            kind,
+            sort: given(&self.sort),
+            limit,
+        })
+    }
+}
+
 /// `GET /evals`.
 pub async fn page(
     State(st): State<WebState>,
-    ApiQuery(q): ApiQuery<BoardQuery>,
+    ApiQuery(raw): ApiQuery<PageQuery>,
 ) -> Result<Markup, WebError> {
+    let q = raw.board_query()?;
     let b = board::load(&st, &q).await?;
     let suites = read_suites(&st).await?;
     let only = suite_param("suite", q.suite.as_deref())?;
@@ -43,7 +88,8 @@ pub async fn page(
         }
         (filters(&q))
         p.meta {
-            (b.rows.len()) " runs × " (b.columns.len()) " suite versions · "
+            (b.rows.len()) @if b.rows.len() == 1 { " run × " } @else { " runs × " }
+            (b.columns.len()) @if b.columns.len() == 1 { " suite version · " } @else { " suite versions · " }
             "colours compare runs within a column only, darker is better · click a column to rank by it · "
             a href={ "/api/v1/evals" (api_query(&q)) } { "as JSON" } " · "
             a href="/api/v1/eval-suites" { "suites as JSON" }
@@ -120,7 +166,6 @@ fn filters(q: &BoardQuery) -> Markup {
                     option value=(k.as_str()) selected[q.kind == Some(k)] { (k.as_str()) }
                 }
             } }
-            @if let Some(s) = &q.sort { input type="hidden" name="sort" value=(s); }
             button type="submit" { "Apply" }
         }
     }

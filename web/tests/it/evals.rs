@@ -256,6 +256,9 @@ async fn the_board_keeps_versions_apart_and_blanks_missing_results() {
         ("/api/v1/evals?sort=markov-choice%40ffffffffffff", "sort"),
         ("/api/v1/evals?colour=1", "colour"),
         ("/evals?kind=bogus", "kind"),
+        ("/evals?limit=0", "limit"),
+        ("/evals?limit=x", "limit"),
+        ("/evals?suite=No%20Such", "suite"),
     ] {
         let (status, headers, body) = get(&st, uri).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {body}");
@@ -428,6 +431,11 @@ async fn the_pages_show_results_contamination_and_blanks() {
         "a blank is never a zero: {table}"
     );
     assert!(board.contains("id=\"suite-list\""));
+    // The filter form sends its empty fields: an empty field is no filter.
+    let filtered = ok(&st, "/evals?suite=&kind=perplexity&limit=").await;
+    assert_eq!(filtered.matches("class=\"cell ").count(), 1, "{filtered}");
+    let all = ok(&st, "/evals?suite=&kind=").await;
+    assert_eq!(all.matches("class=\"cell ").count(), 6);
 }
 
 /// The pages in every chart mode of the other browser tests.
