@@ -1,15 +1,22 @@
 //! Leaderboards derived from the ledger alone, ranking only reproduced results.
 //!
-//! A board ([`BoardDef`], the lab config's `[[leaderboard]]`) names a final metric, which way it
-//! is better and a compute axis (training FLOPs or tokens, from the cost model applied to the
-//! run's recorded spec). [`BoardBuilder`] reads entries in log order — `proposal` (author,
-//! title), `result` (a succeeded run's final metrics), `reproduction` (re-runs of that run) —
-//! and [`BoardBuilder::finish`] sorts each run into one of three lists:
+//! A board ([`BoardDef`], the lab config's `[[leaderboard]]`) names a final metric or an
+//! evaluation metric (`eval:SUITE/METRIC`), which way it is better and a compute axis (training
+//! FLOPs or tokens, from the cost model applied to the run's recorded spec). [`BoardBuilder`]
+//! reads entries in log order — `proposal` (author, title), `result` (a succeeded run's final
+//! metrics), `reproduction` (re-runs of that run), and for evaluation metrics `snapshot`,
+//! `eval_suite` and `evaluation` — and [`BoardBuilder::finish`] sorts each run into one of
+//! three lists:
 //!
 //! - **ranked**: at least one reproduction `reproduced` it and none found it `differs`;
 //! - **awaiting reproduction**: no reproduction has finished with a comparison yet (listed,
 //!   never ranked);
 //! - **reproduction failed**: a reproduction found it `differs` (a negative result, shown).
+//!
+//! A run's value of an evaluation metric is its newest `evaluated` entry of its last snapshot
+//! on the suite's newest version (the newest `eval_suite` entry of that name), so every run on
+//! a board is measured on the same items; a run without one is not on the board, as a run
+//! without the final metric is not. The reproduction rule is the same for both kinds of metric.
 //!
 //! An experiment is ranked once, by its best reproduced run. Rank order is the metric, then
 //! less compute, then the earlier `result` entry. The Pareto frontier marks ranked rows that no
@@ -21,9 +28,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use glassbox_schemas::eval::{EvalOutcome, parse_metric_name};
 use glassbox_schemas::record::{EntryBody, LedgerEntry};
 use glassbox_schemas::sweep::Direction;
-use glassbox_schemas::{ExperimentId, ExperimentSpec, RunId, RunStatus, SpecHash};
+use glassbox_schemas::{BlobHash, ExperimentId, ExperimentSpec, RunId, RunStatus, SpecHash};
 use serde::{Deserialize, Serialize};
 
 /// What a board's compute axis counts.
@@ -53,7 +61,8 @@ impl ComputeAxis {
 pub struct BoardDef {
     /// Its name, used in URLs (`/boards/<name>`): lowercase letters, digits and `-`.
     pub name: String,
-    /// The final metric ranked, e.g. `eval/markov/bpb`.
+    /// The metric ranked: a final metric, e.g. `eval/markov/bpb`, or an evaluation metric,
+    /// e.g. `eval:markov-choice/acc_norm`.
     pub metric: String,
     /// Which way the metric is better.
     #[serde(default)]
@@ -80,7 +89,7 @@ impl BoardDef {
         }
         if self.metric.is_empty() || self.metric.len() > 128 {
             return Some(format!(
-                "leaderboard {}: metric {:?} must name a final metric, e.g. eval/<domain>/bpb",
+                "leaderboard {}: metric {:?} must name a final metric, e.g. eval/<domain>/bpb, or an evaluation metric, e.g. eval:<suite>/acc_norm",
                 self.name, self.metric
             ));
         }
@@ -140,8 +149,12 @@ pub struct BoardRow {
     pub title: String,
     /// Who proposed it.
     pub author: String,
-    /// The final value of the board's metric.
+    /// The run's value of the board's metric (its final value, or its last snapshot's
+    /// evaluation).
     pub value: f64,
+    /// The `evaluation` entry the value comes from (boards ranking an `eval:` metric).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_entry: Option<u64>,
     /// Compute on the board's axis; absent when the spec could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute: Option<f64>,
@@ -192,12 +205,38 @@ struct RunFacts {
     final_metrics: BTreeMap<String, f64>,
 }
 
+/// What boards ranking an evaluation metric read of the log.
+#[derive(Debug, Default)]
+struct EvalFacts {
+    /// Each suite's newest version (its newest `eval_suite` entry's hash), by name.
+    newest_version: HashMap<String, BlobHash>,
+    /// Each run's last snapshot step.
+    last_snapshot: HashMap<RunId, u64>,
+    /// The newest `evaluated` entry of each (run, suite version, step): its index and metrics.
+    results: HashMap<SnapshotOnSuite, (u64, BTreeMap<String, f64>)>,
+}
+
+/// A run's snapshot (by step) on one version of a suite.
+type SnapshotOnSuite = (RunId, BlobHash, u64);
+
+impl EvalFacts {
+    /// `run`'s value of `metric` on `suite` and the entry it comes from: its newest
+    /// `evaluated` entry of its last snapshot on the suite's newest version.
+    fn value(&self, run: &RunId, suite: &str, metric: &str) -> Option<(f64, u64)> {
+        let version = self.newest_version.get(suite)?;
+        let step = self.last_snapshot.get(run)?;
+        let (entry, metrics) = self.results.get(&(run.clone(), *version, *step))?;
+        Some((*metrics.get(metric)?, *entry))
+    }
+}
+
 /// Reads entries in log order and derives every board at once ([module docs](self)).
 #[derive(Debug, Default)]
 pub struct BoardBuilder {
     people: HashMap<ExperimentId, (String, String)>,
     runs: Vec<(RunId, RunFacts)>,
     reproductions: HashMap<RunId, Vec<RowReproduction>>,
+    evals: EvalFacts,
     size: u64,
 }
 
@@ -246,6 +285,27 @@ impl BoardBuilder {
                         detail: r.detail.clone(),
                     });
             }
+            EntryBody::Snapshot(s) => {
+                let last = self
+                    .evals
+                    .last_snapshot
+                    .entry(s.run.clone())
+                    .or_insert(s.step);
+                *last = (*last).max(s.step);
+            }
+            EntryBody::EvalSuite(s) => {
+                self.evals
+                    .newest_version
+                    .insert(s.name.as_str().to_string(), s.suite);
+            }
+            // Entries come in log order: a later evaluation of the same snapshot replaces an
+            // earlier one; one that did not end `evaluated` is no result and replaces nothing.
+            EntryBody::Evaluation(e) if e.outcome == EvalOutcome::Evaluated => {
+                self.evals.results.insert(
+                    (e.run.clone(), e.suite_hash, e.step),
+                    (index, e.metrics.clone()),
+                );
+            }
             _ => {}
         }
     }
@@ -260,8 +320,16 @@ impl BoardBuilder {
         defs.iter()
             .map(|def| {
                 let mut rows = Vec::new();
+                let eval_metric = parse_metric_name(&def.metric);
                 for (run, facts) in &self.runs {
-                    let Some(&value) = facts.final_metrics.get(&def.metric) else {
+                    let found = match &eval_metric {
+                        Some((suite, metric)) => self
+                            .evals
+                            .value(run, suite.as_str(), metric)
+                            .map(|(v, entry)| (v, Some(entry))),
+                        None => facts.final_metrics.get(&def.metric).map(|&v| (v, None)),
+                    };
+                    let Some((value, value_entry)) = found else {
                         continue;
                     };
                     if !value.is_finite() {
@@ -293,6 +361,7 @@ impl BoardBuilder {
                         title,
                         author,
                         value,
+                        value_entry,
                         compute,
                         run: run.clone(),
                         result_entry: facts.entry,
@@ -461,6 +530,108 @@ mod tests {
         assert_eq!(board.log_size, entries.len() as u64);
     }
 
+    /// A board of an evaluation metric ranks each reproduced run by its newest `evaluated`
+    /// entry of its last snapshot on the suite's newest version: an earlier snapshot, an older
+    /// version and a failed evaluation are not its value, and a run without one is not on it.
+    #[test]
+    fn ranks_by_an_evaluation_of_the_last_snapshot() {
+        use glassbox_schemas::eval::{EvalKind, EvalSuiteBody, EvaluationBody};
+        use glassbox_schemas::record::SnapshotBody;
+        let hash = |b: u8| BlobHash(glassbox_schemas::Blake3Hash::from_bytes([b; 32]));
+        let (v1, v2) = (hash(1), hash(2));
+        let suite = |version: BlobHash| EvalSuiteBody {
+            name: "hs".parse().unwrap(),
+            kind: EvalKind::MultipleChoice,
+            items: 10,
+            suite: version,
+            licence: None,
+            source: None,
+        };
+        let eval = |run: &str, step: u64, version: BlobHash, acc: f64, outcome: EvalOutcome| {
+            EvaluationBody {
+                run: RunId(run.into()),
+                step,
+                snapshot: hash(9),
+                suite: "hs".parse().unwrap(),
+                suite_hash: version,
+                kind: EvalKind::MultipleChoice,
+                outcome,
+                detail: None,
+                items: 10,
+                metrics: if outcome == EvalOutcome::Evaluated {
+                    [("acc_norm".to_string(), acc)].into()
+                } else {
+                    BTreeMap::new()
+                },
+                contamination: None,
+                job: None,
+                worker: None,
+                host: None,
+                threads: 1,
+                build: None,
+                automatic: true,
+                forecast: None,
+            }
+        };
+        let snapshot = |run: &str, step: u64| SnapshotBody {
+            run: RunId(run.into()),
+            step,
+        };
+        let ok = EvalOutcome::Evaluated;
+        let entries = [
+            entry("a", suite(v1)),
+            entry("a", result("run-a", 9.0)),
+            entry("b", result("run-b", 9.0)),
+            entry("c", result("run-c", 9.0)),
+            entry("a", snapshot("run-a", 5)),
+            entry("a", snapshot("run-a", 10)),
+            entry("b", snapshot("run-b", 10)),
+            entry("c", snapshot("run-c", 10)),
+            entry("a", suite(v2)),
+            entry("a", eval("run-a", 5, v2, 0.99, ok)),
+            entry("a", eval("run-a", 10, v2, 0.6, ok)),
+            entry("a", eval("run-a", 10, v2, 0.7, ok)),
+            entry("a", eval("run-a", 10, v2, 0.0, EvalOutcome::Failed)),
+            entry("b", eval("run-b", 10, v1, 0.95, ok)),
+            entry("c", eval("run-c", 10, v2, 0.65, ok)),
+            entry("a", repro("run-a", "reproduced")),
+            entry("b", repro("run-b", "reproduced")),
+            entry("c", repro("run-c", "reproduced")),
+        ];
+        let mut b = BoardBuilder::new();
+        for (i, e) in entries.iter().enumerate() {
+            b.add(i as u64, e);
+        }
+        let def = BoardDef {
+            name: "hs".into(),
+            metric: "eval:hs/acc_norm".into(),
+            direction: Direction::Max,
+            compute: ComputeAxis::Flops,
+        };
+        let boards = b.finish(&[def], |_| None);
+        let ranked: Vec<_> = boards[0]
+            .ranked
+            .iter()
+            .map(|r| (r.run.0.as_str(), r.value, r.value_entry))
+            .collect();
+        assert_eq!(
+            ranked,
+            [("run-a", 0.7, Some(11)), ("run-c", 0.65, Some(14))],
+            "run-b was evaluated on the older version only"
+        );
+        assert!(boards[0].awaiting.is_empty() && boards[0].failed.is_empty());
+        // A final-metric board of the same log is as before.
+        let finals = b.finish(&[def_max_loss()], |_| None);
+        assert!(finals[0].ranked.iter().all(|r| r.value_entry.is_none()));
+    }
+
+    fn def_max_loss() -> BoardDef {
+        BoardDef {
+            direction: Direction::Max,
+            ..def()
+        }
+    }
+
     /// The frontier keeps rows no other row beats on both axes.
     #[test]
     fn pareto_frontier() {
@@ -471,6 +642,7 @@ mod tests {
             title: String::new(),
             author: String::new(),
             value,
+            value_entry: None,
             compute: Some(compute),
             run: RunId(exp.into()),
             result_entry: 0,

@@ -5,7 +5,9 @@
 // still shown, and the controls form reloads the page.
 //
 // The page says what to draw in data attributes: a figure.chart[data-series] lists its lines as
-// JSON [{run, name, label}]; figure.heatmap[data-heatmap] is an expert-load heatmap the server
+// JSON [{run, name, label}], or [{run, label, points, markers}] for a line whose points are in the
+// page (an evaluation's results: placed on the x axis by the run's counters like any line, with
+// a marker per point, never smoothed); figure.heatmap[data-heatmap] is an expert-load heatmap the server
 // redraws for a step range; #parcoords[data-pc] holds a parallel-coordinates set; the element
 // with [data-live] lists runs to follow over Server-Sent Events. View state (smooth, logy, x,
 // from, to) lives in the URL, so a view is shareable.
@@ -90,6 +92,18 @@
     return 28 + 7 * n;
   }
 
+  // The decimals a tick spacing needs to be written exactly: 0.25 needs 2 (with 1, the ticks
+  // 0.25 and 0.75 would read 0.3 and 0.8), 0.1 needs 1, 20 needs none.
+  function decimals(step) {
+    var d = 0;
+    while (d < 12) {
+      var scaled = step * Math.pow(10, d);
+      if (Math.abs(scaled - Math.round(scaled)) <= 1e-9 * Math.max(1, scaled)) { break; }
+      d++;
+    }
+    return d;
+  }
+
   function fmtTick(v, step, largest) {
     var a = Math.abs(v);
     if (v === 0) { return '0'; }
@@ -100,7 +114,7 @@
       var digits = step > 0 ? Math.ceil(Math.log10(Math.max(a, largest || 0) / step)) + 1 : 2;
       return v.toExponential(Math.max(0, Math.min(12, digits - 1)));
     }
-    var dec = step > 0 ? -Math.floor(Math.log10(step)) : 4;
+    var dec = step > 0 ? Math.max(-Math.floor(Math.log10(step)), decimals(step)) : 4;
     return v.toFixed(Math.max(0, Math.min(12, dec)));
   }
 
@@ -273,6 +287,7 @@
     var seq = ++this.seq;
     var maxPoints = Math.min(4000, Math.max(100, Math.round(this.width())));
     return Promise.all(this.lines.map(function (l) {
+      if (l.points) { return Promise.resolve({ points: inRange(l.points, from, to) }); }
       return batched(l.run, l.name, from, to, maxPoints).catch(function () { return { points: [] }; });
     })).then(function (got) {
       if (seq !== self.seq) { return null; }
@@ -292,6 +307,16 @@
       return self.draw(true);
     });
   };
+
+  // The [step, value] points of a line in the page within the step range.
+  function inRange(points, from, to) {
+    return points.filter(function (p) {
+      return (from === null || p[0] >= from) && (to === null || p[0] <= to);
+    });
+  }
+
+  // Whether a line is smoothed: fetched lines are, a handful of points in the page are not.
+  function smoothed(l) { return view.smooth > 0 && !l.points; }
 
   // Aligned uPlot data from the raw lines: x by the chosen axis, raw and smoothed values.
   Chart.prototype.data = function () {
@@ -324,7 +349,7 @@
       if (!joined || !joined[0]) { joined = [[]].concat(tables.map(function () { return []; })); }
       var out = [joined[0]];
       for (var i = 1; i < joined.length; i++) {
-        if (view.smooth > 0) { out.push(joined[i]); out.push(ema(joined[i], view.smooth)); } else {
+        if (smoothed(self.lines[i - 1])) { out.push(joined[i]); out.push(ema(joined[i], view.smooth)); } else {
           out.push(joined[i]);
         }
       }
@@ -337,12 +362,14 @@
     var s = [{ label: X_LABEL[view.x], value: function (u, v) { return v === null ? '–' : fmt(v); } }];
     this.lines.forEach(function (l, i) {
       var c = COLORS[i % COLORS.length];
-      if (view.smooth > 0) {
+      if (smoothed(l)) {
         s.push({ label: l.label + ' (raw)', stroke: c + '40', width: 1, spanGaps: true,
           value: function (u, v) { return fmt(v); } });
       }
-      s.push({ label: l.label, stroke: c, width: 1.5, spanGaps: true,
-        value: function (u, v) { return fmt(v); } });
+      var line = { label: l.label, stroke: c, width: 1.5, spanGaps: true,
+        value: function (u, v) { return fmt(v); } };
+      if (l.markers) { line.points = { show: true, size: 7, fill: c }; }
+      s.push(line);
     });
     return {
       title: this.title,

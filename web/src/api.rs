@@ -1,6 +1,6 @@
 //! The JSON API under `/api/v1`: everything the pages show (experiments, runs, metric series
 //! with a step range and downsampling, entries, inclusion proofs, datasets, the ladder,
-//! leaderboards, sweeps, negative results, comparisons, the checkpoint), the live stream of a run as Server-Sent
+//! leaderboards, evaluations (a run's, the board, the suites), sweeps, negative results, comparisons, the checkpoint), the live stream of a run as Server-Sent
 //! Events, and the OpenAPI document (utoipa) at `/api/v1/openapi.json`.
 //!
 //! Handlers are thin: they read through `catalog`, `series` and the page modules' loaders, so
@@ -65,6 +65,12 @@ pub fn routes() -> Router<WebState> {
             "/api/v1/runs/{run}/samples",
             get(crate::samples::run_samples),
         )
+        .route(
+            "/api/v1/runs/{run}/evaluations",
+            get(crate::evals::run::run_evaluations),
+        )
+        .route("/api/v1/evals", get(crate::evals::board::evals))
+        .route("/api/v1/eval-suites", get(crate::evals::eval_suites))
         .route("/api/v1/entries", get(entries))
         .route("/api/v1/entries/{idx}", get(entry))
         .route("/api/v1/entries/{idx}/proof", get(proof))
@@ -107,7 +113,7 @@ pub struct ApiLink {
 }
 
 /// The collections [`index`] lists.
-const COLLECTIONS: [(&str, &str); 12] = [
+const COLLECTIONS: [(&str, &str); 14] = [
     ("experiments", "/api/v1/experiments"),
     ("runs", "/api/v1/runs"),
     ("entries", "/api/v1/entries"),
@@ -115,6 +121,8 @@ const COLLECTIONS: [(&str, &str); 12] = [
     ("tokenizers", "/api/v1/tokenizers"),
     ("ladder", "/api/v1/ladder"),
     ("boards", "/api/v1/boards"),
+    ("evals", "/api/v1/evals"),
+    ("eval-suites", "/api/v1/eval-suites"),
     ("sweeps", "/api/v1/sweeps"),
     ("negative", "/api/v1/negative"),
     ("compare", "/api/v1/compare"),
@@ -163,6 +171,9 @@ async fn index(State(st): State<WebState>) -> Json<ApiIndex> {
         live,
         crate::annotations::run_annotations,
         crate::samples::run_samples,
+        crate::evals::run::run_evaluations,
+        crate::evals::board::evals,
+        crate::evals::eval_suites,
         entries,
         entry,
         proof,
@@ -228,6 +239,17 @@ async fn index(State(st): State<WebState>) -> Json<ApiIndex> {
         crate::annotations::RunMark,
         crate::samples::RunSamples,
         crate::samples::SampleRow,
+        crate::evals::SuiteKind,
+        crate::evals::Outcome,
+        crate::evals::ContaminationFigure,
+        crate::evals::Evaluation,
+        crate::evals::SuiteRow,
+        crate::evals::run::RunEvaluations,
+        crate::evals::run::SuiteResults,
+        crate::evals::board::EvalBoard,
+        crate::evals::board::BoardColumn,
+        crate::evals::board::BoardRow,
+        crate::evals::board::BoardCell,
         crate::queue::QueueView,
         crate::queue::QueueRow,
         crate::queue::QueueJob

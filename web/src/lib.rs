@@ -10,6 +10,8 @@
 //! - [`app`] — the axum router: HTML pages (`pages`), the JSON API under `/api/v1` with its
 //!   OpenAPI document (`api`), the log's static read API `/log/...`, `/vkey`, `/blobs/...`
 //!   (`static_log`), and operations `/healthz`, `/metrics` (`ops`);
+//! - [`evals`] — evaluations: a run's (its page's section and API), the board of every run's
+//!   latest valid result per suite version (`/evals`), and the stored suites;
 //! - [`serve`] — binds a socket and serves [`app`] on the [`listener`] (connection cap, header
 //!   and body deadlines, bounded graceful shutdown) until a shutdown future resolves;
 //! - [`witness_api`] — a separate server on the same listener: a C2SP witness's HTTP API
@@ -37,6 +39,7 @@ pub mod catalog;
 pub mod chart;
 pub mod config;
 pub mod error;
+pub mod evals;
 pub mod extract;
 pub mod leaderboards;
 pub mod listener;

@@ -54,8 +54,9 @@ pub use rows::*;
 /// Entries fetched per query while catching up.
 const FETCH_BATCH: u32 = 5000;
 
-/// The kinds whose entries the catalog folds (the others only say what they are about).
-const FOLDED_KINDS: [EntryKind; 13] = [
+/// The kinds whose entries the catalog folds (the others only say what they are about);
+/// snapshots, suites and evaluations only for the leaderboards that rank an evaluation metric.
+const FOLDED_KINDS: [EntryKind; 16] = [
     EntryKind::Dataset,
     EntryKind::Proposal,
     EntryKind::Approval,
@@ -69,6 +70,9 @@ const FOLDED_KINDS: [EntryKind; 13] = [
     EntryKind::Reproduction,
     EntryKind::Sweep,
     EntryKind::Gate,
+    EntryKind::Snapshot,
+    EntryKind::EvalSuite,
+    EntryKind::Evaluation,
 ];
 
 /// Everything folded so far.

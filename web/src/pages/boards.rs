@@ -83,7 +83,7 @@ pub async fn list_page(State(st): State<WebState>) -> Result<Markup, WebError> {
     let boards = st.leaderboards.boards(&st).await?;
     let body = html! {
         h1 { "Leaderboards" }
-        p.lead { "Each board ranks runs by one final metric against the compute they used. Only a run that an independent reproduction matched is ranked; the others are listed apart. Every board is derived from the public log alone, so anyone can rebuild it." }
+        p.lead { "Each board ranks runs by one final metric (or one evaluation metric of their last snapshot, " code { "eval:SUITE/METRIC" } ") against the compute they used. Only a run that an independent reproduction matched is ranked; the others are listed apart. Every board is derived from the public log alone, so anyone can rebuild it." }
         @if boards.is_empty() {
             p.empty { "This lab declares no leaderboard (" code { "[[leaderboard]]" } " in its config)." }
         } @else {
@@ -114,7 +114,11 @@ pub async fn page(
     let body = html! {
         h1 { "Board " code { (def.name) } }
         p.lead {
-            "Runs ranked by their final " code { (def.metric) } " (" (better_words(def.direction)) ") against training " (def.compute.unit()) ". "
+            @if glassbox_schemas::eval::parse_metric_name(&def.metric).is_some() {
+                "Runs ranked by " code { (def.metric) } " (" (better_words(def.direction)) ") of their last snapshot, on the suite's newest version, against training " (def.compute.unit()) ". "
+            } @else {
+                "Runs ranked by their final " code { (def.metric) } " (" (better_words(def.direction)) ") against training " (def.compute.unit()) ". "
+            }
             "Only a run that an independent reproduction matched is ranked; ties go to less compute, then the earlier result."
         }
         p.meta { "Derived from the log's first " (b.log_size) " entries · " a href={ "/api/v1/boards/" (encode_path(&def.name)) } { "as JSON" } " · " a href="/boards" { "all boards" } }
@@ -212,7 +216,10 @@ fn rows_table(id: &str, def: &BoardDef, rows: &[BoardRow], ranked: bool) -> Mark
                     @if !r.title.is_empty() { br; small { (r.title) } }
                 }
                 td { (r.author) }
-                td.n { (num(Some(r.value))) }
+                td.n {
+                    (num(Some(r.value)))
+                    @if let Some(e) = r.value_entry { br; small { a href={ "/api/v1/entries/" (e) } title="the evaluation of the run's last snapshot this value comes from" { "evaluation #" (e) } } }
+                }
                 td.n { (num(r.compute)) }
                 td {
                     a href={ "/runs/" (encode_path(&r.run.0)) } { (r.run.0) }

@@ -1,6 +1,7 @@
 //! The chart controls of a page: the [`View`] read from the URL (`smooth`, `logy`, `x`, `from`,
 //! `to`) and the form that edits it, so a view is a link that can be shared; and the markup the
-//! chart script reads ([`line_figure`]: a server-drawn SVG with the lines it shows as JSON).
+//! chart script reads ([`line_figure`]: a server-drawn SVG with the lines it shows as JSON;
+//! [`page_line_figure`]: the same with the lines' points in the page).
 //!
 //! The chart script applies every control at once and rewrites the URL; without JavaScript the
 //! form reloads the page and the server-drawn charts honour the step range and log-y (smoothing
@@ -212,6 +213,33 @@ pub fn line_figure(
     let marks = (!marks.is_empty()).then(|| serde_json::to_string(marks).unwrap_or_default());
     html! {
         figure.chart data-title=(title) data-unit=(unit) data-series=(series) data-marks=[marks] { (PreEscaped(svg)) }
+    }
+}
+
+/// A line whose points are in the page (an evaluation's results at a few snapshots): the chart
+/// script draws it like a fetched line — x by step, tokens, FLOPs or time through the run's
+/// own counters, log y, the page's step range — with a marker at each point, never smoothed.
+#[derive(Debug, Clone, Serialize)]
+pub struct PageLine<'a> {
+    /// Run id (whose counters map steps to tokens, FLOPs and time).
+    pub run: &'a str,
+    /// Legend label.
+    pub label: &'a str,
+    /// The run's training FLOPs per token (x by FLOPs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flops_per_token: Option<f64>,
+    /// `[step, value]` pairs, by step.
+    pub points: Vec<(u64, f64)>,
+    /// Draw a marker at each point.
+    pub markers: bool,
+}
+
+/// A chart of [`PageLine`]s: the server-drawn `svg` in a figure the chart script redraws from
+/// the points it carries.
+pub fn page_line_figure(title: &str, unit: &str, lines: &[PageLine<'_>], svg: &str) -> Markup {
+    let series = serde_json::to_string(lines).unwrap_or_else(|_| "[]".into());
+    html! {
+        figure.chart data-title=(title) data-unit=(unit) data-series=(series) { (PreEscaped(svg)) }
     }
 }
 

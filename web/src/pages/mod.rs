@@ -2,9 +2,9 @@
 //! interpolated value, so a hypothesis containing `<script>` is shown as text).
 //!
 //! One file per page family: `experiments` (the list and negative results), `experiment`
-//! (one experiment, its charts, and the Live page), `run` (one run's summary, charts and
-//! hardware), `run_log` (its console log), `compare`, `ladder`, `boards`
-//! (leaderboards), `sweeps`, `data`, `ledger`, `queue`.
+//! (one experiment, its charts, and the Live page), `run` (one run's summary, charts,
+//! evaluations and hardware), `run_log` (its console log), `compare`, `ladder`, `boards`
+//! (leaderboards), `evals` (the evaluation board), `sweeps`, `data`, `ledger`, `queue`.
 //! This file holds the page frame, the routes and the small formatting pieces pages share; the
 //! stylesheet and scripts are in `assets` (served from `/assets/`, so the
 //! Content-Security-Policy can forbid inline code). Pages read through `catalog` and `series`;
@@ -15,6 +15,7 @@ pub mod boards;
 pub mod compare;
 pub mod controls;
 pub mod data;
+pub mod evals;
 pub mod experiment;
 pub mod experiments;
 pub mod ladder;
@@ -45,6 +46,7 @@ pub fn routes() -> Router<WebState> {
         .route("/ladder", get(ladder::page))
         .route("/boards", get(boards::list_page))
         .route("/boards/{name}", get(boards::page))
+        .route("/evals", get(evals::page))
         .route("/sweeps", get(sweeps::list_page))
         .route("/sweeps/{*id}", get(sweeps::page))
         .route("/data", get(data::page))
@@ -107,6 +109,8 @@ pub enum Nav {
     Ladder,
     /// Leaderboards.
     Boards,
+    /// The evaluation board.
+    Evals,
     /// Sweeps.
     Sweeps,
     /// Data.
@@ -162,6 +166,7 @@ pub fn frame_with(title: &str, nav: Nav, scripts: Scripts, body: Markup) -> Mark
                         (item(Nav::Compare, "/compare", "Compare"))
                         (item(Nav::Ladder, "/ladder", "Ladder"))
                         (item(Nav::Boards, "/boards", "Boards"))
+                        (item(Nav::Evals, "/evals", "Evals"))
                         (item(Nav::Sweeps, "/sweeps", "Sweeps"))
                         (item(Nav::Data, "/data", "Data"))
                         (item(Nav::Negative, "/negative", "Negative results"))

@@ -1,8 +1,8 @@
 //! `GET /runs/{run}`: one run's own page, the summary a person looks for first. How it ended
 //! (status, reason, forecast verdict), how long it took, steps, tokens and FLOPs, its final
 //! train and evaluation metrics by name, the backend and why it was chosen, the machine in
-//! words, the exact program and the worker of each attempt, what its model wrote at each
-//! snapshot (`crate::samples`), its snapshots, reproductions, anomalies and notes, links to its log and data pages and to the API, then its charts and a
+//! words, the exact program and the worker of each attempt, its evaluations per suite version
+//! (`crate::evals::run`), what its model wrote at each snapshot (`crate::samples`), its snapshots, reproductions, anomalies and notes, links to its log and data pages and to the API, then its charts and a
 //! Hardware section with the `hw/...` telemetry.
 //!
 //! Read-only like every page: the catalog for the run's row and its experiment, and the index
@@ -164,6 +164,7 @@ pub async fn page(
     .await?;
     let marks = crate::annotations::run_marks(&st, &run).await?;
     let samples = crate::samples::run_sample_rows(&st, &run).await?;
+    let evaluations = crate::evals::run::load(&st, &run, None).await?;
     let chart_marks = crate::annotations::chart_marks(&marks);
     let training_charts = charts_of(
         PanelSet::Training,
@@ -261,6 +262,7 @@ pub async fn page(
             (controls::form(&view, &[]))
             div #charts data-live=[row.status.is_running().then(|| live_list(&run))] { (training_charts) }
         }
+        (crate::evals::run::section(&evaluations, &view, flops_per_token, row.status.is_running()))
         (crate::samples::section(&samples, row.status.is_running()))
         section #hardware {
             h2 { "Hardware" }

@@ -8,6 +8,7 @@ mod boards;
 mod browser;
 mod charts;
 mod data_browser;
+mod evals;
 mod observatory;
 mod routes;
 mod search;

@@ -2,13 +2,14 @@
 //! test fills, in every chart mode (linear, log y, smoothing, x by step, tokens, FLOPs and
 //! time, an experiment's runs overlaid, compare's small multiples, the ladder's log-log chart,
 //! the expert-load heatmaps, a live run, the run page with its Hardware section, the console
-//! log, the data, queue, negative-results, ledger, boards and sweeps pages, and a 400 page).
+//! log, the data, queue, negative-results, ledger, boards, evaluations and sweeps pages, and a
+//! 400 page).
 //! Each page fails the test on any console error the browser logged (uncaught exceptions,
 //! failed requests, CSP violations), and on any chart drawn blank: a uPlot canvas with no
 //! coloured pixel, a server-drawn SVG chart with no mark. A screenshot of each page goes to
 //! `target/screenshots/observatory-*.png`.
 //!
-//! The lab: the shared fixture and its sweep, plus hardware telemetry (`hw/...`) on run-1 and
+//! The lab: the shared fixture with its sweep and evaluations, plus hardware telemetry (`hw/...`) on run-1 and
 //! a run that is still training (`run-live`, points in the live hub and in the index).
 
 use std::collections::BTreeMap;
@@ -67,6 +68,7 @@ const PAGES: &[(&str, &str)] = &[
     ("compare-logy", "/compare?run=run-1&run=run-2&logy=1"),
     ("ladder", "/ladder"),
     ("boards", "/boards"),
+    ("evals", "/evals"),
     ("sweeps", "/sweeps"),
     ("data", "/data"),
     ("data-run", "/data/runs/run-1"),
@@ -104,9 +106,10 @@ impl QueueSource for Jobs {
     }
 }
 
-/// Hardware telemetry and tokens drawn on run-1 (every 10 steps), and `run-live`: started, no result, 40 steps
-/// of points in the index and 40 more in the live hub.
+/// The fixture's evaluations, hardware telemetry and tokens drawn on run-1 (every 10 steps), and
+/// `run-live`: started, no result, 40 steps of points in the index and 40 more in the live hub.
 async fn fill(fx: &Fixture) {
+    fixture::add_evals(fx).await;
     let pool = fx.index.write_pool();
     for (name, base, slope) in [
         // What every train step records of the data (the fixture's curves leave it out).
@@ -195,7 +198,7 @@ async fn fill(fx: &Fixture) {
 
 /// Waits until the page's chart script has drawn every chart (pages with charts), then a
 /// moment for late requests (heatmaps, SSE); false when the charts never finished drawing.
-async fn settle(c: &Client) -> bool {
+pub(crate) async fn settle(c: &Client) -> bool {
     let has_charts = c
         .execute(
             "return document.querySelectorAll('figure.chart[data-series], figure.chart[data-points]').length",
@@ -224,7 +227,7 @@ async fn settle(c: &Client) -> bool {
 
 /// Charts of the page drawn blank: each uPlot canvas's coloured pixels, and each visible
 /// server-drawn SVG chart's marks (lines, areas, cells); returns the blank ones' titles.
-async fn blank_charts(c: &Client) -> Vec<String> {
+pub(crate) async fn blank_charts(c: &Client) -> Vec<String> {
     let script = format!("{} {BLANK_CHARTS_JS}", crate::browser::COLOURED_PIXELS_JS);
     let v = c.execute(&script, vec![]).await.unwrap();
     v.as_array()
@@ -297,6 +300,7 @@ async fn every_page_in_every_mode_draws_without_console_errors() {
         let wanted: &[(&str, &str)] = match *name {
             "run" => &[
                 ("#hardware .uplot", "hardware charts"),
+                ("#evaluations .uplot", "evaluation charts"),
                 ("#final-metrics table", "final metrics"),
                 ("figure.heatmap svg", "an expert-load heatmap"),
                 (
@@ -309,6 +313,7 @@ async fn every_page_in_every_mode_draws_without_console_errors() {
                 ),
             ],
             "compare" => &[("#compare-charts .uplot", "small multiples")],
+            "evals" => &[("#eval-board td.cell.q8", "a best cell")],
             "ladder" => &[("table.forecasts td .badge", "a forecast verdict")],
             "run-log" => &[("pre.log.numbered .ln", "numbered lines")],
             "experiments-bad-column" => &[(
