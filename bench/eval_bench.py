@@ -14,6 +14,11 @@ machine and thread count:
   counterpart of glassbox's `seconds`. Round 1 also runs the `lm_eval` command line as a user
   would (process wall time, model load included) and checks it agrees with the API.
 
+A generated suite's choices are all 6 symbols long, so its acc_norm picks what acc picks and
+never tests the normalisation; a hand-made "varied" suite (choices of 1 to 8 characters, a
+third of the contexts ending in whitespace, some longer than the model's context) is imported
+too and scored once by glassbox, lm-eval and the reference.
+
 acc and acc_norm must agree as counts of items (a difference of one or two items is accepted
 only where float32 rounding decides a near-tie, and is shown); a Markdown table gives items/s on
 both sides, their ratio and the metrics.
@@ -24,12 +29,17 @@ lm-eval's; `--self-test` does that on a tiny random exported-shape model it buil
 twin class of `runner/src/hf.rs`, glassbox's bytes tokenizer) and a hand-made suite, no glassbox
 binary needed.
 
-What it is not: a test (it measures one machine), a check of glassbox's per-item log-likelihoods
-(glassbox's JSON gives the metrics only), or an lm-eval run on real benchmarks.
+lm-eval runs with `prefix_token_id=0` (see PREFIX) and `dtype=float32`; everything else is its
+default (logits cache on, requests sorted longest first, right padding).
+
+What it is not: a test (it measures one machine; a busy one makes torch's thread barriers
+stall, which is warned about), a check of glassbox's per-item log-likelihoods (its JSON gives
+the metrics only), or an lm-eval run on real benchmarks.
 
 Usage (the release binary, the lm-eval virtualenv):
     python3 -m venv /work/lmeval-venv
-    /work/lmeval-venv/bin/pip install lm_eval[hf]==0.4.13 torch==2.15.0 transformers==5.24.0
+    /work/lmeval-venv/bin/pip install "lm_eval[hf]==0.4.13" torch==2.15.0 transformers==5.24.0 \\
+        tokenizers==0.23.2
     cargo build --release
     python3 bench/eval_bench.py --config default --items 10000 --threads 2 \\
         --python /work/lmeval-venv/bin/python
@@ -53,8 +63,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASK_TEMPLATE = os.path.join(ROOT, "bench", "lm_eval_task", "glassbox_choice.yaml")
 TASK = "glassbox_choice"
 DEFAULT_PYTHON = "/work/lmeval-venv/bin/python"
-# Measured on the 2-core dev machine (lm_eval 0.4.13, torch 2.15.0 CPU): see BENCH_NOTES below.
-DEFAULT_BATCH = "64"
+# lm-eval's batch size: the fastest fixed one measured (`--sweep`) on the 2-core dev machine,
+# lm_eval 0.4.13, torch 2.15.0, the `default` config's export, 500 generated-shape items, 2
+# threads, 3 interleaved rounds, median loglikelihood seconds: 64: 37.7, 128: 14.6, 256: 15.2,
+# 512: 11.4, auto (probes max_batch_size=512, then 512): 23.7. The machine was busy (cargo);
+# a quiet moment's forward alone gave ~680 sequences/s at 64 and at 512 alike (~100 at 1):
+# CPU throughput saturates by 64 and a bigger batch only helps when cores are contended. auto
+# is never faster on CPU: it runs a probe forward at the ceiling and, with no OOM to hit, picks
+# the ceiling.
+DEFAULT_BATCH = "512"
 # lm-eval 0.4.13 cannot run a tokenizer with neither BOS nor EOS (glassbox's bytes tokenizer):
 # HFLM.tok_encode (models/huggingface.py:1053) calls tokenizer.decode(self.prefix_token_id) on
 # every string, and prefix_token_id (:611) is then None -> TypeError. Naming a prefix token
@@ -445,7 +462,7 @@ def varied_check(a, run, lab, hf, work):
     suite = os.path.join(work, "varied.jsonl")
     self_test_suite(suite, a.varied_items, seed=12)
     sh([a.glassbox, "data", "eval-suite", "import", suite, "--name", "bench-varied", "--kind",
-        "multiple_choice", "--lab", lab])
+        a.kind, "--lab", lab])
     n = a.varied_items
     g = glassbox_eval(a, run, lab, "bench-varied")
     lme = lm_eval_api(a, hf, write_task(suite, work), a.lm_eval_batch_size)
@@ -478,12 +495,14 @@ def bench(a):
     sh([a.glassbox, "export", run, hf, "--format", "hf", "--lab", lab])
     suite = os.path.join(work, "suite.jsonl")
     # The generator's flag for the spec is --from (src/cli/eval.rs); --markov-from elsewhere.
+    # The kind is spelt multiple-choice (clap's value names), multiple_choice in the record.
     help_text = sh([a.glassbox, "data", "eval-suite", "generate", "--help"])
     from_flag = "--markov-from" if "--markov-from" in help_text else "--from"
-    sh([a.glassbox, "data", "eval-suite", "generate", "--kind", "multiple_choice", "--items",
+    a.kind = "multiple-choice" if "multiple-choice" in help_text else "multiple_choice"
+    sh([a.glassbox, "data", "eval-suite", "generate", "--kind", a.kind, "--items",
         str(a.items), from_flag, spec_path, "--seed", "11", "--out", suite])
     sh([a.glassbox, "data", "eval-suite", "import", suite, "--name", "bench-choice", "--kind",
-        "multiple_choice", "--lab", lab])
+        a.kind, "--lab", lab])
     items = load_items(suite)
     n = len(items)
     ws = sum(1 for it in items if it["context"] != it["context"].rstrip())
@@ -570,7 +589,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--lm-eval-batch-size", default=DEFAULT_BATCH,
                     help="lm-eval's --batch_size: an integer or auto (default %(default)s)")
-    ap.add_argument("--max-batch-size", type=int, default=64,
+    ap.add_argument("--max-batch-size", type=int, default=512,
                     help="lm-eval's max_batch_size, the ceiling of batch_size=auto")
     ap.add_argument("--python", default=DEFAULT_PYTHON, help="the lm-eval virtualenv's python")
     ap.add_argument("--tolerance", type=int, default=2,

@@ -138,7 +138,7 @@ pub enum Notice {
         /// The result in one line (suite, step, headline metric).
         headline: String,
         /// How it ended.
-        outcome: glassbox_schemas::eval::EvalOutcome,
+        outcome: glassbox_schemas::record::EvalOutcome,
         /// The suite's contamination fraction, when it was checked.
         contamination: Option<f64>,
         /// The `evaluation` entry.

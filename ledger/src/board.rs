@@ -28,7 +28,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use glassbox_schemas::eval::{EvalOutcome, parse_metric_name};
+use glassbox_schemas::eval::parse_metric_name;
+use glassbox_schemas::record::EvalOutcome;
 use glassbox_schemas::record::{EntryBody, LedgerEntry};
 use glassbox_schemas::sweep::Direction;
 use glassbox_schemas::{BlobHash, ExperimentId, ExperimentSpec, RunId, RunStatus, SpecHash};
@@ -535,8 +536,9 @@ mod tests {
     /// version and a failed evaluation are not its value, and a run without one is not on it.
     #[test]
     fn ranks_by_an_evaluation_of_the_last_snapshot() {
-        use glassbox_schemas::eval::{EvalKind, EvalSuiteBody, EvaluationBody};
+        use glassbox_schemas::eval::EvalKind;
         use glassbox_schemas::record::SnapshotBody;
+        use glassbox_schemas::record::{EvalSuiteBody, EvaluationBody};
         let hash = |b: u8| BlobHash(glassbox_schemas::Blake3Hash::from_bytes([b; 32]));
         let (v1, v2) = (hash(1), hash(2));
         let suite = |version: BlobHash| EvalSuiteBody {

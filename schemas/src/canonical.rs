@@ -21,6 +21,12 @@ pub fn canonical_json<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Canon
     Ok(serde_jcs::to_vec(value)?)
 }
 
+/// The canonical JSON of `value` as one line of text (a JSON Lines record: a suite item).
+pub fn json_line<T: Serialize + ?Sized>(value: &T) -> Result<String, CanonicalError> {
+    // JCS output is UTF-8 JSON: the conversion cannot fail.
+    Ok(String::from_utf8_lossy(&canonical_json(value)?).into_owned())
+}
+
 /// BLAKE3 of the canonical JSON of `value`.
 pub fn canonical_hash<T: Serialize + ?Sized>(value: &T) -> Result<Blake3Hash, CanonicalError> {
     Ok(Blake3Hash::of(&canonical_json(value)?))

@@ -1,21 +1,17 @@
-//! Evaluations on the record: a suite of items (`eval_suite` entries, the items a blob of
-//! canonical JSON lines), a snapshot's results on one (`evaluation` entries), a spec's
-//! `[evals]` section, the metric names (`eval:SUITE/acc_norm`) and the contamination figure.
+//! Evaluations: a suite's items in the field's two shapes, suite names and kinds, a spec's
+//! `[evals]` section and the metric names (`eval:SUITE/acc_norm`). The entries that record a
+//! suite and a result (`eval_suite`, `evaluation`) are in [`crate::record`].
 //!
 //! The two item shapes are the field's: a perplexity item is `{"text": ...}`; a multiple-choice
 //! item is lm-eval-harness's document shape `{"context": ..., "choices": [...], "answer": i}`,
 //! each choice the continuation exactly as it follows the context (no delimiter is added).
 //! Not here: reading files, scoring or storing (the lab and the runner do those).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
-use crate::hash::BlobHash;
-use crate::record::{BuildIdentity, ForecastOutcome, JobId, RunId};
 
 /// Items a suite may hold.
 pub const MAX_SUITE_ITEMS: usize = 100_000;
@@ -237,14 +233,6 @@ impl SuiteItem {
         }
     }
 
-    /// The item as its canonical line: JSON with its keys in order, no spaces.
-    pub fn canonical_line(&self) -> String {
-        // Strings and integers only: always has a canonical form.
-        crate::canonical::canonical_json(self)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default()
-    }
-
     /// Reads one item of a `kind` suite from a JSON object, checking what an evaluation
     /// needs; an error names the field, the value and what would be accepted.
     pub fn from_json(kind: EvalKind, value: &serde_json::Value) -> Result<Self, ItemError> {
@@ -432,128 +420,6 @@ pub struct EvalsConfig {
     pub suites: Vec<SuiteName>,
 }
 
-/// Body of an `eval_suite` entry: a suite stored as a blob (`refs.suite`) of canonical JSON
-/// lines, one item each. The blob's hash is the suite's version.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EvalSuiteBody {
-    /// Its name.
-    pub name: SuiteName,
-    /// What it measures.
-    pub kind: EvalKind,
-    /// Items it holds.
-    pub items: u64,
-    /// Its hash (the blob's): the version every evaluation names.
-    pub suite: BlobHash,
-    /// The licence its items are under, as the importer declared it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub licence: Option<String>,
-    /// Where the items came from (a URL, or the command that generated them).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<String>,
-}
-
-/// How many of a suite's items share an n-gram (in the run's tokens) with what the run trained
-/// on, and which.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Contamination {
-    /// Tokens per n-gram ([`CONTAMINATION_NGRAM`]).
-    pub ngram: u32,
-    /// Items flagged.
-    pub flagged: u64,
-    /// `flagged / items`.
-    pub fraction: f64,
-    /// Items too short to hold one n-gram (never flagged).
-    pub too_short: u64,
-    /// The first flagged item indices (at most [`FLAGGED_LISTED`]; the blob lists all).
-    pub first_flagged: Vec<u64>,
-    /// Training tokens streamed past the suite's n-grams, by domain.
-    pub tokens_checked: BTreeMap<String, u64>,
-}
-
-/// How an evaluation job ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EvalOutcome {
-    /// Every item was scored; the metrics are the result.
-    Evaluated,
-    /// It could not be done (the reason is the entry's `detail`).
-    Failed,
-    /// A maintainer cancelled it.
-    Cancelled,
-}
-
-impl EvalOutcome {
-    /// The word on the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EvalOutcome::Evaluated => "evaluated",
-            EvalOutcome::Failed => "failed",
-            EvalOutcome::Cancelled => "cancelled",
-        }
-    }
-}
-
-impl fmt::Display for EvalOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Body of an `evaluation` entry: one snapshot of a run on one version of a suite, or how the
-/// attempt to evaluate it ended. `refs.checkpoint` is the snapshot, `refs.suite` the suite and
-/// `refs.artifact` the per-item results (JSON lines), when there are results.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EvaluationBody {
-    /// The run.
-    pub run: RunId,
-    /// Steps completed at the snapshot.
-    pub step: u64,
-    /// The snapshot's blob.
-    pub snapshot: BlobHash,
-    /// The suite's name.
-    pub suite: SuiteName,
-    /// The suite's version (its blob's hash).
-    pub suite_hash: BlobHash,
-    /// What it measures.
-    pub kind: EvalKind,
-    /// How it ended.
-    pub outcome: EvalOutcome,
-    /// Why, when it did not end `evaluated`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-    /// Items scored.
-    pub items: u64,
-    /// The metrics ([`EvalKind::metrics`]); empty unless `evaluated`.
-    pub metrics: BTreeMap<String, f64>,
-    /// The suite against the run's training data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub contamination: Option<Contamination>,
-    /// The job that evaluated it, when a queued job did (`glassbox eval` run by hand has none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job: Option<JobId>,
-    /// The worker.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub worker: Option<String>,
-    /// The worker's host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    /// CPU threads it ran on (the results are the same for any count).
-    pub threads: u32,
-    /// The program that evaluated it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub build: Option<BuildIdentity>,
-    /// Queued by the lab's `[evals]` (or the spec's), not asked for.
-    #[serde(default)]
-    pub automatic: bool,
-    /// The forecast this evaluation settles (a forecast of an `eval:` metric of the run's last
-    /// snapshot).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub forecast: Option<ForecastOutcome>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -595,10 +461,7 @@ mod tests {
         let mc = EvalKind::MultipleChoice;
         let ok = serde_json::json!({"context": "a", "choices": ["b", "c"], "answer": 1});
         let item = SuiteItem::from_json(mc, &ok).unwrap();
-        assert_eq!(
-            item.canonical_line(),
-            r#"{"answer":1,"choices":["b","c"],"context":"a"}"#
-        );
+        assert_eq!(serde_json::to_value(&item).unwrap(), ok);
         let cases = [
             (serde_json::json!([1]), "(line)"),
             (
@@ -636,7 +499,7 @@ mod tests {
             (e.field.as_str(), e.accepted.as_str()),
             ("text", "a string")
         );
-        let line = SuiteItem::Text { text: "hi".into() }.canonical_line();
+        let line = serde_json::to_string(&SuiteItem::Text { text: "hi".into() }).unwrap();
         assert_eq!(line, r#"{"text":"hi"}"#);
         let back: SuiteItem = serde_json::from_str(&line).unwrap();
         assert_eq!(back.kind(), EvalKind::Perplexity);

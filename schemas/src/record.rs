@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::canonical::{CanonicalError, canonical_json};
 use crate::data::{CorpusFormat, RunData, TokenizedBody, TokenizerBody};
-pub use crate::eval::{EvalSuiteBody, EvaluationBody};
+use crate::eval::{EvalKind, SuiteName};
 use crate::hash::{Blake3Hash, BlobHash, SpecHash};
 
 /// The envelope version this crate writes.
@@ -1452,6 +1452,128 @@ pub struct SamplesBody {
     pub prompts: Vec<String>,
     /// The completion of each prompt, in order.
     pub texts: Vec<String>,
+}
+
+/// Body of an `eval_suite` entry: a suite stored as a blob (`refs.suite`) of canonical JSON
+/// lines, one item each. The blob's hash is the suite's version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalSuiteBody {
+    /// Its name.
+    pub name: SuiteName,
+    /// What it measures.
+    pub kind: EvalKind,
+    /// Items it holds.
+    pub items: u64,
+    /// Its hash (the blob's): the version every evaluation names.
+    pub suite: BlobHash,
+    /// The licence its items are under, as the importer declared it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub licence: Option<String>,
+    /// Where the items came from (a URL, or the command that generated them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// How many of a suite's items share an n-gram (in the run's tokens) with what the run trained
+/// on, and which.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Contamination {
+    /// Tokens per n-gram ([`crate::eval::CONTAMINATION_NGRAM`]).
+    pub ngram: u32,
+    /// Items flagged.
+    pub flagged: u64,
+    /// `flagged / items`.
+    pub fraction: f64,
+    /// Items too short to hold one n-gram (never flagged).
+    pub too_short: u64,
+    /// The first flagged item indices (at most [`crate::eval::FLAGGED_LISTED`]; the blob lists all).
+    pub first_flagged: Vec<u64>,
+    /// Training tokens streamed past the suite's n-grams, by domain.
+    pub tokens_checked: BTreeMap<String, u64>,
+}
+
+/// How an evaluation job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvalOutcome {
+    /// Every item was scored; the metrics are the result.
+    Evaluated,
+    /// It could not be done (the reason is the entry's `detail`).
+    Failed,
+    /// A maintainer cancelled it.
+    Cancelled,
+}
+
+impl EvalOutcome {
+    /// The word on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvalOutcome::Evaluated => "evaluated",
+            EvalOutcome::Failed => "failed",
+            EvalOutcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for EvalOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Body of an `evaluation` entry: one snapshot of a run on one version of a suite, or how the
+/// attempt to evaluate it ended. `refs.checkpoint` is the snapshot, `refs.suite` the suite and
+/// `refs.artifact` the per-item results (JSON lines), when there are results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvaluationBody {
+    /// The run.
+    pub run: RunId,
+    /// Steps completed at the snapshot.
+    pub step: u64,
+    /// The snapshot's blob.
+    pub snapshot: BlobHash,
+    /// The suite's name.
+    pub suite: SuiteName,
+    /// The suite's version (its blob's hash).
+    pub suite_hash: BlobHash,
+    /// What it measures.
+    pub kind: EvalKind,
+    /// How it ended.
+    pub outcome: EvalOutcome,
+    /// Why, when it did not end `evaluated`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Items scored.
+    pub items: u64,
+    /// The metrics ([`EvalKind::metrics`]); empty unless `evaluated`.
+    pub metrics: BTreeMap<String, f64>,
+    /// The suite against the run's training data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contamination: Option<Contamination>,
+    /// The job that evaluated it, when a queued job did (`glassbox eval` run by hand has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobId>,
+    /// The worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// The worker's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// CPU threads it ran on (the results are the same for any count).
+    pub threads: u32,
+    /// The program that evaluated it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildIdentity>,
+    /// Queued by the lab's `[evals]` (or the spec's), not asked for.
+    #[serde(default)]
+    pub automatic: bool,
+    /// The forecast this evaluation settles (a forecast of an `eval:` metric of the run's last
+    /// snapshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<ForecastOutcome>,
 }
 
 /// `text` with C0 control characters (but line breaks and tabs) and DEL shown as their

@@ -216,11 +216,7 @@ fn generate_file(
             )
         })?;
     let drawn = generate::markov_items(g, kind, items as usize, seed)?;
-    let mut bytes = Vec::new();
-    for item in &drawn {
-        bytes.extend_from_slice(item.canonical_line().as_bytes());
-        bytes.push(b'\n');
-    }
+    let bytes = suite::jsonl(&drawn)?;
     std::fs::write(out, &bytes).with_context(|| format!("--out {}", out.display()))?;
     eprintln!(
         "{} {} items drawn from {}'s Markov source (seed {}) written to {}",

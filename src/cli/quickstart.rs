@@ -30,8 +30,7 @@ use glassbox_github_bot::{Login, RepoName, Secret, WEBHOOK_PATH};
 use glassbox_lab::{LiveSink, dataset};
 use glassbox_ledger::LabDir;
 use glassbox_schemas::ExperimentId;
-use glassbox_schemas::eval::{EvalKind, EvaluationBody};
-use glassbox_schemas::record::EntryBody;
+use glassbox_schemas::eval::EvalKind;
 
 use crate::GlobalOpts;
 use crate::cli::args::{self, LabArgs};
@@ -209,20 +208,15 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
 
         // The built-in suites, stored as any suite is, and evaluated on every snapshot.
         let rec = ctx.recorder.clone();
-        let scratch = ctx.lab.root().join("scratch");
         let suites = tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&scratch)
-                .map_err(glassbox_lab::LabError::io("cannot create", &scratch))?;
             SUITES
                 .iter()
                 .map(|(name, kind, text)| {
-                    let file = scratch.join(format!("{name}.jsonl"));
-                    std::fs::write(&file, text)
-                        .map_err(glassbox_lab::LabError::io("cannot write", &file))?;
-                    let stored = glassbox_lab::eval::suite::import(
+                    glassbox_lab::eval::suite::import_text(
                         &rec,
+                        text,
                         &glassbox_lab::eval::suite::SuiteImport {
-                            file: file.clone(),
+                            file: Default::default(),
                             name: name.parse().map_err(glassbox_lab::LabError::Refused)?,
                             kind: *kind,
                             licence: Some("CC0-1.0".into()),
@@ -230,9 +224,7 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
                                 "glassbox data eval-suite generate --from examples/tiny.toml --kind {kind} --seed 1"
                             )),
                         },
-                    );
-                    let _ = std::fs::remove_file(&file);
-                    stored
+                    )
                 })
                 .collect::<Result<Vec<_>, _>>()
         })
@@ -395,18 +387,8 @@ pub fn run(args: QuickstartArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
         .await?;
         let rec = recorder.clone();
         let run = done.run();
-        let bodies = tokio::task::spawn_blocking(move || {
-            let mut out: Vec<EvaluationBody> = Vec::new();
-            rec.for_each_entry(|_, e| {
-                if let EntryBody::Evaluation(b) = e.body
-                    && b.run == run
-                {
-                    out.push(b);
-                }
-            })?;
-            Ok::<_, glassbox_lab::LabError>(out)
-        })
-        .await??;
+        let bodies =
+            tokio::task::spawn_blocking(move || glassbox_lab::eval::of_run(&rec, &run)).await??;
         for b in &bodies {
             stage("eval", glassbox_lab::eval::headline(b));
         }

@@ -16,9 +16,8 @@ use std::io::Read;
 
 use glassbox_corpus::TokenShard;
 use glassbox_runner::data::generated_rows;
-use glassbox_schemas::eval::{
-    CONTAMINATION_NGRAM, Contamination, FLAGGED_LISTED, SuiteItem, encode_pair,
-};
+use glassbox_schemas::eval::{CONTAMINATION_NGRAM, FLAGGED_LISTED, SuiteItem, encode_pair};
+use glassbox_schemas::record::Contamination;
 use glassbox_schemas::spec::ExperimentSpec;
 
 use crate::error::LabError;
@@ -279,7 +278,7 @@ mod tests {
         ];
         let grams = SuiteGrams::new(items, 13);
         let mut flagged = vec![false; 3];
-        // Item 0's tokens 5..18 inside noise; item 1's 12-token run only (one short).
+        // The first item's tokens 5..18 inside noise; of the second, a 12-token run only.
         let mut stream: Vec<u32> = vec![7, 7, 7];
         stream.extend(5..18);
         stream.extend([9, 9]);

@@ -18,10 +18,8 @@ pub mod suite;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use glassbox_schemas::eval::{
-    EvalOutcome, EvaluationBody, SuiteName, metric_name, parse_metric_name,
-};
-use glassbox_schemas::record::{ForecastOutcome, refs};
+use glassbox_schemas::eval::{SuiteName, metric_name, parse_metric_name};
+use glassbox_schemas::record::{EvalOutcome, EvaluationBody, ForecastOutcome, refs};
 use glassbox_schemas::spec::Forecast;
 use glassbox_schemas::{Blake3Hash, ExperimentId, RefRole};
 
@@ -185,6 +183,22 @@ pub fn headline(body: &EvaluationBody) -> String {
                 .unwrap_or_default()
         ),
     }
+}
+
+/// Every `evaluation` entry of `run` on the record, in log order.
+pub fn of_run(
+    rec: &Recorder,
+    run: &glassbox_schemas::RunId,
+) -> Result<Vec<EvaluationBody>, LabError> {
+    let mut out = Vec::new();
+    rec.for_each_entry(|_, e| {
+        if let glassbox_schemas::record::EntryBody::Evaluation(b) = e.body
+            && b.run == *run
+        {
+            out.push(b);
+        }
+    })?;
+    Ok(out)
 }
 
 /// The suites a spec's snapshots are evaluated on: the lab's `[evals]` and the spec's own,

@@ -9,9 +9,8 @@
 use std::path::PathBuf;
 
 use glassbox_corpus::rows;
-use glassbox_schemas::eval::{
-    EvalKind, EvalSuiteBody, MAX_ITEM_BYTES, MAX_SUITE_ITEMS, SuiteItem, SuiteName,
-};
+use glassbox_schemas::eval::{EvalKind, MAX_ITEM_BYTES, MAX_SUITE_ITEMS, SuiteItem, SuiteName};
+use glassbox_schemas::record::EvalSuiteBody;
 use glassbox_schemas::{BlobHash, RefRole};
 
 use crate::error::LabError;
@@ -71,7 +70,6 @@ pub fn read_items(req: &SuiteImport) -> Result<(Vec<SuiteItem>, Vec<u8>), LabErr
     }
     let f = std::fs::File::open(file).map_err(LabError::io("cannot open", file))?;
     let mut items = Vec::new();
-    let mut canonical = Vec::new();
     rows::read_records(
         f,
         &name,
@@ -86,8 +84,6 @@ pub fn read_items(req: &SuiteImport) -> Result<(Vec<SuiteItem>, Vec<u8>), LabErr
                     accepted: format!("expected {}", e.accepted),
                 }
             })?;
-            canonical.extend_from_slice(item.canonical_line().as_bytes());
-            canonical.push(b'\n');
             items.push(item);
             Ok(())
         },
@@ -100,7 +96,21 @@ pub fn read_items(req: &SuiteImport) -> Result<(Vec<SuiteItem>, Vec<u8>), LabErr
             req.kind
         )));
     }
+    let canonical = jsonl(&items)?;
     Ok((items, canonical))
+}
+
+/// Items as canonical JSON Lines (keys in order, no spaces, one item per line): a suite blob's
+/// bytes, and what `glassbox data eval-suite generate` writes.
+pub fn jsonl(items: &[SuiteItem]) -> Result<Vec<u8>, LabError> {
+    let mut out = Vec::new();
+    for item in items {
+        let line = glassbox_schemas::canonical::json_line(item)
+            .map_err(|e| LabError::Task(format!("suite item: {e}")))?;
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+    }
+    Ok(out)
 }
 
 /// Stores `req.file` as a suite: every item checked, then the canonical lines as a blob and an
@@ -132,6 +142,20 @@ pub fn import(rec: &Recorder, req: &SuiteImport) -> Result<StoredSuite, LabError
     };
     let entry = rec.record(None, one_ref(RefRole::Suite, &hash), body.clone())?;
     Ok(StoredSuite { entry, body })
+}
+
+/// Stores JSON Lines `text` (a suite a program carries, such as the built-in ones) as
+/// [`import`] stores a file: `req.file` is ignored.
+pub fn import_text(rec: &Recorder, text: &str, req: &SuiteImport) -> Result<StoredSuite, LabError> {
+    let mut tmp = tempfile::NamedTempFile::new()
+        .map_err(|e| LabError::Task(format!("cannot make a temporary file: {e}")))?;
+    std::io::Write::write_all(&mut tmp, text.as_bytes())
+        .map_err(|e| LabError::Task(format!("cannot write a temporary file: {e}")))?;
+    let req = SuiteImport {
+        file: tmp.path().to_path_buf(),
+        ..req.clone()
+    };
+    import(rec, &req)
 }
 
 /// Which suite: a name (its newest version) or a version's hash.

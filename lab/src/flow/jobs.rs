@@ -194,7 +194,7 @@ impl Flow {
             Some(target) if job.kind == JobKind::Eval => {
                 let (mut body, refs) = crate::eval::unscored(
                     target,
-                    glassbox_schemas::eval::EvalOutcome::Cancelled,
+                    glassbox_schemas::record::EvalOutcome::Cancelled,
                     Some(before),
                 );
                 body.job = Some(job.id);

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use glassbox_schemas::RunStatus;
-use glassbox_schemas::eval::{EvalOutcome, EvaluationBody, SuiteName};
+use glassbox_schemas::eval::SuiteName;
 use glassbox_schemas::record::RunEnding;
+use glassbox_schemas::record::{EvalOutcome, EvaluationBody};
 
 use super::*;
 use crate::eval::{self, SuiteRef, suite};

@@ -273,9 +273,9 @@ impl Worker {
         ));
         if job.kind == JobKind::Eval {
             let outcome = if job.cancel_requested {
-                glassbox_schemas::eval::EvalOutcome::Cancelled
+                glassbox_schemas::record::EvalOutcome::Cancelled
             } else {
-                glassbox_schemas::eval::EvalOutcome::Failed
+                glassbox_schemas::record::EvalOutcome::Failed
             };
             return self
                 .conclude_eval(&job, None, outcome, Some(reason.to_string()), &log)

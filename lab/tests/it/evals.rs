@@ -14,7 +14,8 @@ use glassbox_lab::trained::{Pick, TrainedModel};
 use glassbox_runner::backend::Backend;
 use glassbox_runner::backend::cpu::CpuBackend;
 use glassbox_runner::inference;
-use glassbox_schemas::eval::{EvalKind, EvalOutcome, EvaluationBody, SuiteItem, encode_pair};
+use glassbox_schemas::eval::{EvalKind, SuiteItem, encode_pair};
+use glassbox_schemas::record::{EvalOutcome, EvaluationBody};
 use glassbox_schemas::{EntryKind, ExperimentId, RunStatus};
 
 use crate::flow::{Setup, of_kind, recorded, setup_clocked, spec};
@@ -24,11 +25,7 @@ fn write_suite(s: &Setup, name: &str, kind: EvalKind, items: usize) -> std::path
     let g = spec(8, "", "").data.mixture[0].generator.clone().unwrap();
     let drawn = generate::markov_items(&g, kind, items, 5).unwrap();
     let path = s.dir.path().join(format!("{name}.jsonl"));
-    let text: String = drawn
-        .iter()
-        .map(|i| format!("{}\n", i.canonical_line()))
-        .collect();
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, suite::jsonl(&drawn).unwrap()).unwrap();
     path
 }
 
@@ -488,10 +485,13 @@ async fn contamination_of_a_suite_built_to_overlap_the_corpus() {
     let file = s.dir.path().join("overlap.jsonl");
     std::fs::write(
         &file,
-        texts
-            .iter()
-            .map(|t| format!("{}\n", SuiteItem::Text { text: t.clone() }.canonical_line()))
-            .collect::<String>(),
+        suite::jsonl(
+            &texts
+                .iter()
+                .map(|t| SuiteItem::Text { text: t.clone() })
+                .collect::<Vec<_>>(),
+        )
+        .unwrap(),
     )
     .unwrap();
     let stored = import(&s, "overlap", EvalKind::Perplexity, file);
@@ -523,11 +523,7 @@ fn the_shipped_suites_are_what_the_generator_draws() {
         ("markov-text.jsonl", EvalKind::Perplexity, 50),
     ] {
         let shipped = std::fs::read_to_string(root.join("examples/evals").join(file)).unwrap();
-        let drawn: String = generate::markov_items(&g, kind, n, 1)
-            .unwrap()
-            .iter()
-            .map(|i| format!("{}\n", i.canonical_line()))
-            .collect();
-        assert_eq!(shipped, drawn, "{file}");
+        let drawn = suite::jsonl(&generate::markov_items(&g, kind, n, 1).unwrap()).unwrap();
+        assert_eq!(shipped.as_bytes(), drawn, "{file}");
     }
 }

@@ -20,8 +20,9 @@ use axum::Json;
 use axum::extract::State;
 use glassbox_ledger::index::IndexedEntry;
 use glassbox_ledger::index::queries::EntryFilter;
-use glassbox_schemas::eval::{Contamination, EvalKind, EvalOutcome, SuiteName};
+use glassbox_schemas::eval::{EvalKind, SuiteName};
 use glassbox_schemas::record::EntryBody;
+use glassbox_schemas::record::{Contamination, EvalOutcome};
 use glassbox_schemas::{EntryKind, LedgerEntry, RefRole};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -29,7 +30,6 @@ use utoipa::{IntoParams, ToSchema};
 use crate::WebState;
 use crate::error::WebError;
 use crate::extract::ApiQuery;
-use crate::pages::count;
 
 /// `evaluation` entries read for one run at most (the newest).
 pub const MAX_RUN_ENTRIES: u32 = 2000;
@@ -155,24 +155,6 @@ impl ContaminationFigure {
     /// The share flagged as a percentage: `1.0%`.
     pub fn percent(&self) -> String {
         percent(self.fraction)
-    }
-
-    /// In words: `2 of 200 items (1.0%) share a 13-gram with the training data`.
-    pub fn sentence(&self) -> String {
-        let mut s = format!(
-            "{} of {} items ({}) share a {}-gram with the training data",
-            count(self.flagged as f64),
-            count(self.items as f64),
-            self.percent(),
-            self.ngram
-        );
-        if self.too_short > 0 {
-            s.push_str(&format!(
-                "; {} too short to check",
-                count(self.too_short as f64)
-            ));
-        }
-        s
     }
 }
 
@@ -420,31 +402,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn contamination_reads_as_a_sentence() {
-        let c = ContaminationFigure {
-            ngram: 13,
-            flagged: 2,
-            items: 200,
-            fraction: 0.01,
-            too_short: 0,
-            tokens_checked: 61_440,
-            first_flagged: vec![3, 17],
-        };
-        assert_eq!(
-            c.sentence(),
-            "2 of 200 items (1.0%) share a 13-gram with the training data"
-        );
-        let short = ContaminationFigure {
-            too_short: 3,
-            flagged: 1500,
-            items: 3000,
-            fraction: 0.5,
-            ..c
-        };
-        assert_eq!(
-            short.sentence(),
-            "1,500 of 3,000 items (50.0%) share a 13-gram with the training data; 3 too short to check"
-        );
+    fn percentages_have_one_decimal() {
+        assert_eq!(percent(0.01), "1.0%");
         assert_eq!(percent(f64::NAN), "–");
     }
 

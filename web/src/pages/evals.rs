@@ -11,11 +11,11 @@ use axum::extract::State;
 use glassbox_schemas::eval::CONTAMINATION_NGRAM;
 use maud::{Markup, html};
 
+use super::run_evals::anchor;
 use super::{Nav, encode_path, experiment_href, frame, num, query, safe_link, short_hash};
 use crate::WebState;
 use crate::error::WebError;
 use crate::evals::board::{self, BoardColumn, BoardQuery, EvalBoard, MAX_BOARD_COLUMNS};
-use crate::evals::run::anchor;
 use crate::evals::{MAX_BOARD_ENTRIES, SuiteKind, SuiteRow, percent, read_suites, suite_param};
 use crate::extract::ApiQuery;
 

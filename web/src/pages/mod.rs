@@ -22,6 +22,7 @@ pub mod ladder;
 pub mod ledger;
 pub mod queue;
 pub mod run;
+pub mod run_evals;
 pub mod run_log;
 pub mod sweeps;
 

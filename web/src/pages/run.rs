@@ -2,7 +2,7 @@
 //! (status, reason, forecast verdict), how long it took, steps, tokens and FLOPs, its final
 //! train and evaluation metrics by name, the backend and why it was chosen, the machine in
 //! words, the exact program and the worker of each attempt, its evaluations per suite version
-//! (`crate::evals::run`), what its model wrote at each snapshot (`crate::samples`), its snapshots, reproductions, anomalies and notes, links to its log and data pages and to the API, then its charts and a
+//! (`run_evals`), what its model wrote at each snapshot (`crate::samples`), its snapshots, reproductions, anomalies and notes, links to its log and data pages and to the API, then its charts and a
 //! Hardware section with the `hw/...` telemetry.
 //!
 //! Read-only like every page: the catalog for the run's row and its experiment, and the index
@@ -262,7 +262,7 @@ pub async fn page(
             (controls::form(&view, &[]))
             div #charts data-live=[row.status.is_running().then(|| live_list(&run))] { (training_charts) }
         }
-        (crate::evals::run::section(&evaluations, &view, flops_per_token, row.status.is_running()))
+        (super::run_evals::section(&evaluations, &view, flops_per_token, row.status.is_running()))
         (crate::samples::section(&samples, row.status.is_running()))
         section #hardware {
             h2 { "Hardware" }
