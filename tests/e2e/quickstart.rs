@@ -1,6 +1,7 @@
 //! `glassbox quickstart` end to end, as a new user runs it (from an empty directory, with the
 //! example built into the binary): every stage prints its line, the run is trained and
-//! recorded, the bot's comments land in the local GitHub stand-in, and the audit of the running
+//! recorded and evaluated on the built-in suites (eval jobs), the bot's comments land in the
+//! local GitHub stand-in, and the audit of the running
 //! server prints `verified:`. A second quickstart refuses to overwrite the lab without --force.
 
 use std::process::Command;
@@ -36,6 +37,10 @@ fn quickstart_plays_the_whole_path_and_refuses_to_overwrite() {
         "approve  grace: /approve",
         "run  run-000001 succeeded",
         "result  recorded and commented",
+        "suites  markov-choice (200 multiple_choice items",
+        "eval  eval:markov-choice/acc_norm at step 300: ",
+        "eval  eval:markov-text/bpb at step 300: ",
+        "evals  2 eval job(s) ended",
         "done  the whole path took",
     ] {
         assert!(stderr.contains(stage), "missing stage {stage:?}:\n{stderr}");
@@ -54,6 +59,14 @@ fn quickstart_plays_the_whole_path_and_refuses_to_overwrite() {
         "{stdout}"
     );
     assert!(dir.path().join("glassbox-lab/log/checkpoint").is_file());
+    // The trained model picks the source's likelier continuation far above chance (0.25).
+    let acc: f64 = stderr
+        .lines()
+        .find_map(|l| l.split("eval:markov-choice/acc_norm at step 300: ").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(acc > 0.5, "acc_norm {acc}:\n{stderr}");
 
     // The stand-in issue's links point at the stand-in, which exists, not at github.com.
     let log = Command::new(BIN)
