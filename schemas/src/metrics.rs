@@ -232,15 +232,16 @@ pub fn layer_in_range(name: &str, n_layers: u32) -> bool {
 }
 
 /// Why `metric` cannot be forecast for `spec`, phrased as what is accepted; `None` when a run
-/// of the spec reports it. The lab refuses such a forecast when it is proposed (a typo would
+/// of the spec reports it or it names an evaluation's metric (`eval:SUITE/METRIC`). The lab refuses such a forecast when it is proposed (a typo would
 /// otherwise make every run a missed forecast).
 pub fn forecast_metric_problem(spec: &crate::spec::ExperimentSpec, metric: &str) -> Option<String> {
-    if reports(spec, metric) {
+    // An evaluation's metric is settled by the evaluation of the run's last snapshot.
+    if reports(spec, metric) || crate::eval::parse_metric_name(metric).is_some() {
         return None;
     }
     let domains = spec.data.mixture.iter().map(|c| c.domain.as_str());
     Some(format!(
-        "forecast.metric = {metric:?}: must be a metric this run reports, e.g. {}",
+        "forecast.metric = {metric:?}: must be a metric this run reports, e.g. {}, or an evaluation's, eval:SUITE/acc_norm",
         forecastable_examples(domains).join(", ")
     ))
 }

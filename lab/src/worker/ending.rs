@@ -67,6 +67,8 @@ impl Worker {
             Some(f) => Some(f),
             None => forecast::registered(&self.queue, &job.spec_hash).await?,
         }
+        // A forecast of an evaluation's metric is settled by that evaluation's entry.
+        .filter(|f| glassbox_schemas::eval::parse_metric_name(&f.metric).is_none())
         .map(|f| forecast::settle(&f, &ending.final_metrics));
         let (status, steps) = (ending.status, ending.steps);
         match &ending.reason {

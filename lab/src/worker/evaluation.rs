@@ -59,7 +59,10 @@ impl Worker {
             let done = eval::evaluate(&rec, &model, &loaded, threads, &|| {
                 stop.load(Ordering::SeqCst)
             })?;
-            Ok(done.map(|d| (d, model.spec.train.steps, model.record.started.spec_hash)))
+            Ok(done.map(|d| {
+                let f = model.spec.forecast.clone();
+                (d, model.spec.train.steps, model.record.started.spec_hash, f)
+            }))
         })
         .await;
         let _ = hb_stop.send(true);
@@ -70,7 +73,7 @@ impl Worker {
             return Ok(JobEnd::LeaseLost(job.id));
         }
         match scored {
-            Ok(Some((done, final_step, spec_hash))) => {
+            Ok(Some((done, final_step, spec_hash, in_spec))) => {
                 log.info(format!(
                     "{} ({} items scored in {:.2} s; contamination checked in {:.2} s)",
                     eval::headline(&done.body),
@@ -79,7 +82,11 @@ impl Worker {
                     done.contamination_seconds
                 ));
                 let mut body = done.body;
-                if let Some(f) = crate::forecast::registered(&self.queue, &spec_hash).await? {
+                let forecast = match in_spec {
+                    Some(f) => Some(f),
+                    None => crate::forecast::registered(&self.queue, &spec_hash).await?,
+                };
+                if let Some(f) = forecast {
                     body.forecast = eval::settles(&f, &body, final_step);
                 }
                 let scored = Scored {

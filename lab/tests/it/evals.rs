@@ -527,3 +527,99 @@ fn the_shipped_suites_are_what_the_generator_draws() {
         assert_eq!(shipped.as_bytes(), drawn, "{file}");
     }
 }
+
+/// A forecast of `eval:SUITE/acc_norm` is not settled by the run's result (the run reports no
+/// such metric) but by the evaluation of its last snapshot, in that `evaluation` entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forecast_of_an_evaluation_metric_is_settled_by_the_last_snapshots_evaluation() {
+    let s = lab("sqlite", "eval_forecast", "\"mc\"").await;
+    import(
+        &s,
+        "mc",
+        EvalKind::MultipleChoice,
+        write_suite(&s, "mc", EvalKind::MultipleChoice, 8),
+    );
+    let w = s.worker_with("w1", |o| o.evals = s.flow.config().evals.clone());
+    let mut sp = spec(8, "", "");
+    sp.forecast = Some(glassbox_schemas::spec::Forecast {
+        metric: "eval:mc/acc_norm".into(),
+        value: 0.5,
+        tolerance: 1.0,
+    });
+    let (_, q) = s.propose_and_approve(1, "alice", sp).await;
+    let made = recorded(w.run_job(q.job).await.unwrap());
+    assert_eq!(made.ending.status, RunStatus::Succeeded);
+    assert_eq!(made.forecast, None, "not the result's to settle");
+    while w.run_next().await.unwrap().is_some() {}
+    let done = evaluations(&s);
+    assert_eq!(done.len(), 2);
+    let last = done.iter().find(|e| e.step == 8).unwrap();
+    let settled = last
+        .forecast
+        .as_ref()
+        .expect("the last snapshot settles it");
+    assert_eq!(settled.actual, Some(last.metrics["acc_norm"]));
+    assert!(settled.hit);
+    assert!(
+        done.iter()
+            .find(|e| e.step == 4)
+            .unwrap()
+            .forecast
+            .is_none()
+    );
+    let entries = s.entries();
+    let results = of_kind(&entries, EntryKind::Result);
+    let body = results[0]
+        .body_of::<glassbox_schemas::record::ResultBody>()
+        .unwrap();
+    assert_eq!(body.forecast, None);
+}
+
+/// A perplexity suite's `nll`, `ppl` and `bpb`, against each text scored another way: as one
+/// continuation after its first token (the requests path), pooled by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn perplexity_metrics_match_texts_scored_as_continuations() {
+    let s = lab("sqlite", "eval_ppl", "").await;
+    let w = s.worker("w1");
+    let (_, q) = s.propose_and_approve(1, "alice", spec(8, "", "")).await;
+    let made = recorded(w.run_job(q.job).await.unwrap());
+    let model = TrainedModel::load(&s.recorder, &made.run, &Pick::Newest).unwrap();
+    // Two texts within the context of 16 tokens, bytes of the source's alphabet.
+    let texts = [
+        "\u{1}\u{3}\u{2}\u{1}\u{5}\u{0}\u{7}",
+        "\u{4}\u{4}\u{6}\u{2}\u{2}\u{6}\u{1}\u{0}\u{3}\u{3}",
+    ];
+    let requests: Vec<inference::Continuation> = texts
+        .iter()
+        .map(|t| inference::Continuation {
+            tokens: t.bytes().map(u32::from).collect(),
+            continuation: t.len() - 1,
+        })
+        .collect();
+    let lls = model
+        .continuation_logliks(1, &requests, &|| false)
+        .unwrap()
+        .unwrap();
+    let nll: f64 = -lls.iter().sum::<f64>();
+    let predicted: usize = texts.iter().map(|t| t.len() - 1).sum();
+    let items: Vec<SuiteItem> = texts
+        .iter()
+        .map(|t| SuiteItem::Text {
+            text: t.to_string(),
+        })
+        .collect();
+    let got = score::score_items(&model, EvalKind::Perplexity, &items, 2, &|| false)
+        .unwrap()
+        .unwrap();
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    assert!(
+        close(got.metrics["nll"], nll / predicted as f64),
+        "{:?}",
+        got.metrics
+    );
+    assert!(close(got.metrics["ppl"], (nll / predicted as f64).exp()));
+    assert!(close(
+        got.metrics["bpb"],
+        nll / std::f64::consts::LN_2 / predicted as f64
+    ));
+}
