@@ -206,11 +206,18 @@ pub async fn run_evaluations(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    fn ev(entry: u64, step: u64, version: &str, outcome: Outcome, acc: f64) -> Evaluation {
+    /// An evaluation of suite `mc` at `step` for the tests (acc_norm `acc` when evaluated).
+    pub(crate) fn ev(
+        entry: u64,
+        step: u64,
+        version: &str,
+        outcome: Outcome,
+        acc: f64,
+    ) -> Evaluation {
         Evaluation {
             entry,
             time: "t".into(),

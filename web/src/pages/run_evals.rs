@@ -264,41 +264,10 @@ fn suite_block(run: &str, s: &SuiteResults, view: &View, flops_per_token: Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evals::SuiteKind;
     use crate::evals::run::fold;
-    use std::collections::BTreeMap;
+    use crate::evals::run::tests::ev;
 
-    fn ev(entry: u64, step: u64, version: &str, outcome: Outcome, acc: f64) -> Evaluation {
-        Evaluation {
-            entry,
-            time: "t".into(),
-            run: "r".into(),
-            experiment: None,
-            step,
-            tokens: None,
-            flops: None,
-            snapshot: "blake3:00".into(),
-            suite: "mc".into(),
-            version: version.into(),
-            kind: SuiteKind::MultipleChoice,
-            outcome,
-            detail: None,
-            items: 10,
-            metrics: if outcome == Outcome::Evaluated {
-                BTreeMap::from([("acc_norm".to_string(), acc)])
-            } else {
-                BTreeMap::new()
-            },
-            contamination: None,
-            results: None,
-            automatic: true,
-            worker: None,
-            replaces: Vec::new(),
-        }
-    }
-
-    /// Newest per (version, step); the replaced entries are named; versions stay apart; a
-    /// failed evaluation is listed apart and never a result.
+    /// A failed evaluation's detail that is markup reaches the page escaped.
     #[test]
     fn suite_text_is_escaped() {
         let mut e = ev(3, 100, "blake3:aa", Outcome::Failed, f64::NAN);
