@@ -20,14 +20,15 @@ pub fn is_parquet(file: &mut File) -> Result<bool, std::io::Error> {
     Ok(n == 4 && &magic == b"PAR1")
 }
 
-/// Calls `visit` with each record (1-based line or row, the object) of `file`, named `name` in
-/// errors; at most `max_records`, each line at most `max_line` bytes. Blank lines are skipped.
+/// Calls `visit` with each record (where it is: a 1-based line of JSON Lines, or a row of
+/// Parquet with no column named; the object) of `file`, named `name` in errors; at most
+/// `max_records`, each line at most `max_line` bytes. Blank lines are skipped.
 pub fn read_records(
     mut file: File,
     name: &str,
     max_records: usize,
     max_line: usize,
-    visit: &mut dyn FnMut(u64, serde_json::Value) -> Result<(), DataError>,
+    visit: &mut dyn FnMut(Location, serde_json::Value) -> Result<(), DataError>,
 ) -> Result<u64, DataError> {
     let bad = |at: Location, problem: String, accepted: String| DataError::Document {
         file: name.into(),
@@ -75,7 +76,13 @@ pub fn read_records(
                     "a well-formed Parquet file".into(),
                 )
             })?;
-            visit(n, row.to_json_value())?;
+            visit(
+                Location::Row {
+                    row: n,
+                    column: String::new(),
+                },
+                row.to_json_value(),
+            )?;
         }
         return Ok(n);
     }
@@ -120,6 +127,6 @@ pub fn read_records(
         if records as usize > max_records {
             return Err(too_many(Location::Line(number)));
         }
-        visit(number, value)?;
+        visit(Location::Line(number), value)?;
     }
 }

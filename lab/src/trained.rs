@@ -159,11 +159,15 @@ impl TrainedModel {
         let snapshot = record.pick(run, pick)?.clone();
         let spec_hash = record.started.spec_hash;
         let spec_bytes = verified(rec, &BlobHash(spec_hash.0), "spec")?;
-        let spec: ExperimentSpec =
-            serde_json::from_slice(&spec_bytes).map_err(|e| LabError::BadSpec {
-                hash: spec_hash.to_string(),
-                reason: e.to_string(),
-            })?;
+        // A spec this build does not know (a field or a value of a newer glassbox) is refused
+        // as one it cannot run, naming what it does not know, rather than as a broken record.
+        let spec: ExperimentSpec = serde_json::from_slice(&spec_bytes).map_err(|e| {
+            LabError::Refused(format!(
+                "run {run}'s spec {spec_hash} cannot be run by this binary (glassbox {}): {e}; \
+                 a newer glassbox may know it",
+                env!("CARGO_PKG_VERSION")
+            ))
+        })?;
         let dims = ModelDims::from_spec(&spec).map_err(|e| {
             LabError::Refused(format!(
                 "run {run}'s spec cannot be run by this binary: {e}"

@@ -2,14 +2,22 @@
 //! JSON line with the median per-step tokens/s (steps 3..) and those steps' wall rate, MFU against the measured GEMM
 //! peak, and peak RSS. Used by `bench/compare.py` (runner vs JAX); not a test.
 //!
+//! Then the two forward-only passes on one batch of the spec's shape, alternated, medians of 5:
+//! the training forward alone (`Model::evaluate`, what a step runs before its backward) and
+//! scoring (`inference::score`: the dropless forward, the logits on the host and each token's
+//! log-likelihood), each as tokens/s, and scoring's ratio to the training forward.
+//!
 //! `cargo run --release -p glassbox-runner --features bench --example bench -- SPEC.toml [THREADS]`
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::time::Instant;
 
 use glassbox_runner::backend::Backend;
 use glassbox_runner::backend::cpu::CpuBackend;
 use glassbox_runner::data::{DataPipeline, DirCorpusStore};
+use glassbox_runner::inference;
+use glassbox_runner::model::{BatchIds, Model, ModelDims};
 use glassbox_runner::observer::{MetricRecord, Observer, RecordKind};
 use glassbox_runner::train::{RunOptions, Trainer};
 use glassbox_schemas::metrics as mn;
@@ -42,6 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         wall_limit: None,
     };
     let data = DataPipeline::new(&spec, &DirCorpusStore::new("/nonexistent"))?;
+    let spec_copy = spec.clone();
     let mut t = Trainer::new(&be, spec, data, &opts)?;
     let mut obs = Tps::default();
     let out = t.run(&opts, &mut obs);
@@ -61,9 +70,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
         })
         .unwrap_or(0.0);
+    let (forward, scoring) = be.run(|| forward_only(&be, &spec_copy))?;
     println!(
         "{}",
         serde_json::json!({
+            "forward_tokens_per_second": forward,
+            "score_tokens_per_second": scoring,
+            "score_vs_forward": scoring / forward,
             "impl": "glassbox",
             "status": out.ending.status.as_str(),
             "tokens_per_second": median,
@@ -76,4 +89,53 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
     );
     Ok(())
+}
+
+/// Tokens/s of the training forward alone and of scoring, on one batch of the spec's shape
+/// (fresh parameters; random tokens), alternated, medians of 5.
+fn forward_only(
+    be: &CpuBackend<f32>,
+    spec: &glassbox_schemas::ExperimentSpec,
+) -> Result<(f64, f64), String> {
+    let model = Model::new(ModelDims::from_spec(spec).map_err(|e| e.to_string())?);
+    let params = model.init_params(be, 1);
+    let bias = vec![vec![0.0; model.dims.n_experts]; model.dims.n_layers];
+    let (b, t, v) = (
+        spec.train.batch_size as usize,
+        model.dims.seq_len,
+        model.dims.vocab,
+    );
+    let n = b * t;
+    let mut s = 0x9e37_79b9_u32;
+    let ids: Vec<u32> = (0..=n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s % v as u32
+        })
+        .collect();
+    let tokens = be.upload_ids(&ids[..n]);
+    let targets = be.upload_ids(&ids[1..]);
+    let batch = BatchIds {
+        tokens: &tokens,
+        targets: &targets,
+        batch_size: b,
+    };
+    let (mut fwd, mut score) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        std::hint::black_box(model.evaluate(be, &params, &bias, &batch));
+        fwd.push(n as f64 / t0.elapsed().as_secs_f64());
+        let t0 = Instant::now();
+        // n + 1 ids: n scored tokens, in b windows of the context.
+        let scored = inference::score(&model, be, &params, &bias, &ids, &ids);
+        std::hint::black_box(scored.map_err(|e| e.to_string())?);
+        score.push(n as f64 / t0.elapsed().as_secs_f64());
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok((median(fwd), median(score)))
 }

@@ -23,6 +23,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use glassbox_github_bot::config::BotConfig;
+use glassbox_lab::worker::RecordedSamples;
 use glassbox_lab::worker::{JobEnd, LiveFanout, LiveSink};
 use glassbox_lab::{LabConfig, Worker};
 use glassbox_ledger::index::Index;
@@ -151,6 +152,11 @@ impl LiveSink for HubSink {
             run: run.0.clone(),
             line: line.to_string(),
         });
+    }
+
+    fn samples(&self, _e: &ExperimentId, _run: &RunId, recorded: RecordedSamples<'_>) {
+        self.0
+            .publish(LiveEvent::samples(recorded.entry, recorded.samples));
     }
 }
 

@@ -9,6 +9,7 @@ mod cli_spec;
 mod data_cli;
 mod data_tokens;
 mod disk_full;
+mod eval_cli;
 mod hostile;
 mod ladder_reproduce;
 mod ledger_cli;

@@ -1,7 +1,9 @@
 //! Workers as real processes: `glassbox run --enqueue` queues a job, `glassbox worker` trains
 //! it, and a worker killed with SIGKILL mid-run loses the job to another worker, which resumes
 //! from the last checkpoint blob and ends with exactly the parameters of an uninterrupted run
-//! (the CPU backend is bitwise deterministic). On SQLite and on PostgreSQL.
+//! (the CPU backend is bitwise deterministic). An eval job whose worker is killed the same way
+//! mid-evaluation is taken over and scored again, and the record holds one `evaluation` entry
+//! for it, equal to a by-hand evaluation of the snapshot. On SQLite and on PostgreSQL.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -200,6 +202,172 @@ fn sigkilled_worker_is_taken_over_and_resumes_bitwise_sqlite() {
 #[test]
 fn sigkilled_worker_is_taken_over_and_resumes_bitwise_postgres() {
     sigkill_takeover(&postgres_schema("takeover"));
+}
+
+/// The queue's eval jobs (`jobs --json`), in queue order.
+fn eval_jobs(dir: &Path, db: &str) -> Vec<serde_json::Value> {
+    let all = jobs(dir, db);
+    all.as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["kind"] == "eval")
+        .cloned()
+        .collect()
+}
+
+/// Runs `glassbox ARGS` to success and returns its stdout.
+fn ok(dir: &Path, db: &str, args: &[&str]) -> Vec<u8> {
+    let out = glassbox(dir, db, args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "glassbox {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn sigkill_mid_evaluation(db: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("lab.toml"),
+        "[worker]\nlease_seconds = 2\nheartbeat_seconds = 0.5\n\
+         [evals]\nsuites = [\"takeover-choice\"]\n",
+    )
+    .unwrap();
+    // One snapshot (at the last step), so one eval job.
+    let spec = write_spec(d, 40).to_str().unwrap().to_string();
+    let text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("checkpoint_interval = 25", "checkpoint_interval = 40");
+    std::fs::write(&spec, text).unwrap();
+    // A suite big enough that scoring it takes seconds on one thread of a debug build.
+    let suite = d.join("suite.jsonl");
+    let suite_arg = suite.to_str().unwrap();
+    ok(
+        d,
+        db,
+        &[
+            "data",
+            "eval-suite",
+            "generate",
+            "--from",
+            &spec,
+            "--kind",
+            "multiple-choice",
+            "--items",
+            "6000",
+            "--out",
+            suite_arg,
+        ],
+    );
+    ok(d, db, &["init"]);
+    ok(
+        d,
+        db,
+        &[
+            "data",
+            "eval-suite",
+            "import",
+            suite_arg,
+            "--name",
+            "takeover-choice",
+            "--kind",
+            "multiple-choice",
+        ],
+    );
+    ok(d, db, &["run", &spec, "--enqueue", "--json"]);
+
+    // Worker A trains the run, then leases the snapshot's eval job; it is killed as soon as the
+    // queue shows it evaluating.
+    let mut a = spawn_worker(d, db, "worker-a");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let evals = eval_jobs(d, db);
+        if evals.first().is_some_and(|j| j["state"] == "running") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no eval job started: {evals:?}");
+        assert!(a.try_wait().unwrap().is_none(), "worker A ended early");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    a.kill().unwrap(); // SIGKILL
+    a.wait().unwrap();
+    let evals = eval_jobs(d, db);
+    assert_eq!(evals.len(), 1, "{evals:?}");
+    assert_eq!(
+        evals[0]["state"], "running",
+        "the dead worker holds the lease"
+    );
+    assert_eq!(evals[0]["lease_owner"], "worker-a");
+    let evaluation = |all: &[LedgerEntry]| -> Vec<serde_json::Value> {
+        all.iter()
+            .filter(|e| e.kind() == EntryKind::Evaluation)
+            .map(crate::support::body)
+            .collect()
+    };
+    assert!(
+        evaluation(&entries(&d.join("lab"))).is_empty(),
+        "killed before its evaluation was recorded"
+    );
+
+    // Worker B takes the eval job over once the lease runs out and scores it from the start.
+    let b = spawn_worker(d, db, "worker-b");
+    let out = b.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let evals = eval_jobs(d, db);
+    assert_eq!(evals[0]["state"], "succeeded", "{evals:?}");
+    assert_eq!(evals[0]["attempts"], 2, "{evals:?}");
+    let recorded = evaluation(&entries(&d.join("lab")));
+    assert_eq!(recorded.len(), 1, "one evaluation entry: {recorded:?}");
+    let e = &recorded[0];
+    assert_eq!(e["outcome"], "evaluated", "{e}");
+    assert_eq!(e["worker"], "worker-b", "{e}");
+    assert_eq!(e["job"], evals[0]["id"], "{e}");
+    assert_eq!(e["items"], 6000, "{e}");
+
+    // The same snapshot scored by hand on two threads: the same metrics, bit for bit.
+    let run = e["run"].as_str().unwrap().to_string();
+    let by_hand: serde_json::Value = serde_json::from_slice(&ok(
+        d,
+        db,
+        &[
+            "eval",
+            &run,
+            "--suite",
+            "takeover-choice",
+            "--threads",
+            "2",
+            "--json",
+        ],
+    ))
+    .unwrap();
+    let by_hand = by_hand
+        .as_array()
+        .and_then(|a| a.first())
+        .cloned()
+        .unwrap_or(by_hand);
+    assert_eq!(by_hand["metrics"], e["metrics"], "{by_hand}");
+
+    let v = glassbox(d, db, &["verify"]).output().unwrap();
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+}
+
+#[test]
+fn sigkilled_evaluation_is_taken_over_with_one_entry_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("queue.db").display());
+    sigkill_mid_evaluation(&db);
+}
+
+#[test]
+fn sigkilled_evaluation_is_taken_over_with_one_entry_postgres() {
+    sigkill_mid_evaluation(&postgres_schema("eval_takeover"));
 }
 
 #[test]

@@ -235,6 +235,7 @@ async fn index(State(st): State<WebState>) -> Json<ApiIndex> {
         CompareRun,
         LedgerSummary,
         LiveEvent,
+        crate::live::LiveSample,
         crate::annotations::RunAnnotations,
         crate::annotations::RunMark,
         crate::samples::RunSamples,
@@ -580,7 +581,7 @@ pub const MAX_POINTS_CAP: usize = 100_000;
 /// Live updates of a run.
 #[utoipa::path(get, path = "/api/v1/runs/{run}/live", params(("run" = String, Path)),
     responses((status = 200, content_type = "text/event-stream", body = LiveEvent,
-        description = "Server-Sent Events: `point`, `status` and `log` events whose data is a LiveEvent; `lagged` when events were skipped")))]
+        description = "Server-Sent Events: `point`, `status`, `log` and `samples` events whose data is a LiveEvent; `lagged` when events were skipped")))]
 async fn live(
     State(st): State<WebState>,
     Path(run): Path<String>,
@@ -601,6 +602,7 @@ async fn live(
                             LiveEvent::Point { .. } => "point",
                             LiveEvent::Status { .. } => "status",
                             LiveEvent::Log { .. } => "log",
+                            LiveEvent::Samples { .. } => "samples",
                         };
                         let data = serde_json::to_string(&ev).unwrap_or_default();
                         Event::default().event(kind).data(data)

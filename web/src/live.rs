@@ -1,5 +1,5 @@
-//! [`LiveHub`]: the in-process fan-out of live metric points, run-status changes and the lines
-//! of a running attempt's own log.
+//! [`LiveHub`]: the in-process fan-out of live metric points, run-status changes, the lines
+//! of a running attempt's own log and the completions a snapshot wrote (`samples`).
 //!
 //! The lab's workers call [`LiveHub::publish`] as steps complete; the Live page's SSE endpoint
 //! (`/api/v1/runs/{run}/live`) calls [`LiveHub::subscribe`]. Underneath is a tokio broadcast
@@ -9,10 +9,16 @@
 //! page opened mid-run draws the curve so far, the last [`RECENT_LOG_LINES`] log lines, and the
 //! last tokens/s per run for `/metrics`.
 //!
+//! A [`LiveEvent::Samples`] is published after its `samples` entry is on the record, and the
+//! hub keeps none of them: a page drawn later reads the entry from the index. Each is bounded
+//! ([`MAX_LIVE_SAMPLES`] completions, [`MAX_LIVE_SAMPLE_BYTES`] per text) and says when it was
+//! cut (`truncated`), so a page shows that the entry holds more.
+//!
 //! The hub is not a record: nothing here is durable, and the ledger (metric-chunk blobs, result
 //! entries) stays the source of truth for curves once they are indexed.
 
 use glassbox_schemas::RunPhase;
+use glassbox_schemas::record::SamplesBody;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +33,11 @@ pub const RECENT_POINTS: usize = 4096;
 pub const RECENT_LOG_LINES: usize = 500;
 /// Longest log line passed on (longer ones are cut, with a note).
 pub const MAX_LOG_LINE_BYTES: usize = 4096;
+/// Completions one samples event carries at most (a spec asks for at most 8 prompts).
+pub const MAX_LIVE_SAMPLES: usize = 8;
+/// Longest prompt or completion text one samples event carries (longer ones are cut at a
+/// character boundary).
+pub const MAX_LIVE_SAMPLE_BYTES: usize = 4096;
 /// Runs whose recent points are kept; the least recently updated is dropped first.
 pub const MAX_LIVE_RUNS: usize = 64;
 
@@ -60,6 +71,39 @@ pub enum LiveEvent {
         /// The line, without its newline.
         line: String,
     },
+    /// A snapshot's completions, sent once its `samples` entry is on the record. Model output:
+    /// untrusted text.
+    Samples {
+        /// The run.
+        run: String,
+        /// Its `samples` entry.
+        entry: u64,
+        /// Steps completed at the snapshot.
+        step: u64,
+        /// Tokens asked for per prompt.
+        max_tokens: u32,
+        /// 0 is greedy.
+        temperature: f64,
+        /// Seed of the draws.
+        seed: u64,
+        /// Each prompt with its completion, in the entry's order (at most
+        /// [`MAX_LIVE_SAMPLES`]).
+        samples: Vec<LiveSample>,
+        /// Completions the entry holds (more than `samples` when some were left out).
+        total: usize,
+        /// Whether completions were left out or a text was cut (at
+        /// [`MAX_LIVE_SAMPLE_BYTES`]): the entry holds them whole.
+        truncated: bool,
+    },
+}
+
+/// A prompt and what the model wrote after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LiveSample {
+    /// The prompt, as the model saw it.
+    pub prompt: String,
+    /// The completion (model output).
+    pub text: String,
 }
 
 impl LiveEvent {
@@ -68,9 +112,71 @@ impl LiveEvent {
         match self {
             LiveEvent::Point { run, .. }
             | LiveEvent::Status { run, .. }
-            | LiveEvent::Log { run, .. } => run,
+            | LiveEvent::Log { run, .. }
+            | LiveEvent::Samples { run, .. } => run,
         }
     }
+
+    /// The samples event of entry `entry`, whose body is `body`, bounded as
+    /// [`LiveHub::publish`] would (an entry is at most 64 KiB, so the copy is small).
+    pub fn samples(entry: u64, body: &SamplesBody) -> LiveEvent {
+        let samples: Vec<LiveSample> = body
+            .prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| LiveSample {
+                prompt: p.clone(),
+                text: body.texts.get(i).cloned().unwrap_or_default(),
+            })
+            .collect();
+        let mut event = LiveEvent::Samples {
+            run: body.run.0.clone(),
+            entry,
+            step: body.step,
+            max_tokens: body.max_tokens,
+            temperature: body.temperature,
+            seed: body.seed,
+            total: samples.len(),
+            samples,
+            truncated: false,
+        };
+        event.bound();
+        event
+    }
+
+    /// Cuts a samples event to its bounds, saying so in `truncated`.
+    fn bound(&mut self) {
+        if let LiveEvent::Samples {
+            samples,
+            total,
+            truncated,
+            ..
+        } = self
+        {
+            *total = (*total).max(samples.len());
+            samples.truncate(MAX_LIVE_SAMPLES);
+            let mut cut = samples.len() < *total;
+            for s in samples.iter_mut() {
+                for text in [&mut s.prompt, &mut s.text] {
+                    if text.len() > MAX_LIVE_SAMPLE_BYTES {
+                        let keep = prefix(text, MAX_LIVE_SAMPLE_BYTES).len();
+                        text.truncate(keep);
+                        cut = true;
+                    }
+                }
+            }
+            *truncated |= cut;
+        }
+    }
+}
+
+/// The longest prefix of `text` of at most `bytes` bytes that ends on a character boundary.
+fn prefix(text: &str, bytes: usize) -> &str {
+    let mut cut = bytes.min(text.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &text[..cut]
 }
 
 /// What the hub remembers about one live run.
@@ -126,6 +232,12 @@ impl LiveHub {
     /// Sends `event` to every subscriber and remembers it in the run's recent window. Never
     /// blocks; with no subscriber the event is only remembered.
     pub fn publish(&self, mut event: LiveEvent) {
+        if matches!(event, LiveEvent::Samples { .. }) {
+            // Not remembered: the entry is on the record, which a page drawn later reads.
+            event.bound();
+            let _ = self.inner.tx.send(event);
+            return;
+        }
         {
             let mut runs = self
                 .inner
@@ -145,10 +257,7 @@ impl LiveHub {
             run.updated = Some(Instant::now());
             if let LiveEvent::Log { line, .. } = &mut event {
                 if line.len() > MAX_LOG_LINE_BYTES {
-                    let mut cut = MAX_LOG_LINE_BYTES;
-                    while !line.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
+                    let cut = prefix(line, MAX_LOG_LINE_BYTES).len();
                     line.truncate(cut);
                     line.push_str(" [line cut]");
                 }
@@ -179,7 +288,7 @@ impl LiveHub {
                         run.tokens_per_second = None;
                     }
                 }
-                LiveEvent::Log { .. } => {}
+                LiveEvent::Log { .. } | LiveEvent::Samples { .. } => {}
             }
         }
         // An error only means nobody is listening right now.
@@ -322,5 +431,83 @@ mod tests {
             status: RunPhase::Ended(glassbox_schemas::RunStatus::Succeeded),
         });
         assert_eq!(hub.tokens_per_second(), 50.0);
+    }
+
+    fn samples_body(prompts: usize, text: &str) -> SamplesBody {
+        SamplesBody {
+            run: "r".into(),
+            step: 20,
+            snapshot: None,
+            max_tokens: 8,
+            temperature: 0.0,
+            seed: 0,
+            prompts: (0..prompts).map(|i| format!("p{i}")).collect(),
+            texts: (0..prompts).map(|_| text.to_string()).collect(),
+        }
+    }
+
+    #[tokio::test]
+    async fn samples_events_are_bounded_say_so_and_are_not_remembered() {
+        let hub = LiveHub::new(4);
+        let mut rx = hub.subscribe();
+        let whole = LiveEvent::samples(7, &samples_body(2, "ok"));
+        assert!(matches!(
+            &whole,
+            LiveEvent::Samples { samples, total: 2, truncated: false, .. } if samples[1].text == "ok"
+        ));
+        hub.publish(whole.clone());
+        assert_eq!(rx.recv().await.unwrap(), whole);
+        // Too many completions, each too long (a 2-byte character straddles the cut).
+        let long = format!("a{}", "é".repeat(MAX_LIVE_SAMPLE_BYTES));
+        hub.publish(LiveEvent::samples(
+            8,
+            &samples_body(MAX_LIVE_SAMPLES + 2, &long),
+        ));
+        let LiveEvent::Samples {
+            samples,
+            total,
+            truncated,
+            entry,
+            ..
+        } = rx.recv().await.unwrap()
+        else {
+            panic!("a samples event");
+        };
+        assert_eq!((entry, total, truncated), (8, MAX_LIVE_SAMPLES + 2, true));
+        assert_eq!(samples.len(), MAX_LIVE_SAMPLES);
+        assert_eq!(samples[0].text.len(), MAX_LIVE_SAMPLE_BYTES - 1);
+        // One that was built by hand is bounded when it is published.
+        hub.publish(LiveEvent::Samples {
+            run: "r".into(),
+            entry: 9,
+            step: 1,
+            max_tokens: 1,
+            temperature: 0.0,
+            seed: 0,
+            samples: vec![
+                LiveSample {
+                    prompt: "p".into(),
+                    text: long.clone(),
+                };
+                MAX_LIVE_SAMPLES + 1
+            ],
+            total: 0,
+            truncated: false,
+        });
+        let LiveEvent::Samples {
+            samples,
+            total,
+            truncated,
+            ..
+        } = rx.recv().await.unwrap()
+        else {
+            panic!("a samples event");
+        };
+        assert_eq!(
+            (samples.len(), total, truncated),
+            (MAX_LIVE_SAMPLES, MAX_LIVE_SAMPLES + 1, true)
+        );
+        assert!(hub.recent("r").is_none(), "the hub keeps no samples");
+        assert_eq!(hub.version("r"), None);
     }
 }

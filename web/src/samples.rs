@@ -4,7 +4,9 @@
 //!
 //! Model output is untrusted text: it reaches the page through maud (escaped), and control
 //! characters (a byte model writes them) are shown as their Unicode control pictures so a
-//! reader sees them instead of nothing. Not here: writing samples (the lab's worker).
+//! reader sees them instead of nothing. While a run trains, `/assets/samples.js` adds each new
+//! snapshot's completions from the live feed ([`crate::LiveEvent::Samples`]) in the same markup,
+//! with the same pictures. Not here: writing samples (the lab's worker).
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -112,33 +114,37 @@ pub fn visible(text: &str) -> String {
 }
 
 /// The run page's "What it writes": per snapshot, newest first, each prompt beside its
-/// completion.
-pub fn section(rows: &[SampleRow], running: bool) -> Markup {
+/// completion. While `running`, the section names its run (`data-run`) and holds the
+/// introduction even before the first snapshot (hidden), so `/assets/samples.js` can add the
+/// snapshots that arrive live in this same markup; each snapshot names its entry
+/// (`data-entry`), so one that arrives twice is shown once.
+pub fn section(run: &str, rows: &[SampleRow], running: bool) -> Markup {
     html! {
-        section #samples {
+        section #samples data-run=[running.then_some(run)] {
             h2 { "What it writes" }
             @if rows.is_empty() {
                 p.empty {
                     @if running { "No snapshot has been sampled yet: completions appear at each snapshot when the spec has a [samples] section." }
                     @else { "This run wrote no samples (its spec has no [samples] section)." }
                 }
-            } @else {
-                p.meta { "The model's completions of the same prompts at each snapshot, newest first. Model output, shown as written (control characters as ␀-style pictures)." }
-                @for r in rows {
-                    div.sample-step id={ "samples-step-" (r.step) } {
-                        h3 { "Step " (r.step) }
-                        p.meta {
-                            @if r.temperature == 0.0 { "greedy" } @else { "temperature " (r.temperature) ", seed " (r.seed) }
-                            ", up to " (r.max_tokens) " tokens · entry "
-                            a href={ "/api/v1/entries/" (r.entry) } { (r.entry) }
-                        }
-                        table.list.samples {
-                            thead { tr { th { "Prompt" } th { "Completion" } } }
-                            tbody { @for (i, p) in r.prompts.iter().enumerate() { tr {
-                                td { pre.sample { (visible(p)) } }
-                                td { pre.sample.completion { (visible(r.texts.get(i).map_or("", String::as_str))) } }
-                            } } }
-                        }
+            }
+            @if running || !rows.is_empty() {
+                p.meta.samples-intro hidden[rows.is_empty()] { "The model's completions of the same prompts at each snapshot, newest first. Model output, shown as written (control characters as ␀-style pictures)." }
+            }
+            @for r in rows {
+                div.sample-step id={ "samples-step-" (r.step) } data-entry=(r.entry) {
+                    h3 { "Step " (r.step) }
+                    p.meta {
+                        @if r.temperature == 0.0 { "greedy" } @else { "temperature " (r.temperature) ", seed " (r.seed) }
+                        ", up to " (r.max_tokens) " tokens · entry "
+                        a href={ "/api/v1/entries/" (r.entry) } { (r.entry) }
+                    }
+                    table.list.samples {
+                        thead { tr { th { "Prompt" } th { "Completion" } } }
+                        tbody { @for (i, p) in r.prompts.iter().enumerate() { tr {
+                            td { pre.sample { (visible(p)) } }
+                            td { pre.sample.completion { (visible(r.texts.get(i).map_or("", String::as_str))) } }
+                        } } }
                     }
                 }
             }
@@ -167,7 +173,7 @@ mod tests {
             prompts: vec!["<b>p".into()],
             texts: vec!["</pre><script>alert(1)</script>@someone [x](http://e)".into()],
         };
-        let html = section(&[row], false).into_string();
+        let html = section("r", &[row], false).into_string();
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;/pre&gt;&lt;script&gt;"), "{html}");
     }

@@ -21,7 +21,11 @@
 //!   S3 tests start `moto_server`), `nvidia-cuda-nvrtc` (the CUDA kernels compile test loads
 //!   `libnvrtc.so.13`) and `tokenizers` (the tokenizer interop test runs its `python`); its
 //!   `bin/` goes on `PATH`, the wheel's `lib/` on `LD_LIBRARY_PATH`.
-//!   Installed once; re-installed when the pins change.
+//!   Installed once; re-installed when the pins change. The same virtualenv holds the Python
+//!   package's builder and test tools (maturin, pytest, pandas, pyarrow): after `cargo test`,
+//!   the package's wheel is built with maturin (dev profile, incremental in the workspace's
+//!   target directory), installed there, and `python/tests/` run with pytest, counted into the
+//!   same tally (whenever the run covers the whole workspace or `-p glassbox-python`).
 //! - **Chromium and ChromeDriver** for the browser tests: found on the machine, installed with
 //!   apt when running as root, otherwise it stops at once and prints the one command to run.
 //!
@@ -47,11 +51,17 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 /// The Python packages the tests need, pinned, in the tests' virtualenv (on `PATH`).
-const PYTHON_PINS: [&str; 3] = [
+const PYTHON_PINS: [&str; 8] = [
     "moto[server]==5.2.1",
     "nvidia-cuda-nvrtc==13.0.88",
     // The tokenizer interop test: the same release as the `tokenizers` crate.
     "tokenizers==0.23.2",
+    // The Python package (`python/`): its wheel's builder, its tests, and its optional tables.
+    "maturin==1.16.0",
+    "pytest==9.2.0",
+    "pandas==3.1.1",
+    "numpy==2.4.6",
+    "pyarrow==26.0.1",
 ];
 
 /// The export test's `transformers` and `torch`, pinned, in a virtualenv of their own: PyPI's
@@ -286,6 +296,9 @@ fn test(mut cargo_args: Vec<OsString>) -> Result<ExitCode> {
         return Ok(exit_code(built));
     }
     println!("xtask: built in {:.0} s", started.elapsed().as_secs_f64());
+    if runs_python_tests(&cargo_args) {
+        build_python_wheel(&paths, &provided)?;
+    }
     let status = if isolated {
         match namespace_support() {
             Ok(()) => {
@@ -384,6 +397,13 @@ fn run_tests(paths: &Paths, mut provided: Provided, cargo_args: &[OsString]) -> 
         cargo.env(k, v);
     }
     let status = run_tallied(&mut cargo);
+    let status = match status {
+        Ok((status, mut tally)) if runs_python_tests(cargo_args) => {
+            let python = python_tests(paths, &provided, &mut tally);
+            python.map(|ok| (if ok { status } else { failed_status(status) }, tally))
+        }
+        other => other,
+    };
     if let Some(c) = cluster {
         c.stop()?;
     }
@@ -396,24 +416,153 @@ fn run_tests(paths: &Paths, mut provided: Provided, cargo_args: &[OsString]) -> 
     Ok(exit_code(status))
 }
 
+/// Whether this run includes the Python package's tests: the whole workspace, or that package.
+fn runs_python_tests(cargo_args: &[OsString]) -> bool {
+    let mut named = Vec::new();
+    let mut args = cargo_args.iter().map(|a| a.to_string_lossy());
+    while let Some(a) = args.next() {
+        if a == "-p" || a == "--package" {
+            named.extend(args.next().map(|p| p.into_owned()));
+        } else if let Some(p) = a.strip_prefix("--package=") {
+            named.push(p.to_string());
+        }
+    }
+    named.is_empty() || named.iter().any(|p| p == PYTHON_PACKAGE)
+}
+
+/// The Python package's crate.
+const PYTHON_PACKAGE: &str = "glassbox-python";
+
+/// Where the Python package's wheel is built, under `target/xtask`.
+const WHEELS: &str = "wheels";
+
+/// Builds the Python package's wheel with maturin: the dev profile in the workspace's target
+/// directory, so a rebuild is incremental. Runs with the build, before the tests (and outside
+/// `--isolated`'s namespace: maturin asks cargo for the metadata of every platform's crates).
+fn build_python_wheel(paths: &Paths, provided: &Provided) -> Result<()> {
+    let python = paths.xtask.join("venv/bin/python");
+    let wheels = paths.xtask.join(WHEELS);
+    let _ = std::fs::remove_dir_all(&wheels);
+    let started = Instant::now();
+    let mut build = Command::new(&python);
+    build
+        .args([
+            "-m",
+            "maturin",
+            "build",
+            "--profile",
+            "dev",
+            "--quiet",
+            "--manifest-path",
+        ])
+        .arg(paths.root.join("python/Cargo.toml"))
+        .arg("--interpreter")
+        .arg(&python)
+        .arg("--out")
+        .arg(&wheels)
+        .current_dir(&paths.root);
+    for (k, v) in provided.all_vars() {
+        build.env(k, v);
+    }
+    run("building the Python wheel (maturin)", &mut build)?;
+    println!(
+        "xtask: built the Python wheel in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The Python package's tests: installs the wheel [`build_python_wheel`] built into the tests'
+/// virtualenv and runs pytest on `python/tests/` with the lab fixture `cargo test` built,
+/// counting into `tally`. Returns whether every test passed.
+fn python_tests(paths: &Paths, provided: &Provided, tally: &mut tally::Tally) -> Result<bool> {
+    let python = paths.xtask.join("venv/bin/python");
+    let wheels = paths.xtask.join(WHEELS);
+    let wheel = std::fs::read_dir(&wheels)
+        .ok()
+        .and_then(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|e| e == "whl"))
+        })
+        .ok_or_else(|| Failure(format!("maturin left no wheel in {}", wheels.display())))?;
+    run(
+        "installing the Python wheel",
+        Command::new(&python)
+            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+            .args(["--no-deps", "--no-index", "--force-reinstall"])
+            .arg(&wheel),
+    )?;
+    let target = paths.xtask.parent().unwrap_or(&paths.root);
+    let mut pytest = Command::new(&python);
+    pytest
+        .args([
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--color=no",
+            "-rfE",
+        ])
+        .arg(paths.root.join("python/tests"))
+        .env(
+            "GLASSBOX_LAB_FIXTURE",
+            target.join("debug/examples/lab_fixture"),
+        )
+        .current_dir(&paths.root);
+    for (k, v) in provided.all_vars() {
+        pytest.env(k, v);
+    }
+    let (status, counted) = run_tallied_with(&mut pytest, tally::Tally::read_pytest_line)?;
+    tally.passed += counted.passed;
+    tally.failed += counted.failed;
+    tally.ignored += counted.ignored;
+    tally.binaries += counted.binaries;
+    tally.failed_tests.extend(counted.failed_tests);
+    if !status.success() {
+        tally
+            .failed_binaries
+            .push(format!("-p {PYTHON_PACKAGE} (pytest python/tests)"));
+    }
+    Ok(status.success())
+}
+
+/// A failing exit status standing for a run whose own status was `status` but whose Python
+/// tests failed.
+fn failed_status(status: std::process::ExitStatus) -> std::process::ExitStatus {
+    if status.success() {
+        std::os::unix::process::ExitStatusExt::from_raw(1 << 8)
+    } else {
+        status
+    }
+}
+
 /// Runs `cargo test` with its output passing through to ours, counting as it goes.
 fn run_tallied(cargo: &mut Command) -> Result<(std::process::ExitStatus, tally::Tally)> {
+    run_tallied_with(cargo, tally::Tally::read_line)
+}
+
+/// Runs `cmd` with its output passing through to ours, each line read by `read`.
+fn run_tallied_with(
+    cargo: &mut Command,
+    read: fn(&mut tally::Tally, &str),
+) -> Result<(std::process::ExitStatus, tally::Tally)> {
     use std::sync::{Arc, Mutex};
     let mut child = cargo
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .or_else(|e| fail(format!("cannot run cargo: {e}")))?;
+        .or_else(|e| fail(format!("cannot run {:?}: {e}", cargo.get_program())))?;
     let tally = Arc::new(Mutex::new(tally::Tally::default()));
     let (out, err) = (child.stdout.take(), child.stderr.take());
     let readers = [
         out.map(|o| {
             let t = Arc::clone(&tally);
-            std::thread::spawn(move || tally::pass_through(o, std::io::stdout(), &t))
+            std::thread::spawn(move || tally::pass_through_with(o, std::io::stdout(), &t, read))
         }),
         err.map(|e| {
             let t = Arc::clone(&tally);
-            std::thread::spawn(move || tally::pass_through(e, std::io::stderr(), &t))
+            std::thread::spawn(move || tally::pass_through_with(e, std::io::stderr(), &t, read))
         }),
     ];
     let status = child

@@ -6,8 +6,10 @@
 //! It reads what cargo and libtest print, line by line, as the lines pass through to the
 //! screen: libtest's `test result: ok. 12 passed; 0 failed; 3 ignored; ...` per binary and
 //! `test NAME ... FAILED` per failed test on stdout, cargo's `Running ...` and
-//! `error: test failed, to rerun pass ...` on stderr. Not a test runner: cargo runs the tests,
-//! and its exit status stays the verdict.
+//! `error: test failed, to rerun pass ...` on stderr. The Python package's tests (pytest) are
+//! read by [`Tally::read_pytest_line`]: its closing `== 3 passed, 1 failed in 2.01s ==` and
+//! the `FAILED path::test - ...` lines of its short summary. Not a test runner: cargo and
+//! pytest run the tests, and their exit statuses stay the verdict.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::{Arc, Mutex};
@@ -64,6 +66,55 @@ impl Tally {
         }
     }
 
+    /// Reads one line of pytest's output (run with `-rfE`): its closing counts line counts as
+    /// one more binary (errors count as failures, `xfailed` as skipped), and each `FAILED` or
+    /// `ERROR` line of the short summary names a failed test.
+    pub fn read_pytest_line(&mut self, line: &str) {
+        let line = line.trim();
+        if let Some(rest) = line
+            .strip_prefix("FAILED ")
+            .or_else(|| line.strip_prefix("ERROR "))
+        {
+            let name = rest.split(" - ").next().unwrap_or(rest);
+            self.failed_tests.push(name.to_string());
+            return;
+        }
+        // `==== 2 failed, 30 passed, 1 skipped in 12.34s (0:00:12) ====`
+        let body = line.trim_matches(|c| c == '=' || c == ' ');
+        let Some((counts, time)) = body.rsplit_once(" in ") else {
+            return;
+        };
+        let seconds = time.split_whitespace().next().unwrap_or("");
+        if seconds
+            .strip_suffix('s')
+            .is_none_or(|n| n.parse::<f64>().is_err())
+        {
+            return;
+        }
+        let mut parts = Vec::new();
+        for part in counts.split(", ") {
+            let mut words = part.split_whitespace();
+            match (
+                words.next().map(str::parse::<u64>),
+                words.next(),
+                words.next(),
+            ) {
+                (Some(Ok(n)), Some(what), None) => parts.push((n, what)),
+                _ if counts == "no tests ran" => {}
+                _ => return,
+            }
+        }
+        self.binaries += 1;
+        for (n, what) in parts {
+            match what {
+                "passed" | "xpassed" => self.passed += n,
+                "failed" | "error" | "errors" => self.failed += n,
+                "skipped" | "xfailed" => self.ignored += n,
+                _ => {}
+            }
+        }
+    }
+
     /// The closing line: `tests: N passed, N failed` (`, N skipped` when some were ignored),
     /// alone on its line so that any reader of test logs finds it.
     pub fn summary_line(&self) -> String {
@@ -101,9 +152,16 @@ impl Tally {
     }
 }
 
-/// Copies `from` to `to` line by line, reading each line into `tally`. Returns when `from`
-/// closes. Bytes that are not UTF-8 pass through unchanged and are read lossily.
-pub fn pass_through(from: impl Read, mut to: impl Write, tally: &Arc<Mutex<Tally>>) {
+/// Copies `from` to `to` line by line, reading each line into `tally` with `read`
+/// ([`Tally::read_line`] for cargo's output, [`Tally::read_pytest_line`] for pytest's).
+/// Returns when `from` closes. Bytes that are not UTF-8 pass through unchanged and are read
+/// lossily.
+pub fn pass_through_with(
+    from: impl Read,
+    mut to: impl Write,
+    tally: &Arc<Mutex<Tally>>,
+    read: fn(&mut Tally, &str),
+) {
     let mut reader = BufReader::new(from);
     let mut buf = Vec::new();
     loop {
@@ -114,7 +172,7 @@ pub fn pass_through(from: impl Read, mut to: impl Write, tally: &Arc<Mutex<Tally
                 let _ = to.write_all(&buf);
                 let _ = to.flush();
                 if let Ok(mut t) = tally.lock() {
-                    t.read_line(&String::from_utf8_lossy(&buf));
+                    read(&mut t, &String::from_utf8_lossy(&buf));
                 }
             }
         }
@@ -185,11 +243,39 @@ error: test failed, to rerun pass `-p glassbox --test e2e`
     }
 
     #[test]
+    fn pytest_counts_add_to_the_cargo_tests() {
+        let mut t = Tally::default();
+        t.read_line("test result: ok. 5 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 3.00s");
+        for line in [
+            "python/tests/test_lab.py ..F.s                                     [100%]",
+            "FAILED python/tests/test_lab.py::test_summary - AssertionError: assert 1 == 2",
+            "ERROR python/tests/test_lab.py::test_big - RuntimeError: no fixture",
+            "===== 1 failed, 3 passed, 1 skipped, 1 error, 2 warnings in 12.34s (0:00:12) =====",
+            // A test's own output that merely ends like the counts line is not counted.
+            "waited in 3s",
+        ] {
+            t.read_pytest_line(line);
+        }
+        assert_eq!((t.passed, t.failed, t.ignored, t.binaries), (8, 2, 1, 2));
+        assert_eq!(
+            t.failed_tests,
+            [
+                "python/tests/test_lab.py::test_summary",
+                "python/tests/test_lab.py::test_big"
+            ]
+        );
+        let mut quiet = Tally::default();
+        quiet.read_pytest_line("24 passed in 3.10s");
+        quiet.read_pytest_line("no tests ran in 0.01s");
+        assert_eq!((quiet.passed, quiet.binaries), (24, 2));
+    }
+
+    #[test]
     fn lines_pass_through_unchanged() {
         let tally = Arc::new(Mutex::new(Tally::default()));
         let mut out = Vec::new();
         let input = b"test result: ok. 2 passed; 0 failed; 0 ignored\n\xff raw bytes\nno newline";
-        pass_through(&input[..], &mut out, &tally);
+        pass_through_with(&input[..], &mut out, &tally, Tally::read_line);
         assert_eq!(out, input);
         assert_eq!(tally.lock().unwrap().passed, 2);
     }

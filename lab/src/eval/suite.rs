@@ -79,7 +79,16 @@ pub fn read_items(req: &SuiteImport) -> Result<(Vec<SuiteItem>, Vec<u8>), LabErr
             let item = SuiteItem::from_json(req.kind, &value).map_err(|e| {
                 glassbox_corpus::DataError::Document {
                     file: name.clone(),
-                    at: glassbox_corpus::Location::Line(at),
+                    // A Parquet row names the column the field is in.
+                    at: match at {
+                        glassbox_corpus::Location::Row { row, .. } => {
+                            glassbox_corpus::Location::Row {
+                                row,
+                                column: e.field.to_string(),
+                            }
+                        }
+                        other => other,
+                    },
                     problem: format!("{} {}", e.field, e.problem),
                     accepted: format!("expected {}", e.accepted),
                 }

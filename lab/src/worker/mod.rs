@@ -9,7 +9,8 @@
 //! 4. record `run_started` (spec hash, code revision, kernel hashes, backend, hardware, seed);
 //! 5. train, streaming metrics to a [`LiveSink`] as they arrive, storing metric chunks and
 //!    checkpoints as blobs with an `artifact` / `checkpoint` entry each, and telling the queue
-//!    where the last checkpoint is;
+//!    where the last checkpoint is; a snapshot's completions (`[samples]`) go to the sink once
+//!    their `samples` entry is in the log;
 //! 6. record the `result` (every ending: succeeded, diverged, budget_exceeded, cancelled,
 //!    failed — including failures before training, a spec over the worker's memory limit, and
 //!    a panic on the training thread), with the forecast compared and the run's own log beside
@@ -42,6 +43,7 @@ use crate::recorder::{Recorder, one_ref};
 use glassbox_runner::observer::{MetricRecord, RunInfo};
 use glassbox_runner::train::{Peak, RunOutcome};
 use glassbox_schemas::record::RunEnding;
+use glassbox_schemas::record::SamplesBody;
 use glassbox_schemas::record::{BuildIdentity, ForecastOutcome};
 use glassbox_schemas::{Blake3Hash, ExperimentId, RunId, RunStatus};
 use glassbox_schemas::{RefRole, RunPhase};
@@ -81,6 +83,18 @@ pub trait LiveSink: Send + Sync {
     fn status(&self, experiment: &ExperimentId, run: &RunId, status: RunPhase);
     /// A line of the run's own log (`<time> <level> <text>`), as the worker writes it.
     fn log(&self, _experiment: &ExperimentId, _run: &RunId, _line: &str) {}
+    /// A snapshot's completions, once their `samples` entry is in the log. Called from the
+    /// recording thread.
+    fn samples(&self, _experiment: &ExperimentId, _run: &RunId, _recorded: RecordedSamples<'_>) {}
+}
+
+/// A snapshot's completions as just recorded: the `samples` entry's index and what it holds.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordedSamples<'a> {
+    /// The `samples` entry's index in the log.
+    pub entry: u64,
+    /// Its body: the prompts, the settings and the texts.
+    pub samples: &'a SamplesBody,
 }
 
 /// Several sinks as one.
@@ -111,6 +125,11 @@ impl LiveSink for LiveFanout {
     fn log(&self, e: &ExperimentId, r: &RunId, line: &str) {
         for s in &self.0 {
             s.log(e, r, line);
+        }
+    }
+    fn samples(&self, e: &ExperimentId, r: &RunId, recorded: RecordedSamples<'_>) {
+        for s in &self.0 {
+            s.samples(e, r, recorded);
         }
     }
 }

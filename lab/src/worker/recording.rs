@@ -101,7 +101,7 @@ pub(super) fn spawn(
         stall,
         experiment: ctx.experiment.clone(),
         run: ctx.run.clone(),
-        live,
+        live: live.clone(),
         chunk: Vec::new(),
         chunk_train_steps: 0,
         flush_steps: flush_steps.max(1),
@@ -111,7 +111,7 @@ pub(super) fn spawn(
     };
     let thread = std::thread::Builder::new()
         .name(format!("record-{}", ctx.run))
-        .spawn(move || record_all(ctx, rx))
+        .spawn(move || record_all(ctx, rx, live))
         .map_err(|e| LabError::Task(format!("cannot start the recording thread: {e}")))?;
     Ok((observer, RecordingThread(thread)))
 }
@@ -210,7 +210,7 @@ impl Observer for RecordingObserver {
 }
 
 /// The recording thread's loop: every piece of work in order until the observer is dropped.
-fn record_all(ctx: RunContext, rx: Receiver<Work>) -> Recording {
+fn record_all(ctx: RunContext, rx: Receiver<Work>, live: Option<Arc<dyn LiveSink>>) -> Recording {
     let mut state = Recording {
         error: None,
         last_snapshot: None,
@@ -226,7 +226,7 @@ fn record_all(ctx: RunContext, rx: Receiver<Work>) -> Recording {
             }
             Work::Snapshot { step, path } => store_snapshot(&ctx, &mut state, step, &path),
             Work::Anomaly(anomaly) => store_anomaly(&ctx, anomaly),
-            Work::Samples(set) => store_samples(&ctx, &mut state, &set),
+            Work::Samples(set) => store_samples(&ctx, &mut state, &set, live.as_deref()),
         };
         if let Err(e) = done {
             tracing::error!(run = %ctx.run, error = %e, "recording failed; stopping the run");
@@ -323,8 +323,14 @@ fn store_anomaly(ctx: &RunContext, anomaly: Anomaly) -> Result<(), LabError> {
 }
 
 /// Completions at a snapshot: their text (with the token ids) as a JSON blob, and a `samples`
-/// entry naming the snapshot, the settings, the prompts and the texts.
-fn store_samples(ctx: &RunContext, state: &mut Recording, set: &SampleSet) -> Result<(), LabError> {
+/// entry naming the snapshot, the settings, the prompts and the texts; then, the entry being in
+/// the log, the same to the live sink (so a page never shows what the record does not hold).
+fn store_samples(
+    ctx: &RunContext,
+    state: &mut Recording,
+    set: &SampleSet,
+    live: Option<&dyn LiveSink>,
+) -> Result<(), LabError> {
     let Some(codec) = &ctx.codec else {
         return Err(LabError::Task("samples without the run's tokenizer".into()));
     };
@@ -361,11 +367,21 @@ fn store_samples(ctx: &RunContext, state: &mut Recording, set: &SampleSet) -> Re
     });
     let bytes = serde_json::to_vec(&blob).map_err(|e| LabError::Task(e.to_string()))?;
     let hash = ctx.recorder.put_bytes(&bytes)?;
-    ctx.recorder.record(
+    let entry = ctx.recorder.record(
         Some(&ctx.experiment),
         one_ref(RefRole::Artifact, &hash),
-        body,
+        body.clone(),
     )?;
+    if let Some(live) = live {
+        live.samples(
+            &ctx.experiment,
+            &ctx.run,
+            super::RecordedSamples {
+                entry,
+                samples: &body,
+            },
+        );
+    }
     Ok(())
 }
 

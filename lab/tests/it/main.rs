@@ -4,6 +4,8 @@
 mod debugging;
 mod evals;
 mod flow;
+mod live;
 mod queue;
 mod research;
 mod sequencing;
+mod trained;

@@ -2,7 +2,7 @@
 //! Content-Security-Policy can forbid inline script and style: the stylesheet, the chart script
 //! (`charts.js`: uPlot charts fed by the metric API, zoom, smoothing, log-y, x by tokens/FLOPs/
 //! time, live points over SSE), the parallel-coordinates script, the list's copy-link script, the run log's live-follow
-//! script, the tab icon, and uPlot itself, vendored from
+//! script, the run page's live samples script, the tab icon, and uPlot itself, vendored from
 //! the npm registry (`web/assets/vendor/uplot/README.md` names the version, the tarball's
 //! integrity and each file's SHA-256; a test below checks them).
 //!
@@ -28,6 +28,8 @@ pub const CHARTS_JS: &str = "/assets/charts.js";
 pub const PARCOORDS_JS: &str = "/assets/parcoords.js";
 /// The run log page's live-follow script.
 pub const RUNLOG_JS: &str = "/assets/runlog.js";
+/// The run page's script that adds a running run's new samples.
+pub const SAMPLES_JS: &str = "/assets/samples.js";
 /// The experiments list's "copy link" script.
 pub const VIEW_JS: &str = "/assets/view.js";
 /// The stylesheet.
@@ -40,6 +42,7 @@ const CHARTS: &str = include_str!("../../assets/charts.js");
 const PARCOORDS: &str = include_str!("../../assets/parcoords.js");
 const VIEW: &str = include_str!("../../assets/view.js");
 const RUNLOG: &str = include_str!("../../assets/runlog.js");
+const SAMPLES: &str = include_str!("../../assets/samples.js");
 const FAVICON: &str = include_str!("../../assets/favicon.svg");
 const UPLOT_MIN_JS: &str = include_str!("../../assets/vendor/uplot/uPlot.iife.min.js");
 const UPLOT_MIN_CSS: &str = include_str!("../../assets/vendor/uplot/uPlot.min.css");
@@ -69,6 +72,7 @@ pub fn routes() -> Router<WebState> {
         .route(PARCOORDS_JS, file(JS, SHORT, PARCOORDS))
         .route(VIEW_JS, file(JS, SHORT, VIEW))
         .route(RUNLOG_JS, file(JS, SHORT, RUNLOG))
+        .route(SAMPLES_JS, file(JS, SHORT, SAMPLES))
         .route(FAVICON_SVG, file(SVG, SHORT, FAVICON))
         .route("/favicon.ico", file(SVG, SHORT, FAVICON))
         .route(UPLOT_JS, file(JS, IMMUTABLE, UPLOT_MIN_JS))

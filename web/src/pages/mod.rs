@@ -68,6 +68,8 @@ pub enum Scripts {
     Charts,
     /// The charts and the parallel-coordinates script (compare).
     ChartsAndParcoords,
+    /// The charts and the script that adds a running run's new samples (its run page).
+    ChartsAndSamples,
     /// The run log's live-follow script (no charts).
     RunLog,
     /// The parallel-coordinates script alone (a search result).
@@ -148,7 +150,7 @@ pub fn frame_with(title: &str, nav: Nav, scripts: Scripts, body: Markup) -> Mark
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · glassbox" }
-                @let charts = matches!(scripts, Scripts::Charts | Scripts::ChartsAndParcoords);
+                @let charts = matches!(scripts, Scripts::Charts | Scripts::ChartsAndParcoords | Scripts::ChartsAndSamples);
                 @if charts { link rel="stylesheet" href=(assets::UPLOT_CSS); }
                 link rel="stylesheet" href=(assets::STYLE_CSS);
                 link rel="icon" type="image/svg+xml" href=(assets::FAVICON_SVG);
@@ -158,6 +160,7 @@ pub fn frame_with(title: &str, nav: Nav, scripts: Scripts, body: Markup) -> Mark
                 }
                 @if matches!(scripts, Scripts::ChartsAndParcoords | Scripts::Parcoords) { script src=(assets::PARCOORDS_JS) defer {} }
                 @if scripts == Scripts::RunLog { script src=(assets::RUNLOG_JS) defer {} }
+                @if scripts == Scripts::ChartsAndSamples { script src=(assets::SAMPLES_JS) defer {} }
             }
             body {
                 header {

@@ -19,8 +19,8 @@ use maud::{Markup, html};
 
 use super::experiment::{PanelSet, charts_of, live_list, page_series};
 use super::{
-    Nav, count, encode_path, experiment_href, frame, metric_value, num, query, short_hash,
-    status_badge, verdict_badge,
+    Nav, count, encode_path, experiment_href, metric_value, num, query, short_hash, status_badge,
+    verdict_badge,
 };
 use crate::WebState;
 use crate::catalog::RunRow;
@@ -263,7 +263,7 @@ pub async fn page(
             div #charts data-live=[row.status.is_running().then(|| live_list(&run))] { (training_charts) }
         }
         (super::run_evals::section(&evaluations, &view, flops_per_token, row.status.is_running()))
-        (crate::samples::section(&samples, row.status.is_running()))
+        (crate::samples::section(&run, &samples, row.status.is_running()))
         section #hardware {
             h2 { "Hardware" }
             p.meta {
@@ -337,7 +337,12 @@ pub async fn page(
         }
         (super::notes_table(&marks))
     };
-    Ok(frame(&heading, Nav::Other, true, body))
+    let scripts = if row.status.is_running() {
+        super::Scripts::ChartsAndSamples
+    } else {
+        super::Scripts::Charts
+    };
+    Ok(super::frame_with(&heading, Nav::Other, scripts, body))
 }
 
 #[cfg(test)]

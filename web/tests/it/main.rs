@@ -9,6 +9,7 @@ mod browser;
 mod charts;
 mod data_browser;
 mod evals;
+mod live_samples;
 mod observatory;
 mod routes;
 mod search;

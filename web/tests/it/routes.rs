@@ -965,6 +965,103 @@ async fn sse_streams_the_runs_live_events_only() {
     );
 }
 
+/// A snapshot's completions reach a subscriber of the run's live feed as one `samples` event
+/// whose data is the documented JSON, cut to its bounds with `truncated` saying so; another
+/// run's never does.
+#[tokio::test]
+async fn sse_streams_a_snapshots_samples_bounded_as_documented() {
+    use glassbox_web::live::{MAX_LIVE_SAMPLE_BYTES, MAX_LIVE_SAMPLES};
+    let fx = crate::fixture::build().await;
+    let st = fx.state();
+    let resp = app(st.clone())
+        .oneshot(
+            Request::get("/api/v1/runs/run-7/live")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let texts: Vec<String> = (0..MAX_LIVE_SAMPLES + 1)
+        .map(|i| match i {
+            0 => "</pre><script>alert(1)</script>\u{7}".to_string(),
+            1 => "x".repeat(MAX_LIVE_SAMPLE_BYTES + 10),
+            _ => format!("t{i}"),
+        })
+        .collect();
+    let samples = |run: &str| glassbox_schemas::record::SamplesBody {
+        run: run.into(),
+        step: 40,
+        snapshot: None,
+        max_tokens: 16,
+        temperature: 0.5,
+        seed: 9,
+        prompts: (0..texts.len()).map(|i| format!("p{i}")).collect(),
+        texts: texts.clone(),
+    };
+    fx.live.publish(LiveEvent::samples(11, &samples("other")));
+    fx.live.publish(LiveEvent::samples(12, &samples("run-7")));
+    let mut text = String::new();
+    while !text.contains("\n\n") || !text.contains("event: samples") {
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("an event within 5 s")
+            .unwrap()
+            .unwrap();
+        if let Ok(d) = frame.into_data() {
+            text.push_str(&String::from_utf8_lossy(&d));
+        }
+    }
+    let data = text
+        .lines()
+        .skip_while(|l| *l != "event: samples")
+        .nth(1)
+        .and_then(|l| l.strip_prefix("data: "))
+        .unwrap_or_else(|| panic!("a samples event: {text}"));
+    let got: serde_json::Value = serde_json::from_str(data).unwrap();
+    let mut want_samples: Vec<serde_json::Value> = (0..MAX_LIVE_SAMPLES)
+        .map(|i| serde_json::json!({ "prompt": format!("p{i}"), "text": texts[i] }))
+        .collect();
+    want_samples[1]["text"] = "x".repeat(MAX_LIVE_SAMPLE_BYTES).into();
+    assert_eq!(
+        got,
+        serde_json::json!({
+            "type": "samples",
+            "run": "run-7",
+            "entry": 12,
+            "step": 40,
+            "max_tokens": 16,
+            "temperature": 0.5,
+            "seed": 9,
+            "samples": want_samples,
+            "total": MAX_LIVE_SAMPLES + 1,
+            "truncated": true,
+        })
+    );
+    assert!(!text.contains("\"other\""), "{text}");
+    // The event is in the OpenAPI document, with the fields a client reads.
+    let doc = json(&st, "/api/v1/openapi.json").await;
+    let live = doc["components"]["schemas"]["LiveEvent"].to_string();
+    for field in ["\"samples\"", "\"truncated\"", "\"total\"", "\"entry\""] {
+        assert!(live.contains(field), "LiveEvent lacks {field}: {live}");
+    }
+    assert!(doc["components"]["schemas"]["LiveSample"].is_object());
+    // A finished run's page has nothing to follow: no samples script, no run to follow.
+    let finished = ok(&st, "/runs/run-1").await;
+    assert!(finished.contains("<section id=\"samples\">"), "{finished}");
+    assert!(!finished.contains("/assets/samples.js"), "{finished}");
+    let (status, headers, script) = get(&st, "/assets/samples.js").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    assert!(script.contains("textContent") && !script.contains("innerHTML"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_server_passes_the_ledger_http_audit_and_shuts_down_gracefully() {
     let fx = crate::fixture::build().await;

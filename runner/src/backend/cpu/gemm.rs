@@ -26,6 +26,13 @@
 //! layer puts all its groups' packing jobs in one parallel loop and all their tiles in another
 //! (two fork/joins per layer, not two per expert).
 //!
+//! **The thin path**: a product of at most [`THIN_M`] rows whose B is transposed (`W^T`: each
+//! column a contiguous run, as every linear layer's forward reads its weights) is not packed
+//! at all: one token's forward (decoding) reads each weight once, so packing would triple its
+//! memory traffic. Eight columns at a time, eight k steps of their runs are loaded and
+//! transposed in registers, then fed to the same per-element fma chains in the same order, so
+//! the bits are those of the packed path (`gemm_bitwise_*` run both).
+//!
 //! This is not a general BLAS: no alpha/beta beyond "overwrite or accumulate", row-major C only.
 //! The AVX-512 intrinsics need Rust 1.89 (the runner's `rust-version`).
 
@@ -59,6 +66,14 @@ pub const NR: usize = 16;
 const SIMD_MR: usize = 6;
 /// The largest [`Kernel::mr`].
 const MAX_MR: usize = 6;
+/// The most rows a product may have to take the thin path (see the module doc): with more, the
+/// packed panels' reuse across rows wins.
+const THIN_M: usize = 4;
+/// Output columns per job of the thin path (a multiple of 8, the SIMD block's width).
+const THIN_COLS: usize = 64;
+/// Multiply-adds below which a thin batch runs on this thread: forking to the pool costs
+/// more than the work.
+const THIN_SERIAL_MACS: usize = 16 * 1024;
 
 /// A strided read-only matrix operand: element `(i, j)` is at `data[i * rs + j * cs]`.
 #[derive(Debug, Clone, Copy)]
@@ -299,6 +314,11 @@ fn run_problems<F: Real>(
             }
         }
     }
+    let (thin, problems): (Vec<_>, Vec<_>) = problems.iter().copied().partition(is_thin);
+    if !thin.is_empty() {
+        run_thin(kernel, &thin, c, accumulate, tiles);
+    }
+    let problems = &problems[..];
     // Batches of products whose packed B fit in PACK_BUDGET (at least one product each).
     let mut first = 0;
     while first < problems.len() {
@@ -418,6 +438,106 @@ fn run_packed<F: Real>(
         (0..total).into_par_iter().for_each(tile);
     } else {
         (0..total).for_each(tile);
+    }
+}
+
+/// Whether `p` takes the thin path: a few rows, and a B whose columns are contiguous runs.
+fn is_thin<F>(p: &Problem<'_, F>) -> bool {
+    let GemmShape { m, n, k } = p.shape;
+    (1..=THIN_M).contains(&m) && n > 0 && k > 0 && p.b.rs == 1
+}
+
+/// The thin products of a batch (checked by [`run_problems`]): jobs of [`THIN_COLS`] columns of
+/// one product each, in parallel when the tiles are and the work is worth a fork.
+fn run_thin<F: Real>(
+    kernel: Kernel,
+    problems: &[Problem<'_, F>],
+    c: &mut [F],
+    accumulate: Accumulate,
+    tiles: Tiles,
+) {
+    let jobs: Vec<(usize, usize)> = problems
+        .iter()
+        .enumerate()
+        .flat_map(|(pi, p)| (0..p.shape.n).step_by(THIN_COLS).map(move |j0| (pi, j0)))
+        .collect();
+    let macs: usize = problems
+        .iter()
+        .map(|p| p.shape.m * p.shape.n * p.shape.k)
+        .sum();
+    let out = OutPtr(c.as_mut_ptr());
+    let add = accumulate == Accumulate::Add;
+    let job = move |&(pi, j0): &(usize, usize)| {
+        let out = out;
+        let p = &problems[pi];
+        let cols = THIN_COLS.min(p.shape.n - j0);
+        // SAFETY: as for the packed tiles: the problems write disjoint, bounds-checked regions
+        // of `c`, and a job writes only its own columns of its problem.
+        unsafe { thin_columns(kernel, p, j0, cols, out.0, add) };
+    };
+    if tiles == Tiles::Parallel && jobs.len() > 1 && macs >= THIN_SERIAL_MACS {
+        jobs.par_iter().for_each(job);
+    } else {
+        jobs.iter().for_each(job);
+    }
+}
+
+/// Columns `j0..j0 + cols` of every row of a thin problem: eight at a time with SIMD where the
+/// kernel has it, the rest (and every column of the scalar kernel) one `mul_add` chain each.
+///
+/// # Safety
+/// As [`run_tile`]: `c` valid for writes at the problem's C offsets of these columns, and no
+/// one else touching them during the call; `p`'s operands bounds-checked for its shape.
+unsafe fn thin_columns<F: Real>(
+    kernel: Kernel,
+    p: &Problem<'_, F>,
+    j0: usize,
+    cols: usize,
+    c: *mut F,
+    add: bool,
+) {
+    let GemmShape { m, k, .. } = p.shape;
+    let (a, b) = (p.a, p.b);
+    let mut j = j0;
+    #[cfg(target_arch = "x86_64")]
+    if kernel != Kernel::Scalar && is_f32::<F>() {
+        while j + 8 <= j0 + cols {
+            // SAFETY: F is f32 (checked), the CPU has AVX2 and FMA (a SIMD kernel is only
+            // constructed then); B's columns j..j+8 are k-element runs at stride b.cs inside
+            // B (bounds-checked for the shape), A's m rows likewise; C as the caller promised.
+            unsafe {
+                x86::thin_avx2(
+                    x86::Thin {
+                        a: a.data.as_ptr().cast(),
+                        a_rs: a.rs,
+                        a_cs: a.cs,
+                        rows: m,
+                        b: b.data.as_ptr().add(j * b.cs).cast(),
+                        b_cs: b.cs,
+                        k,
+                    },
+                    c.add(p.c_off + j).cast(),
+                    p.ldc,
+                    add,
+                )
+            };
+            j += 8;
+        }
+    }
+    let _ = kernel;
+    for jj in j..j0 + cols {
+        let col = &b.data[jj * b.cs..jj * b.cs + k];
+        for i in 0..m {
+            // SAFETY: row i < m, column jj < n of the problem's C region (caller's contract).
+            let cp = unsafe { c.add(p.c_off + i * p.ldc + jj) };
+            // SAFETY: as above.
+            let mut acc = if add { unsafe { *cp } } else { F::ZERO };
+            for (q, &bq) in col.iter().enumerate() {
+                acc = a.data[i * a.rs + q * a.cs].mul_add(bq, acc);
+            }
+            // SAFETY: as above.
+            unsafe { *cp = acc };
+        }
     }
 }
 
@@ -864,6 +984,112 @@ mod x86 {
         }
     }
 
+    /// One thin block's operands: A's `rows` rows (`a[i * a_rs + p * a_cs]`) and eight
+    /// columns of a transposed B, column `r` the run `b[r * b_cs .. r * b_cs + k]`.
+    pub(super) struct Thin {
+        pub a: *const f32,
+        pub a_rs: usize,
+        pub a_cs: usize,
+        pub rows: usize,
+        pub b: *const f32,
+        pub b_cs: usize,
+        pub k: usize,
+    }
+
+    /// `C[i, r] = chain over p of fma(A(i, p), B(p, r), .)` for `i < rows`, `r < 8`, starting
+    /// from `C[i, r]` if `load`: eight k steps of the eight columns loaded at a time and
+    /// transposed in registers, so each vector holds one k step of the eight columns and the
+    /// chains run in k order as the register blocks' do.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; `1 <= rows <= THIN_M`; the operands readable as
+    /// [`Thin`] says; `c + i * ldc + r` valid for reads and writes for `i < rows`, `r < 8`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn thin_avx2(o: Thin, c: *mut f32, ldc: usize, load: bool) {
+        match o.rows {
+            // SAFETY: forwarded contract, with the row count as a constant.
+            1 => unsafe { thin_rows::<1>(o, c, ldc, load) },
+            2 => unsafe { thin_rows::<2>(o, c, ldc, load) },
+            3 => unsafe { thin_rows::<3>(o, c, ldc, load) },
+            _ => unsafe { thin_rows::<{ super::THIN_M }>(o, c, ldc, load) },
+        }
+    }
+
+    /// [`thin_avx2`] for `R` rows.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn thin_rows<const R: usize>(o: Thin, c: *mut f32, ldc: usize, load: bool) {
+        let Thin {
+            a,
+            a_rs,
+            a_cs,
+            b,
+            b_cs,
+            k,
+            ..
+        } = o;
+        // SAFETY: every read is inside the operands (r < 8 columns of k elements, i < R rows
+        // of A), every write inside C's R x 8 block (the caller's contract).
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); R];
+            if load {
+                for (i, x) in acc.iter_mut().enumerate() {
+                    *x = _mm256_loadu_ps(c.add(i * ldc));
+                }
+            }
+            let ar: [*const f32; R] = std::array::from_fn(|i| a.add(i * a_rs));
+            let whole = k / 8 * 8;
+            let mut p0 = 0;
+            while p0 < whole {
+                let r: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(b.add(j * b_cs + p0)));
+                // The 8x8 transpose: t[q] lane j = column j's element p0 + q.
+                let u0 = _mm256_unpacklo_ps(r[0], r[1]);
+                let u1 = _mm256_unpackhi_ps(r[0], r[1]);
+                let u2 = _mm256_unpacklo_ps(r[2], r[3]);
+                let u3 = _mm256_unpackhi_ps(r[2], r[3]);
+                let u4 = _mm256_unpacklo_ps(r[4], r[5]);
+                let u5 = _mm256_unpackhi_ps(r[4], r[5]);
+                let u6 = _mm256_unpacklo_ps(r[6], r[7]);
+                let u7 = _mm256_unpackhi_ps(r[6], r[7]);
+                let s0 = _mm256_shuffle_ps::<0x44>(u0, u2);
+                let s1 = _mm256_shuffle_ps::<0xEE>(u0, u2);
+                let s2 = _mm256_shuffle_ps::<0x44>(u1, u3);
+                let s3 = _mm256_shuffle_ps::<0xEE>(u1, u3);
+                let s4 = _mm256_shuffle_ps::<0x44>(u4, u6);
+                let s5 = _mm256_shuffle_ps::<0xEE>(u4, u6);
+                let s6 = _mm256_shuffle_ps::<0x44>(u5, u7);
+                let s7 = _mm256_shuffle_ps::<0xEE>(u5, u7);
+                let t = [
+                    _mm256_permute2f128_ps::<0x20>(s0, s4),
+                    _mm256_permute2f128_ps::<0x20>(s1, s5),
+                    _mm256_permute2f128_ps::<0x20>(s2, s6),
+                    _mm256_permute2f128_ps::<0x20>(s3, s7),
+                    _mm256_permute2f128_ps::<0x31>(s0, s4),
+                    _mm256_permute2f128_ps::<0x31>(s1, s5),
+                    _mm256_permute2f128_ps::<0x31>(s2, s6),
+                    _mm256_permute2f128_ps::<0x31>(s3, s7),
+                ];
+                for (q, tq) in t.iter().enumerate() {
+                    for (x, ai) in acc.iter_mut().zip(&ar) {
+                        let av = _mm256_set1_ps(*ai.add((p0 + q) * a_cs));
+                        *x = _mm256_fmadd_ps(av, *tq, *x);
+                    }
+                }
+                p0 += 8;
+            }
+            for p in whole..k {
+                let step: [f32; 8] = std::array::from_fn(|j| *b.add(j * b_cs + p));
+                let tq = _mm256_loadu_ps(step.as_ptr());
+                for (x, ai) in acc.iter_mut().zip(&ar) {
+                    let av = _mm256_set1_ps(*ai.add(p * a_cs));
+                    *x = _mm256_fmadd_ps(av, tq, *x);
+                }
+            }
+            for (i, x) in acc.iter().enumerate() {
+                _mm256_storeu_ps(c.add(i * ldc), *x);
+            }
+        }
+    }
+
     /// The AVX-512 register block: 6 rows x 32 columns (two 512-bit vectors per row, one
     /// from each of two B panels), twelve accumulators; the same per-element fma chain as
     /// [`micro_avx2`].
@@ -1071,6 +1297,11 @@ mod tests {
         (5, 300, 1),
         (1, 100, 700),
         (101, 1, 64),
+        // The thin path: a few rows, column tails, k tails and k below one SIMD step.
+        (2, 37, 300),
+        (3, 8, 9),
+        (4, 23, 17),
+        (1, 130, 5),
     ];
 
     #[test]
