@@ -65,4 +65,4 @@ pub use lab::LabDir;
 pub use log::{LockMode, LogReader, LogWriter};
 pub use merkle::{LeafIndex, MerkleHash, TreeSize};
 pub use source::{DirSource, HttpSource, LogSource, ReadLimit};
-pub use store::{open_bucket_with_env, open_store};
+pub use store::{open_bucket_with_env, open_store, open_store_with_env};

@@ -1,13 +1,17 @@
-//! The lab the Python tests read (`python/tests/`): `lab_fixture DIR [--points N] [--serve]`
-//! builds it in DIR by really appending ledger entries with `glassbox-ledger` (no training),
-//! indexes it as a lab does, prints one JSON line saying what it holds, and with `--serve`
-//! then serves the dashboard's router (the JSON API of `glassbox serve`) on 127.0.0.1 until
+//! The lab the Python tests read (`python/tests/`): `lab_fixture DIR [--points N] [--bucket
+//! s3://BUCKET/PREFIX] [--serve]` builds it in DIR by really appending ledger entries with
+//! `glassbox-ledger` (no training), indexes it as a lab does, with `--bucket` publishes it to
+//! that bucket (blobs and log, as an integrator does), prints one JSON line saying what it
+//! holds, and with `--serve` then serves the dashboard's router (the JSON API of `glassbox
+//! serve`) on 127.0.0.1 until
 //! its standard input closes, printing `serving http://ADDR` first.
 //!
 //! What it holds: experiment `acme/lab#1` (tags `tiny`, `ci`; run `run-1` succeeded, its
 //! metric chunks hold at least N points over four scalars and a 4-expert load vector, in
 //! chunks of 10,000 steps), `acme/lab#2` (tag `ladder`, d_model 32; run `run-2` diverged at
-//! step 121, its last loss `null`), `acme/lab#3` (proposed by `bob`, rejected).
+//! step 121, its last loss `null`), `acme/lab#3` (proposed by `bob`, rejected); its checkpoint
+//! carries a cosignature by the witness `witness.test.example` (the JSON line gives its key,
+//! and the key of a witness that did not cosign).
 //!
 //! Not a test itself, and not part of the wheel.
 
@@ -15,62 +19,23 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
+use glassbox_ledger::bucket::Mirror;
+use glassbox_ledger::checkpoint::SignedCheckpoint;
+use glassbox_ledger::cosignature::{CosignerKey, CosigningKey};
 use glassbox_ledger::index::Index;
-use glassbox_ledger::{BlobStore, DirSource, LabDir, LockMode, LogReader};
+use glassbox_ledger::{BlobStore, LabDir, LockMode};
 use glassbox_schemas::record::{
-    ApprovalBody, ArtifactBody, IssueRef, ProposalBody, RejectionBody, ResultBody, RunEnding,
-    RunStartedBody, refs,
+    ApprovalBody, ArtifactBody, IssueRef, ProposalBody, RejectionBody, ResultBody, RunEnding, refs,
 };
 use glassbox_schemas::{Blake3Hash, ExperimentId, LedgerEntry, RefRole, RunId, RunStatus};
+use glassbox_test_support::lab::{index_log, put_blob, run_started, tiny_spec_toml};
 
 /// Steps per metric chunk (one `artifact` entry each).
 const STEPS_PER_CHUNK: u64 = 10_000;
 /// Points each step records: four scalars and four expert loads.
 const POINTS_PER_STEP: u64 = 8;
-/// Tokens per step of the fixture's specs (batch 8 x sequence 64).
+/// Tokens per step of the tiny spec (batch 8 x sequence 64).
 const TOKENS_PER_STEP: u64 = 512;
-
-fn spec_toml(slug: &str, hypothesis: &str, d_model: u32, tags: &[&str]) -> String {
-    let tags = tags
-        .iter()
-        .map(|t| format!("{t:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        r#"[experiment]
-name = "Tiny MoE"
-slug = "{slug}"
-hypothesis = {hypothesis:?}
-tags = [{tags}]
-
-[model]
-d_model = {d_model}
-n_layers = 2
-n_heads = 4
-seq_len = 64
-
-[model.moe]
-n_experts = 4
-top_k = 2
-d_expert = 128
-score = "softmax"
-balancing = {{ method = "aux_loss_free", rate = 0.001 }}
-
-[[data.mixture]]
-domain = "markov"
-generator = {{ kind = "markov", seed = 7, order = 1, alphabet = 32, branching = 4 }}
-
-[train]
-steps = 300
-batch_size = 8
-lr = 0.003
-warmup_steps = 30
-schedule = "cosine"
-eval_interval = 100
-seed = 1
-"#
-    )
-}
 
 /// One step's record as the runner writes it; `diverged` writes the loss as `null`.
 fn record(step: u64, diverged: bool) -> String {
@@ -90,14 +55,6 @@ fn record(step: u64, diverged: bool) -> String {
     )
 }
 
-fn put(lab: &LabDir, bytes: &[u8]) -> Blake3Hash {
-    lab.blobs()
-        .put(&mut &bytes[..])
-        .expect("blob stored")
-        .hash
-        .0
-}
-
 fn entry(
     experiment: &str,
     refs: BTreeMap<String, Blake3Hash>,
@@ -108,11 +65,50 @@ fn entry(
         .expect("canonical entry")
 }
 
+/// Adds a cosignature by the witness `witness.test.example` to the lab's checkpoint, as a
+/// witness would; that witness's key, and the key of one that did not cosign.
+fn cosign_checkpoint(lab: &LabDir) -> (CosignerKey, CosignerKey) {
+    let path = lab.root().join("log/checkpoint");
+    let mut note = SignedCheckpoint::parse(&std::fs::read(&path).expect("the checkpoint"))
+        .expect("a checkpoint note");
+    let witness = CosigningKey::from_seed("witness.test.example", [7; 32]).expect("a witness key");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    note.signatures.push(witness.cosign(&note.text, now));
+    // Replaced as the log writer replaces it (the file itself is read-only).
+    let tmp = path.with_extension("cosigned");
+    std::fs::write(&tmp, note.to_bytes()).expect("the cosigned checkpoint written");
+    std::fs::rename(&tmp, &path).expect("the cosigned checkpoint installed");
+    let absent = CosigningKey::from_seed("absent.test.example", [8; 32]).expect("a witness key");
+    (witness.verifier_key(), absent.verifier_key())
+}
+
+/// Publishes the lab to the bucket at `url` as an integrator does: every blob under the
+/// prefix, then the log (tiles, `vkey`, the checkpoint last). The `AWS_*` variables name the
+/// server.
+fn publish(lab: &LabDir, url: &str) {
+    let env = |k: &str| std::env::var(k).ok();
+    let store = glassbox_ledger::open_store_with_env(url, &env).expect("the bucket's blob store");
+    let local = lab.blobs();
+    for hash in local.list().expect("the lab's blobs") {
+        let mut reader = local.get(&hash).expect("a blob of the lab");
+        store.put(&mut reader).expect("the blob copied");
+    }
+    let bucket = glassbox_ledger::open_bucket_with_env(url, &env).expect("the bucket");
+    let vkey = lab.verifier_key().expect("verifier key");
+    Mirror::new()
+        .sync(bucket.as_ref(), lab.root(), &vkey)
+        .expect("the log published");
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut dir = None;
     let mut points: u64 = 1000;
     let mut serve = false;
+    let mut bucket: Option<String> = None;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--points" => {
@@ -122,10 +118,12 @@ fn main() {
                     .expect("--points N")
             }
             "--serve" => serve = true,
+            "--bucket" => bucket = Some(args.next().expect("--bucket s3://BUCKET/PREFIX")),
             other => dir = Some(PathBuf::from(other)),
         }
     }
-    let dir = dir.expect("usage: lab_fixture DIR [--points N] [--serve]");
+    let dir =
+        dir.expect("usage: lab_fixture DIR [--points N] [--bucket s3://BUCKET/PREFIX] [--serve]");
     let (lab, _) = LabDir::init(&dir, "test.example/glassbox").expect("a fresh lab");
     let vkey = lab.verifier_key().expect("verifier key");
     let steps1 = points.div_ceil(POINTS_PER_STEP).max(1);
@@ -155,13 +153,13 @@ fn main() {
     ];
     let mut hashes = Vec::new();
     for (i, (id, slug, hyp, d_model, tags)) in experiments.iter().enumerate() {
-        let text = spec_toml(slug, hyp, *d_model, tags);
+        let text = tiny_spec_toml(slug, hyp, *d_model, tags);
         let spec = glassbox_schemas::parse_toml(&text).expect("valid spec");
         let spec_hash = glassbox_schemas::spec_hash(&spec).expect("spec hash");
         hashes.push(spec_hash);
         out.push(entry(
             id,
-            refs([(RefRole::Spec, put(&lab, text.as_bytes()))]),
+            refs([(RefRole::Spec, put_blob(&lab, text.as_bytes()))]),
             ProposalBody {
                 sweep: None,
                 spec_hash,
@@ -198,26 +196,7 @@ fn main() {
                 approver: "maintainer".into(),
             },
         ));
-        out.push(entry(
-            id,
-            BTreeMap::new(),
-            RunStartedBody {
-                worker: None,
-                host: None,
-                run: RunId::from(*run),
-                spec_hash: hashes[i],
-                code_revision: "abc123".into(),
-                backend: "cpu".into(),
-                backend_reason: None,
-                hardware: "test cpu x2".into(),
-                seed: 1,
-                kernel_hashes: BTreeMap::new(),
-                resumed_from_step: None,
-                build: None,
-                data: None,
-                attempt: None,
-            },
-        ));
+        out.push(entry(id, BTreeMap::new(), run_started(run, hashes[i])));
         let diverged = i == 1;
         let mut first = 1;
         while first <= *steps {
@@ -227,7 +206,7 @@ fn main() {
                 .collect();
             out.push(entry(
                 id,
-                refs([(RefRole::Metrics, put(&lab, chunk.as_bytes()))]),
+                refs([(RefRole::Metrics, put_blob(&lab, chunk.as_bytes()))]),
                 ArtifactBody {
                     name: format!("metrics/{run}/{first:08}.jsonl"),
                     bytes: chunk.len() as u64,
@@ -263,6 +242,10 @@ fn main() {
     let w = lab.writer(LockMode::Wait).expect("log writer");
     w.append_batch(out).expect("entries appended");
     drop(w);
+    let (witness, absent_witness) = cosign_checkpoint(&lab);
+    if let Some(url) = &bucket {
+        publish(&lab, url);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -272,19 +255,11 @@ fn main() {
         let index = Index::connect(&lab.index_path().display().to_string())
             .await
             .expect("index");
-        let source = DirSource {
-            root: lab.root().to_path_buf(),
-        };
-        let reader = LogReader::open(&source, &vkey).expect("log");
-        let blobs = lab.blobs();
-        index
-            .sync_with_blobs(&reader, Some(&blobs as &dyn BlobStore))
-            .await
-            .expect("indexed");
+        index_log(&lab, &index).await;
         index
     });
     println!(
-        "{{\"lab\":{:?},\"entries\":{entries},\"run\":\"run-1\",\"steps\":{steps1},\"points\":{},\"vkey\":\"{vkey}\"}}",
+        "{{\"lab\":{:?},\"entries\":{entries},\"run\":\"run-1\",\"steps\":{steps1},\"points\":{},\"vkey\":\"{vkey}\",\"witness\":\"{witness}\",\"absent_witness\":\"{absent_witness}\"}}",
         dir.display().to_string(),
         steps1 * POINTS_PER_STEP,
     );

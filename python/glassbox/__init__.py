@@ -11,8 +11,8 @@ this module turns what it returns into typed objects and DataFrames.
     lab.verify()   # raises glassbox.VerificationError naming the first bad item
 
 Not here: training, serving or writing a lab (the ``glassbox`` binary does those). A source
-is a lab directory or a running ``glassbox serve`` (``http://...``); buckets (``s3://...``)
-are not read yet.
+is a lab directory, the bucket a lab publishes to (``s3://bucket/prefix``) or a running
+``glassbox serve`` (``http://...``).
 pandas and pyarrow are optional: only ``to_pandas()`` and ``to_arrow()`` import them.
 """
 
@@ -333,23 +333,22 @@ class Metrics:
 
 
 class Lab:
-    """A glassbox lab, opened for reading: ``Lab("./glassbox-lab")`` or
+    """A glassbox lab, opened for reading: ``Lab("./glassbox-lab")``,
+    ``Lab("s3://bucket/prefix")`` (the log, ``vkey`` and blobs a lab publishes to a bucket) or
     ``Lab("http://127.0.0.1:8080")`` (a running ``glassbox serve``).
 
-    Raises ``LabNotFoundError`` when there is no lab at ``source``. Both give the same rows,
-    points and verdicts: a server's log and blobs are read as ``glassbox verify URL`` reads
-    them, its runs and experiments through its JSON API. Reads release the GIL. A directory's
-    derived index (``index.db``) is brought up to date with its log before a query, as
-    ``glassbox ledger log`` does; nothing else in the lab is written.
+    Raises ``LabNotFoundError`` when there is no lab at ``source``. All three give the same
+    rows, points and verdicts: a bucket or a server's log and blobs are read as
+    ``glassbox verify`` reads them, a server's runs and experiments through its JSON API. A
+    bucket is read with the ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID`` and
+    ``AWS_SECRET_ACCESS_KEY`` variables; it holds no index, so its log is indexed into a
+    temporary directory when it is opened. Reads release the GIL. A directory's derived index
+    (``index.db``) is brought up to date with its log before a query, as ``glassbox ledger
+    log`` does; nothing else in the lab is written.
     """
 
     def __init__(self, source: Union[str, "os.PathLike[str]"]) -> None:
         text = os.fspath(source)
-        if isinstance(text, str) and text.startswith("s3://"):
-            raise NotImplementedError(
-                f"{text}: reading a bucket is not supported yet; open a lab directory or a "
-                "server (or `glassbox verify` the bucket from the command line)"
-            )
         self._lab = _glassbox.Lab(text)
         self.source = text
 
@@ -414,14 +413,23 @@ class Lab:
         vkey: Optional[str] = None,
         state_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         skip_blobs: bool = False,
+        witnesses: Optional[Sequence[str]] = None,
+        quorum: Optional[int] = None,
     ) -> Dict[str, Any]:
         """Runs the Rust auditor (``glassbox verify``): the checkpoint's signature against
         ``vkey`` (else the key remembered for this lab in ``state_dir``, else the lab's own,
         trusted on first use), every tile and entry, every blob re-hashed (unless
-        ``skip_blobs``), and the index against the log. Raises ``VerificationError`` naming
-        the first bad item; returns the report (size, root, entries, blobs, ...)."""
+        ``skip_blobs``), and the index against the log. With ``witnesses`` (witness keys,
+        ``name+hexid+base64``), the checkpoint must also carry valid cosignatures from
+        ``quorum`` of them (all by default), as ``glassbox verify --witness K --quorum N``.
+        Raises ``VerificationError`` naming the first bad item; returns the report (size,
+        root, entries, blobs, ``cosigned`` when witnesses were given, ...)."""
         return json.loads(
             self._lab.verify_json(
-                vkey, os.fspath(state_dir) if state_dir is not None else None, skip_blobs
+                vkey,
+                os.fspath(state_dir) if state_dir is not None else None,
+                skip_blobs,
+                list(witnesses) if witnesses is not None else [],
+                quorum,
             )
         )

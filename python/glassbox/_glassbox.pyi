@@ -61,8 +61,11 @@ class Lab:
         vkey: Optional[str] = None,
         state_dir: Optional[str] = None,
         skip_blobs: bool = False,
+        witnesses: List[str] = ...,
+        quorum: Optional[int] = None,
     ) -> str:
-        """Runs the auditor; the report as JSON, or ``VerificationError``."""
+        """Runs the auditor (with the witnesses' quorum when witnesses are given); the report as
+        JSON, or ``VerificationError``."""
 
 def verify_inclusion(
     entry: bytes,

@@ -1,5 +1,6 @@
 //! The Python class `glassbox._glassbox.Lab` and the exceptions: thin methods over
-//! [`crate::reading::LocalLab`] that release the GIL while Rust reads, catch any panic before
+//! [`LabReader`]s (a lab directory or bucket, [`crate::reading::IndexedLab`]; a server,
+//! [`crate::remote::RemoteLab`]) that release the GIL while Rust reads, catch any panic before
 //! it reaches Python, and turn each [`ReadError`] into its exception with the Rust message.
 //!
 //! Rows come back as JSON text and metric points as native-endian byte buffers (`u32` name
@@ -18,9 +19,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::inclusion;
-use crate::metrics::XAxis;
-use crate::reading::{LabReader, LocalLab, ReadError, VerifyArgs};
+use crate::reading::{IndexedLab, LabReader, ReadError, VerifyArgs};
 use crate::remote::RemoteLab;
+use glassbox_schemas::metrics::XAxis;
 
 create_exception!(
     _glassbox,
@@ -115,7 +116,7 @@ fn json_text(v: &impl serde::Serialize) -> Result<String, Failure> {
         .map_err(|e| Failure::Read(ReadError::Read(format!("cannot encode JSON: {e}"))))
 }
 
-/// A lab, opened for reading: a directory or a server.
+/// A lab, opened for reading: a directory, a bucket or a server.
 #[pyclass(module = "glassbox._glassbox", name = "Lab", frozen)]
 #[derive(Debug)]
 pub struct Lab {
@@ -124,21 +125,24 @@ pub struct Lab {
 
 #[pymethods]
 impl Lab {
-    /// Opens `source`: a lab directory, or the URL of a running `glassbox serve`
-    /// (`http://...`); raises `LabNotFoundError` when there is no lab there.
+    /// Opens `source`: a lab directory, a bucket the lab publishes to (`s3://bucket/prefix`,
+    /// with the `AWS_*` variables `glassbox verify` reads), or the URL of a running
+    /// `glassbox serve` (`http://...`); raises `LabNotFoundError` when there is no lab there.
     #[new]
     fn new(py: Python<'_>, source: PathBuf) -> PyResult<Self> {
         let text = source.to_string_lossy().into_owned();
         let inner = call(py, || -> Result<Box<dyn LabReader>, Failure> {
             if text.starts_with("http://") || text.starts_with("https://") {
                 Ok(Box::new(RemoteLab::open(&text)?))
+            } else if text.starts_with("s3://") {
+                Ok(Box::new(IndexedLab::open_bucket(&text)?))
             } else if text.contains("://") {
                 Err(ReadError::Invalid(format!(
-                    "{text}: only a lab directory or an http(s):// server is read (buckets not yet)"
+                    "source = {text:?}: use a lab directory, s3://bucket/prefix or the http(s):// URL of a glassbox server"
                 ))
                 .into())
             } else {
-                Ok(Box::new(LocalLab::open(&source)?))
+                Ok(Box::new(IndexedLab::open(&source)?))
             }
         })?;
         Ok(Lab { inner })
@@ -179,7 +183,7 @@ impl Lab {
         Bound<'py, PyBytes>,
         Bound<'py, PyBytes>,
     )> {
-        let axis = XAxis::parse(x).map_err(PyValueError::new_err)?;
+        let axis = XAxis::parse(x).map_err(|e| PyValueError::new_err(format!("x = {e}")))?;
         let only: Option<BTreeSet<String>> = names.map(|n| n.into_iter().collect());
         let (columns, xs) = call(py, || Ok(self.inner.metrics(&run, only.as_ref(), axis)?))?;
         let codes = bytes_of(py, &columns.codes, |v| v.to_ne_bytes())?;
@@ -229,18 +233,24 @@ impl Lab {
     }
 
     /// Runs the auditor; the report as JSON, or `VerificationError` naming the bad item.
-    #[pyo3(signature = (vkey=None, state_dir=None, skip_blobs=false))]
+    /// With `witnesses`, the checkpoint must carry cosignatures from `quorum` of them (all by
+    /// default).
+    #[pyo3(signature = (vkey=None, state_dir=None, skip_blobs=false, witnesses=Vec::new(), quorum=None))]
     fn verify_json(
         &self,
         py: Python<'_>,
         vkey: Option<String>,
         state_dir: Option<PathBuf>,
         skip_blobs: bool,
+        witnesses: Vec<String>,
+        quorum: Option<usize>,
     ) -> PyResult<String> {
         let args = VerifyArgs {
             vkey,
             state_dir,
             skip_blobs,
+            witnesses,
+            quorum,
         };
         call(py, || json_text(&self.inner.verify(&args)?))
     }

@@ -1,5 +1,6 @@
 //! What a lab gives Python ([`LabReader`]: rows, metric points, entries, blobs, specs, proofs,
-//! the auditor's verdict) and its reading of a lab directory ([`LocalLab`]), in plain Rust:
+//! the auditor's verdict) and its reading of a lab directory or a bucket through an index of
+//! the log ([`IndexedLab`]), in plain Rust:
 //! the rows of runs and experiments (the dashboard's catalog, filtered by its run search), a
 //! run's metric chunks at full resolution, entries, blobs checked against their hash, specs,
 //! inclusion proofs and the auditor.
@@ -7,8 +8,9 @@
 //! Rows are the JSON API's own types (`RunRow`, `ExperimentRow`, `EntryRow`, `InclusionProof`
 //! of `glassbox-web`) serialised to JSON values, plus the full spec of each row, so a row here
 //! and a row of `/api/v1/runs` agree by construction. The index (`<lab>/index.db`, derived from
-//! the log) is brought up to date with the log before a query reads it, as `glassbox ledger
-//! log` does; `verify` does not need it caught up and compares it with the log.
+//! the log; a temporary one for a bucket) is brought up to date with the log before a query
+//! reads it, as `glassbox ledger log` does; `verify` does not need it caught up and compares a
+//! lab directory's with the log.
 //!
 //! Not here: Python objects or the GIL (`lab`), the metric columns' layout (`metrics`), a lab
 //! behind a server (`remote`).
@@ -19,22 +21,21 @@ use std::path::{Path, PathBuf};
 
 use glassbox_ledger::audit::AuditPhase;
 use glassbox_ledger::blob::copy_verified;
-use glassbox_ledger::cosignature::WitnessPolicy;
+use glassbox_ledger::cosignature::{CosignerKey, WitnessPolicy};
 use glassbox_ledger::index::Index;
 use glassbox_ledger::index::queries::EntryFilter;
 use glassbox_ledger::merkle::{LeafIndex, TreeSize, leaf_hash};
 use glassbox_ledger::seen::SeenCheckpoints;
 use glassbox_ledger::verify::{IndexCheck, Target, VerifyOptions};
-use glassbox_ledger::{
-    BlobStore, DirSource, LabDir, LocalBlobStore, LogReader, LogSource, VerifierKey,
-};
+use glassbox_ledger::{BlobStore, DirSource, LabDir, LogReader, LogSource, ReadLimit, VerifierKey};
 use glassbox_schemas::{BlobHash, EntryKind, ExperimentSpec, LedgerEntry, RefRole};
 use glassbox_web::api::{EntryRow, InclusionProof};
 use glassbox_web::catalog::{Catalog, parse_spec_text};
 use rayon::prelude::*;
 use serde_json::{Value, json};
 
-use crate::metrics::{MetricColumns, XAxis};
+use crate::metrics::MetricColumns;
+use glassbox_schemas::metrics::XAxis;
 
 /// Why a read failed; each becomes its own Python exception.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,9 +100,13 @@ pub struct VerifyArgs {
     pub state_dir: Option<PathBuf>,
     /// Do not re-hash the blobs.
     pub skip_blobs: bool,
+    /// Witness keys (`<name>+<hex id>+<base64>`) whose cosignatures the checkpoint must carry.
+    pub witnesses: Vec<String>,
+    /// How many of `witnesses` must have cosigned (all of them when `None`).
+    pub quorum: Option<usize>,
 }
 
-/// What `Lab` reads, from a lab directory ([`LocalLab`]) or a server
+/// What `Lab` reads, from a lab directory or a bucket ([`IndexedLab`]) or a server
 /// ([`crate::remote::RemoteLab`]): the same rows, points and verdicts from either.
 pub trait LabReader: Send + Sync + std::fmt::Debug {
     /// Where the lab is read from (a directory or a URL).
@@ -255,32 +260,65 @@ pub fn entry_kind(k: &str) -> Result<EntryKind> {
         })
 }
 
-/// An open lab directory.
-#[derive(Debug)]
-pub struct LocalLab {
-    lab: LabDir,
+/// A lab read through an index of its log: a lab directory (its own `index.db`) or the
+/// public layout a lab publishes to a bucket (`s3://bucket/prefix`: log, `vkey`, blobs; no
+/// index there, so the log is indexed into a temporary directory of this process on open).
+pub struct IndexedLab {
+    place: Place,
     vkey: VerifierKey,
-    blobs: LocalBlobStore,
+    blobs: Box<dyn BlobStore>,
     runtime: tokio::runtime::Runtime,
     index: Index,
     catalog: Catalog,
 }
 
-impl LocalLab {
-    /// Opens the lab at `root`; an error says what is missing.
-    pub fn open(root: &Path) -> Result<LocalLab> {
+/// Where an [`IndexedLab`]'s log and blobs are.
+enum Place {
+    /// A lab directory.
+    Dir(LabDir),
+    /// A bucket, named as given, and the temporary directory its index lives in (removed
+    /// when the lab is dropped).
+    Bucket {
+        url: String,
+        _index_dir: tempfile::TempDir,
+    },
+}
+
+impl std::fmt::Debug for IndexedLab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexedLab")
+            .field("source", &self.describe())
+            .field("vkey", &self.vkey.to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    // As many workers as cores, as the command line's runtime has: the audit hashes on them.
+    tokio::runtime::Builder::new_multi_thread()
+        .thread_name("glassbox-python")
+        .enable_all()
+        .build()
+        .map_err(|e| ReadError::Read(format!("cannot start a runtime: {e}")))
+}
+
+/// The bucket at `url` (`s3://bucket/prefix`), its credentials and endpoint from the `AWS_*`
+/// variables as `glassbox verify s3://...` reads them.
+fn open_bucket(url: &str) -> Result<Box<dyn glassbox_ledger::source::Bucket>> {
+    glassbox_ledger::open_bucket_with_env(url, &|k| std::env::var(k).ok())
+        .map_err(|e| ReadError::NoLab(format!("cannot open the bucket {url}: {e}")))
+}
+
+impl IndexedLab {
+    /// Opens the lab directory at `root`; an error says what is missing.
+    pub fn open(root: &Path) -> Result<IndexedLab> {
         let lab = LabDir::open(root)?;
         let vkey = lab.verifier_key()?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("glassbox-python")
-            .enable_all()
-            .build()
-            .map_err(|e| ReadError::Read(format!("cannot start a runtime: {e}")))?;
+        let runtime = runtime()?;
         let index = runtime.block_on(Index::connect(&lab.index_path().display().to_string()))?;
-        Ok(LocalLab {
-            blobs: lab.blobs(),
-            lab,
+        Ok(IndexedLab {
+            blobs: Box::new(lab.blobs()),
+            place: Place::Dir(lab),
             vkey,
             runtime,
             index,
@@ -288,21 +326,76 @@ impl LocalLab {
         })
     }
 
-    fn source(&self) -> DirSource {
-        DirSource {
-            root: self.lab.root().to_path_buf(),
+    /// Opens the lab a bucket holds (`s3://bucket/prefix`), trusting its `vkey` as a lab
+    /// directory's own is trusted; an error says what is missing.
+    pub fn open_bucket(url: &str) -> Result<IndexedLab> {
+        let url = url.trim_end_matches('/').to_string();
+        let bucket = open_bucket(&url)?;
+        let text = bucket
+            .read("vkey", ReadLimit::VKEY)?
+            .ok_or_else(|| ReadError::NoLab(format!("no lab at {url}: it holds no vkey")))?;
+        let vkey: VerifierKey = String::from_utf8_lossy(&text).trim().parse().map_err(|e| {
+            ReadError::Verification(format!("{url}/vkey is not a verifier key: {e}"))
+        })?;
+        if bucket
+            .read("log/checkpoint", ReadLimit::CHECKPOINT)?
+            .is_none()
+        {
+            return Err(ReadError::NoLab(format!(
+                "no lab at {url}: it holds no log/checkpoint"
+            )));
+        }
+        let blobs = glassbox_ledger::open_store_with_env(&url, &|k| std::env::var(k).ok())?;
+        let index_dir = tempfile::Builder::new()
+            .prefix("glassbox-bucket-index")
+            .tempdir()
+            .map_err(|e| ReadError::Read(format!("cannot make a directory for the index: {e}")))?;
+        let runtime = runtime()?;
+        let db = index_dir.path().join("index.db").display().to_string();
+        let index = runtime.block_on(Index::connect(&db))?;
+        Ok(IndexedLab {
+            place: Place::Bucket {
+                url,
+                _index_dir: index_dir,
+            },
+            vkey,
+            blobs,
+            runtime,
+            index,
+            catalog: Catalog::default(),
+        })
+    }
+
+    /// Runs `f` on the log's source: the directory, or the bucket.
+    fn with_source<T>(&self, f: impl FnOnce(&dyn LogSource) -> Result<T>) -> Result<T> {
+        match &self.place {
+            Place::Dir(lab) => f(&DirSource {
+                root: lab.root().to_path_buf(),
+            }),
+            Place::Bucket { url, .. } => match self.blobs.bucket() {
+                Some(bucket) => f(bucket),
+                None => Err(ReadError::Read(format!("{url} is not read as a bucket"))),
+            },
         }
     }
 
     /// Brings the index up to date with the log (metric chunks and spec fields included).
     fn catch_up(&self) -> Result<()> {
-        let source = self.source();
-        let reader = LogReader::open(&source, &self.vkey)?;
-        self.runtime.block_on(
-            self.index
-                .sync_with_blobs(&reader, Some(&self.blobs as &dyn BlobStore)),
-        )?;
-        Ok(())
+        self.with_source(|source| {
+            let reader = LogReader::open(source, &self.vkey)?;
+            self.runtime.block_on(
+                self.index
+                    .sync_with_blobs(&reader, Some(self.blobs.as_ref())),
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The spec in blob `blob` as JSON (null when there is none or it does not parse).
+    fn spec_in(&self, cache: &mut SpecCache, blob: Option<&str>) -> Result<Value> {
+        let spec =
+            blob.and_then(|b| cache.get(b, |h| self.blobs.get(h).ok().map(|r| r as Box<dyn Read>)));
+        spec_value(spec)
     }
 
     /// Spec hash -> the blob of the first proposal that named it.
@@ -333,9 +426,12 @@ pub fn spec_blobs<'a>(proposals: impl Iterator<Item = &'a [u8]>) -> HashMap<Stri
     out
 }
 
-impl LabReader for LocalLab {
+impl LabReader for IndexedLab {
     fn describe(&self) -> String {
-        self.lab.root().display().to_string()
+        match &self.place {
+            Place::Dir(lab) => lab.root().display().to_string(),
+            Place::Bucket { url, .. } => url.clone(),
+        }
     }
 
     fn runs(&self, query: Option<&str>) -> Result<Vec<Value>> {
@@ -352,20 +448,15 @@ impl LabReader for LocalLab {
                 None => None,
             };
             let specs = self.specs_by_hash().await?;
-            let cat = self.catalog.read(&self.index, &self.blobs).await?;
+            let cat = self.catalog.read(&self.index, self.blobs.as_ref()).await?;
             let mut spec_cache = SpecCache::default();
             cat.runs
                 .values()
                 .filter(|r| only.as_ref().is_none_or(|m| m.contains(&r.id)))
                 .map(|r| {
                     let mut row = to_value(r)?;
-                    let spec = specs.get(&r.spec_hash).and_then(|b| {
-                        spec_cache.get(b, |h| self.blobs.get(h).ok().map(|r| r as Box<dyn Read>))
-                    });
-                    row["spec"] = spec
-                        .map(|s| to_value(&s))
-                        .transpose()?
-                        .unwrap_or(Value::Null);
+                    let blob = specs.get(&r.spec_hash).map(String::as_str);
+                    row["spec"] = self.spec_in(&mut spec_cache, blob)?;
                     Ok(row)
                 })
                 .collect()
@@ -378,7 +469,7 @@ impl LabReader for LocalLab {
             // Parsed here too, so a bad query is a query error rather than a read error.
             parsed(query)?;
             let only = glassbox_web::search::for_filter(&self.index, query).await?;
-            let cat = self.catalog.read(&self.index, &self.blobs).await?;
+            let cat = self.catalog.read(&self.index, self.blobs.as_ref()).await?;
             let mut spec_cache = SpecCache::default();
             cat.experiments
                 .values()
@@ -386,13 +477,7 @@ impl LabReader for LocalLab {
                 .map(|e| {
                     let mut row = to_value(e)?;
                     row["status"] = Value::String(e.status(&cat));
-                    let spec = e.spec_blob.as_deref().and_then(|b| {
-                        spec_cache.get(b, |h| self.blobs.get(h).ok().map(|r| r as Box<dyn Read>))
-                    });
-                    row["spec"] = spec
-                        .map(|s| to_value(&s))
-                        .transpose()?
-                        .unwrap_or(Value::Null);
+                    row["spec"] = self.spec_in(&mut spec_cache, e.spec_blob.as_deref())?;
                     Ok(row)
                 })
                 .collect()
@@ -467,17 +552,7 @@ impl LabReader for LocalLab {
     }
 
     fn entry(&self, i: u64) -> Result<Value> {
-        let source = self.source();
-        let reader = LogReader::open(&source, &self.vkey)?;
-        let size = reader.size().0;
-        if i >= size {
-            return Err(ReadError::NotFound(format!(
-                "no entry {i}: the log has {size} entries"
-            )));
-        }
-        let bytes = reader.entry(LeafIndex(i))?;
-        let (row, _) = glassbox_ledger::index::IndexedEntry::from_log(i, &bytes);
-        entry_row(i, row.kind, row.experiment, row.run, row.time, &bytes)
+        self.with_source(|source| log_entry(source, &self.vkey, i))
     }
 
     fn blob(&self, hash: &str) -> Result<Vec<u8>> {
@@ -491,43 +566,17 @@ impl LabReader for LocalLab {
             )));
         }
         let mut out = Vec::new();
-        copy_verified(&self.blobs, &hash, &mut out)?;
+        copy_verified(self.blobs.as_ref(), &hash, &mut out)?;
         Ok(out)
     }
 
     fn proof(&self, i: u64) -> Result<Value> {
-        let source = self.source();
-        let reader = LogReader::open(&source, &self.vkey)?;
-        let size = reader.size();
-        if i >= size.0 {
-            return Err(ReadError::NotFound(format!(
-                "no entry {i}: the log has {} entries",
-                size.0
-            )));
-        }
-        let bytes = reader.entry(LeafIndex(i))?;
-        let path = reader
-            .inclusion_proof(LeafIndex(i), TreeSize(size.0))?
-            .map_err(|e| ReadError::Verification(e.to_string()))?;
-        to_value(&InclusionProof {
-            index: i,
-            tree_size: size.0,
-            leaf_hash: leaf_hash(&bytes).to_hex(),
-            proof: path.iter().map(|h| h.to_base64()).collect(),
-            root: reader.checkpoint.checkpoint.root.to_base64(),
-            checkpoint: String::from_utf8_lossy(&reader.checkpoint.to_bytes()).into_owned(),
-        })
+        self.with_source(|source| log_proof(source, &self.vkey, i))
     }
 
     /// The CLI's `glassbox verify DIR`: the checkpoint's signature, every tile and entry, every
     /// blob re-hashed, the index compared with the log.
     fn verify(&self, args: &VerifyArgs) -> Result<Value> {
-        let root = self.lab.root();
-        let source: Box<dyn LogSource> = Box::new(glassbox_ledger::WithBlobStore {
-            inner: self.source(),
-            blobs: Box::new(self.blobs.clone()) as Box<dyn BlobStore>,
-        });
-        let target = Target::dir(root, source);
         let vkey = args
             .vkey
             .as_deref()
@@ -537,44 +586,144 @@ impl LabReader for LocalLab {
                     .map_err(|e| ReadError::Invalid(format!("vkey {k:?}: {e}")))
             })
             .transpose()?;
-        let index = self.lab.index_path();
-        let seen = SeenCheckpoints::new(
-            args.state_dir
-                .clone()
-                .unwrap_or_else(SeenCheckpoints::default_dir),
-        );
-        let mut quiet = |_: AuditPhase, _: u64, _: u64| {};
-        let opts = VerifyOptions {
-            vkey,
-            prev: None,
-            forget: false,
-            skip_blobs: args.skip_blobs,
-            max_blob_bytes: None,
-            index_url: index.is_file().then(|| index.display().to_string()),
-            witnesses: WitnessPolicy::default(),
-            progress: Some(&mut quiet),
+        let (target, index_url) = match &self.place {
+            Place::Dir(lab) => {
+                let source: Box<dyn LogSource> = Box::new(glassbox_ledger::WithBlobStore {
+                    inner: DirSource {
+                        root: lab.root().to_path_buf(),
+                    },
+                    blobs: Box::new(lab.blobs()) as Box<dyn BlobStore>,
+                });
+                let index = lab.index_path();
+                let index_url = index.is_file().then(|| index.display().to_string());
+                (Target::dir(lab.root(), source), index_url)
+            }
+            // The bucket as `glassbox verify s3://...` reads it; the temporary index is this
+            // process's own and not compared.
+            Place::Bucket { url, .. } => (Target::url(url, open_bucket(url)?), None),
         };
-        let outcome = self
-            .runtime
-            .block_on(glassbox_ledger::verify::verify(&target, opts, &seen))?;
-        let report = outcome.map_err(|f| ReadError::Verification(f.to_string()))?;
-        let audit = &report.audit;
-        Ok(json!({
-            "size": audit.checkpoint.checkpoint.size.0,
-            "root": audit.checkpoint.checkpoint.root.to_base64(),
-            "entries": audit.entries,
-            "blobs": audit.blobs,
-            "blob_bytes": audit.blob_bytes,
-            "vkey": report.vkey.to_string(),
-            "key_source": report.key_source.to_string(),
-            "index": match report.index {
-                IndexCheck::NoIndex => "no index".to_string(),
-                IndexCheck::Matches => "matches".to_string(),
-                IndexCheck::Behind { indexed, log } => format!("matches its first {indexed} of {log} entries"),
-            },
-            "seconds": audit.seconds,
-        }))
+        audit(&self.runtime, &target, args, vkey, index_url)
     }
+}
+
+/// The log `source` serves, read under its checkpoint (signed by `vkey`), and the bytes of its
+/// entry `i`; a not-found error when the log is shorter.
+fn read_log_entry<'s>(
+    source: &'s dyn LogSource,
+    vkey: &VerifierKey,
+    i: u64,
+) -> Result<(LogReader<'s>, Vec<u8>)> {
+    let reader = LogReader::open(source, vkey)?;
+    let size = reader.size().0;
+    if i >= size {
+        return Err(ReadError::NotFound(format!(
+            "no entry {i}: the log has {size} entries"
+        )));
+    }
+    let bytes = reader.entry(LeafIndex(i))?;
+    Ok((reader, bytes))
+}
+
+/// Entry `i` of the log `source` serves, as an entry row (read from the log, not an index).
+pub(crate) fn log_entry(source: &dyn LogSource, vkey: &VerifierKey, i: u64) -> Result<Value> {
+    let (_, bytes) = read_log_entry(source, vkey, i)?;
+    let (row, _) = glassbox_ledger::index::IndexedEntry::from_log(i, &bytes);
+    entry_row(i, row.kind, row.experiment, row.run, row.time, &bytes)
+}
+
+/// The inclusion proof of entry `i` in the tree of the checkpoint `source` serves (the API's
+/// shape).
+pub(crate) fn log_proof(source: &dyn LogSource, vkey: &VerifierKey, i: u64) -> Result<Value> {
+    let (reader, bytes) = read_log_entry(source, vkey, i)?;
+    let size = reader.size();
+    let path = reader
+        .inclusion_proof(LeafIndex(i), TreeSize(size.0))?
+        .map_err(|e| ReadError::Verification(e.to_string()))?;
+    to_value(&InclusionProof {
+        index: i,
+        tree_size: size.0,
+        leaf_hash: leaf_hash(&bytes).to_hex(),
+        proof: path.iter().map(|h| h.to_base64()).collect(),
+        root: reader.checkpoint.checkpoint.root.to_base64(),
+        checkpoint: String::from_utf8_lossy(&reader.checkpoint.to_bytes()).into_owned(),
+    })
+}
+
+/// The witness keys and quorum `args` name, checked as the CLI checks `--witness`/`--quorum`.
+fn witness_policy(args: &VerifyArgs) -> Result<WitnessPolicy> {
+    let witnesses = args
+        .witnesses
+        .iter()
+        .map(|w| {
+            w.trim()
+                .parse::<CosignerKey>()
+                .map_err(|e| ReadError::Invalid(format!("witnesses: {w:?}: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let quorum = args.quorum.unwrap_or(witnesses.len());
+    if witnesses.is_empty() && args.quorum.is_some() {
+        return Err(ReadError::Invalid(format!(
+            "quorum = {quorum}: give the witnesses' keys too (witnesses=[...])"
+        )));
+    }
+    if !witnesses.is_empty() && (quorum == 0 || quorum > witnesses.len()) {
+        return Err(ReadError::Invalid(format!(
+            "quorum = {quorum}: must be between 1 and the number of witnesses ({})",
+            witnesses.len()
+        )));
+    }
+    Ok(WitnessPolicy { witnesses, quorum })
+}
+
+/// Runs the auditor (`glassbox verify`) on `target`: a failure is a
+/// [`ReadError::Verification`] naming the first bad item, a pass is the report as JSON.
+pub(crate) fn audit(
+    runtime: &tokio::runtime::Runtime,
+    target: &Target,
+    args: &VerifyArgs,
+    vkey: Option<VerifierKey>,
+    index_url: Option<String>,
+) -> Result<Value> {
+    let witnesses = witness_policy(args)?;
+    let seen = SeenCheckpoints::new(
+        args.state_dir
+            .clone()
+            .unwrap_or_else(SeenCheckpoints::default_dir),
+    );
+    let mut quiet = |_: AuditPhase, _: u64, _: u64| {};
+    let opts = VerifyOptions {
+        vkey,
+        prev: None,
+        forget: false,
+        skip_blobs: args.skip_blobs,
+        max_blob_bytes: None,
+        index_url,
+        witnesses,
+        progress: Some(&mut quiet),
+    };
+    let outcome = runtime.block_on(glassbox_ledger::verify::verify(target, opts, &seen))?;
+    let report = outcome.map_err(|f| ReadError::Verification(f.to_string()))?;
+    let audit = &report.audit;
+    Ok(json!({
+        "size": audit.checkpoint.checkpoint.size.0,
+        "root": audit.checkpoint.checkpoint.root.to_base64(),
+        "entries": audit.entries,
+        "blobs": audit.blobs,
+        "blob_bytes": audit.blob_bytes,
+        "vkey": report.vkey.to_string(),
+        "key_source": report.key_source.to_string(),
+        "index": match report.index {
+            IndexCheck::NoIndex => "no index".to_string(),
+            IndexCheck::Matches => "matches".to_string(),
+            IndexCheck::Behind { indexed, log } => format!("matches its first {indexed} of {log} entries"),
+        },
+        "cosigned": report.cosigned.as_ref().map(|q| json!({
+            "witnesses": q.cosigned.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+            "missing": q.missing,
+            "quorum": q.quorum,
+        })),
+        "seconds": audit.seconds,
+    }))
 }
 
 /// The query parsed, `None` for no or an empty query; a bad one is a [`ReadError::Query`].
@@ -610,6 +759,14 @@ pub(crate) fn entry_row(
     })?;
     row["raw"] = Value::String(String::from_utf8_lossy(bytes).into_owned());
     Ok(row)
+}
+
+/// A row's `spec`: the spec as JSON, or null.
+pub(crate) fn spec_value(spec: Option<ExperimentSpec>) -> Result<Value> {
+    Ok(spec
+        .map(|s| to_value(&s))
+        .transpose()?
+        .unwrap_or(Value::Null))
 }
 
 fn finite_or_null(v: f64) -> Value {

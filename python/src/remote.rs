@@ -13,22 +13,18 @@
 use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
 
-use glassbox_ledger::audit::AuditPhase;
 use glassbox_ledger::blob::blob_rel_path;
-use glassbox_ledger::cosignature::WitnessPolicy;
-use glassbox_ledger::merkle::{LeafIndex, TreeSize, leaf_hash};
-use glassbox_ledger::seen::SeenCheckpoints;
-use glassbox_ledger::verify::{Target, VerifyOptions};
-use glassbox_ledger::{HttpSource, LogReader, LogSource, ReadLimit, VerifierKey};
+use glassbox_ledger::verify::Target;
+use glassbox_ledger::{HttpSource, LogSource, ReadLimit, VerifierKey};
 use glassbox_schemas::{BlobHash, LedgerEntry};
-use glassbox_web::api::InclusionProof;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::metrics::{MetricColumns, XAxis};
+use crate::metrics::MetricColumns;
 use crate::reading::{
-    LabReader, ReadError, SpecCache, VerifyArgs, entry_kind, entry_row, metric_columns, parsed,
-    spec_blobs, to_value,
+    LabReader, ReadError, SpecCache, VerifyArgs, audit, entry_kind, entry_row, log_entry,
+    log_proof, metric_columns, parsed, spec_blobs, spec_value,
 };
+use glassbox_schemas::metrics::XAxis;
 
 type Result<T> = std::result::Result<T, ReadError>;
 
@@ -156,10 +152,7 @@ impl RemoteLab {
                     .map(|v| Box::new(std::io::Cursor::new(v)) as Box<dyn Read>)
             })
         });
-        Ok(spec
-            .map(|s| to_value(&s))
-            .transpose()?
-            .unwrap_or(Value::Null))
+        spec_value(spec)
     }
 
     fn vkey_for(&self, given: Option<&str>) -> Result<VerifierKey> {
@@ -287,17 +280,7 @@ impl LabReader for RemoteLab {
     }
 
     fn entry(&self, i: u64) -> Result<Value> {
-        let vkey = self.vkey_for(None)?;
-        let reader = LogReader::open(&self.source, &vkey)?;
-        let size = reader.size().0;
-        if i >= size {
-            return Err(ReadError::NotFound(format!(
-                "no entry {i}: the log has {size} entries"
-            )));
-        }
-        let bytes = reader.entry(LeafIndex(i))?;
-        let (row, _) = glassbox_ledger::index::IndexedEntry::from_log(i, &bytes);
-        entry_row(i, row.kind, row.experiment, row.run, row.time, &bytes)
+        log_entry(&self.source, &self.vkey_for(None)?, i)
     }
 
     fn blob(&self, hash: &str) -> Result<Vec<u8>> {
@@ -308,27 +291,7 @@ impl LabReader for RemoteLab {
     }
 
     fn proof(&self, i: u64) -> Result<Value> {
-        let vkey = self.vkey_for(None)?;
-        let reader = LogReader::open(&self.source, &vkey)?;
-        let size = reader.size();
-        if i >= size.0 {
-            return Err(ReadError::NotFound(format!(
-                "no entry {i}: the log has {} entries",
-                size.0
-            )));
-        }
-        let bytes = reader.entry(LeafIndex(i))?;
-        let path = reader
-            .inclusion_proof(LeafIndex(i), TreeSize(size.0))?
-            .map_err(|e| ReadError::Verification(e.to_string()))?;
-        to_value(&InclusionProof {
-            index: i,
-            tree_size: size.0,
-            leaf_hash: leaf_hash(&bytes).to_hex(),
-            proof: path.iter().map(|h| h.to_base64()).collect(),
-            root: reader.checkpoint.checkpoint.root.to_base64(),
-            checkpoint: String::from_utf8_lossy(&reader.checkpoint.to_bytes()).into_owned(),
-        })
+        log_proof(&self.source, &self.vkey_for(None)?, i)
     }
 
     /// The CLI's `glassbox verify URL`.
@@ -339,38 +302,7 @@ impl LabReader for RemoteLab {
             .as_deref()
             .map(|k| self.vkey_for(Some(k)))
             .transpose()?;
-        let seen = SeenCheckpoints::new(
-            args.state_dir
-                .clone()
-                .unwrap_or_else(SeenCheckpoints::default_dir),
-        );
-        let mut quiet = |_: AuditPhase, _: u64, _: u64| {};
-        let opts = VerifyOptions {
-            vkey,
-            prev: None,
-            forget: false,
-            skip_blobs: args.skip_blobs,
-            max_blob_bytes: None,
-            index_url: None,
-            witnesses: WitnessPolicy::default(),
-            progress: Some(&mut quiet),
-        };
-        let outcome = self
-            .runtime
-            .block_on(glassbox_ledger::verify::verify(&target, opts, &seen))?;
-        let report = outcome.map_err(|f| ReadError::Verification(f.to_string()))?;
-        let audit = &report.audit;
-        Ok(json!({
-            "size": audit.checkpoint.checkpoint.size.0,
-            "root": audit.checkpoint.checkpoint.root.to_base64(),
-            "entries": audit.entries,
-            "blobs": audit.blobs,
-            "blob_bytes": audit.blob_bytes,
-            "vkey": report.vkey.to_string(),
-            "key_source": report.key_source.to_string(),
-            "index": "no index",
-            "seconds": audit.seconds,
-        }))
+        audit(&self.runtime, &target, args, vkey, None)
     }
 }
 

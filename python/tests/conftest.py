@@ -2,14 +2,18 @@
 
 The fixture program is ``$GLASSBOX_LAB_FIXTURE`` (``cargo xtask test`` builds it and sets
 it), else it is run through ``cargo run --example lab_fixture``. ``small_lab`` also serves the
-dashboard's JSON API over the same lab (the router ``glassbox serve`` runs), so rows can be
-compared with what the API answers. Not the tests themselves (``test_lab.py``).
+dashboard's JSON API over the same lab (the router ``glassbox serve`` runs) and publishes it
+to a bucket on moto's S3 server, so rows can be compared across the three sources. Not the tests themselves (``test_lab.py``).
 """
 
 import json
 import os
 import shutil
+import socket
 import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,9 +28,12 @@ def fixture_command():
     return ["cargo", "run", "--quiet", "-p", "glassbox-python", "--example", "lab_fixture", "--"]
 
 
-def make_lab(dir, points, serve=False):
-    """Builds a lab in ``dir``; returns (facts, process or None)."""
+def make_lab(dir, points, serve=False, bucket=None):
+    """Builds a lab in ``dir`` (published to ``bucket`` when given); returns (facts, process
+    or None)."""
     cmd = fixture_command() + [str(dir), "--points", str(points)]
+    if bucket:
+        cmd += ["--bucket", bucket]
     if serve:
         cmd.append("--serve")
     proc = subprocess.Popen(
@@ -43,9 +50,54 @@ def make_lab(dir, points, serve=False):
 
 
 @pytest.fixture(scope="session")
-def small_lab(tmp_path_factory):
-    """A lab of three experiments and two runs (1,000 points), with its JSON API served."""
-    facts, proc = make_lab(tmp_path_factory.mktemp("small") / "lab", 1000, serve=True)
+def s3_server():
+    """moto's S3 server on a free loopback port (the virtualenv's ``moto_server``), with the
+    ``AWS_*`` variables of this process pointing at it; stopped at the end of the session."""
+    exe = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [exe, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert proc.poll() is None, "moto_server exited"
+            assert time.monotonic() < deadline, f"moto_server did not listen on {port}"
+            time.sleep(0.1)
+    os.environ.update(
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_REGION="us-east-1",
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+    )
+    yield endpoint
+    proc.kill()
+    proc.wait()
+
+
+def create_bucket(endpoint, name):
+    """Creates bucket ``name`` (moto does not check signatures: a plain PUT)."""
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{name}", method="PUT")).close()
+
+
+@pytest.fixture(scope="session")
+def small_lab(tmp_path_factory, s3_server):
+    """A lab of three experiments and two runs (1,000 points), published to the bucket
+    ``s3://glassbox-test/lab`` (``bucket``) and with its JSON API served (``api``)."""
+    create_bucket(s3_server, "glassbox-test")
+    bucket = "s3://glassbox-test/lab"
+    facts, proc = make_lab(
+        tmp_path_factory.mktemp("small") / "lab", 1000, serve=True, bucket=bucket
+    )
+    facts["bucket"] = bucket
     yield facts
     proc.stdin.close()
     proc.wait(timeout=30)

@@ -123,7 +123,7 @@ def test_metrics_by_name_and_on_each_x_axis(small_lab):
     assert seconds.is_monotonic_increasing and seconds.iloc[-1] > 0
     components = lab.metrics("run-1", names=["train/router/layer_0/expert_load/3"])
     assert len(components) == steps
-    with pytest.raises(ValueError, match='"step", "tokens", "flops" or "time"'):
+    with pytest.raises(ValueError, match='x = "epochs": use step, tokens, flops or time'):
         lab.metrics("run-1", x="epochs")
     with pytest.raises(glassbox.NotFoundError, match="no metric \"eval/nothing\""):
         lab.metrics("run-1", names=["eval/nothing"])
@@ -204,6 +204,26 @@ def test_verify_passes_on_a_sound_lab(lab_copy, state_dir):
     assert report["key_source"] == "from the lab, trusted on first use"
 
 
+def test_verify_checks_the_witnesses_quorum(small_lab, lab_copy, state_dir):
+    lab = glassbox.Lab(lab_copy)
+    witness, absent = small_lab["witness"], small_lab["absent_witness"]
+    report = lab.verify(state_dir=state_dir, witnesses=[witness])
+    assert report["cosigned"] == {
+        "witnesses": ["witness.test.example"],
+        "missing": [],
+        "quorum": 1,
+    }
+    assert glassbox.Lab(lab_copy).verify(state_dir=state_dir)["cosigned"] is None
+    report = lab.verify(state_dir=state_dir, witnesses=[witness, absent], quorum=1)
+    assert report["cosigned"]["missing"] == ["absent.test.example"]
+    with pytest.raises(glassbox.VerificationError, match="lacks its witnesses' quorum"):
+        lab.verify(state_dir=state_dir, witnesses=[witness, absent])
+    with pytest.raises(ValueError, match="quorum = 3: must be between 1 and the number of witnesses"):
+        lab.verify(state_dir=state_dir, witnesses=[witness, absent], quorum=3)
+    with pytest.raises(ValueError, match='witnesses: "not-a-key"'):
+        lab.verify(state_dir=state_dir, witnesses=["not-a-key"])
+
+
 def test_a_tampered_blob_is_named(lab_copy, state_dir):
     lab = glassbox.Lab(lab_copy)
     spec_blob = lab.entry(0).entry["refs"]["spec"]
@@ -258,9 +278,12 @@ def test_reads_release_the_gil(big_lab):
     assert longest < elapsed[0] / 2, (longest, elapsed[0])
 
 
-def test_a_server_gives_the_same_rows_points_and_verdicts(small_lab, state_dir):
+@pytest.mark.parametrize("source", ["api", "bucket"])
+def test_a_server_and_a_bucket_give_the_same_rows_points_and_verdicts(
+    small_lab, state_dir, source
+):
     local = glassbox.Lab(small_lab["lab"])
-    remote = glassbox.Lab(small_lab["api"])
+    remote = glassbox.Lab(small_lab[source])
     for query in QUERIES:
         assert [r.to_dict() for r in remote.runs(query)] == [r.to_dict() for r in local.runs(query)]
         assert [e.to_dict() for e in remote.experiments(query)] == [
@@ -277,10 +300,18 @@ def test_a_server_gives_the_same_rows_points_and_verdicts(small_lab, state_dir):
     assert remote.spec("acme/lab#2") == local.spec("acme/lab#2")
     blob = local.entry(0).entry["refs"]["spec"]
     assert remote.blob(blob) == local.blob(blob)
-    report = remote.verify(state_dir=state_dir)
+    report = remote.verify(state_dir=state_dir, witnesses=[small_lab["witness"]])
     assert report["entries"] == small_lab["entries"]
+    assert report["blobs"] == local.verify(state_dir=state_dir)["blobs"] > 0
     with pytest.raises(glassbox.QueryError, match="column 8"):
         remote.runs("steps >")
+
+
+def test_a_bucket_without_a_lab_says_so(small_lab):
+    with pytest.raises(glassbox.LabNotFoundError, match="no lab at s3://glassbox-test/nothing"):
+        glassbox.Lab("s3://glassbox-test/nothing")
+    with pytest.raises(ValueError, match="use a lab directory, s3://bucket/prefix or the http"):
+        glassbox.Lab("ftp://example.org/lab")
 
 
 def test_a_server_without_a_lab_says_so(small_lab):

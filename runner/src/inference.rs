@@ -17,6 +17,7 @@ use crate::decode::Decoder;
 use crate::error::RunnerError;
 use crate::model::{BatchIds, Model};
 use crate::sampling::{SampleSettings, Sampler};
+use crate::shared_context::shared_context_logliks;
 use crate::text::TextCodec;
 
 /// Windows scored per forward pass (bounds the logits held at once to `B T V` floats).
@@ -134,11 +135,15 @@ pub const LOGLIK_BATCH: usize = 32;
 /// The log-likelihood (nats, summed in f64 over its tokens) of each request's continuation,
 /// in order; `None` when `cancelled` turned true between batches.
 ///
-/// Requests are sorted longest first and run [`LOGLIK_BATCH`] at a time, each batch padded at
-/// the end to its longest row (the forward is causal, so padding changes nothing before it).
-/// A row's result does not depend on its batch: every output of the forward is one fixed chain
-/// of operations over that row alone, so the answer is the same for any batching and any CPU
-/// thread count.
+/// Requests that fit the model's context are grouped by context and each context is run once,
+/// its continuations packed after it and attending to it (`shared_context`: a
+/// multiple-choice item costs its context and its choices, not its context once per choice).
+/// Longer requests (cut to their last `seq_len + 1` tokens, so differently per continuation)
+/// are sorted longest first and run [`LOGLIK_BATCH`] at a time through the batched forward,
+/// each batch padded at the end to its longest row (the forward is causal, so padding changes
+/// nothing before it). Either way a request's result does not depend on what it is batched or
+/// packed with: every output is one fixed chain of operations over its own tokens, so the
+/// answer is the same for any batching and any CPU thread count.
 pub fn continuation_logliks<B: Backend>(
     model: &Model,
     be: &B,
@@ -180,9 +185,29 @@ pub fn continuation_logliks<B: Backend>(
         let keep = r.tokens.len().min(t_max + 1);
         (r.tokens.len() - keep, keep - 1)
     };
-    let mut order: Vec<usize> = (0..requests.len()).collect();
-    order.sort_by_key(|&i| (std::cmp::Reverse(window(&requests[i]).1), i));
     let mut out = vec![0.0f64; requests.len()];
+    // Requests within the context share theirs with every other request of the same context
+    // (a multiple-choice item's choices): run once, each continuation attending to it.
+    let (fits, long): (Vec<usize>, Vec<usize>) =
+        (0..requests.len()).partition(|&i| requests[i].tokens.len() <= t_max + 1);
+    let shared: Vec<(usize, &[u32], usize)> = fits
+        .iter()
+        .map(|&i| (i, requests[i].tokens.as_slice(), requests[i].continuation))
+        .collect();
+    if !shared_context_logliks(
+        model,
+        be,
+        params,
+        bias,
+        &shared,
+        &mut out,
+        log_softmax_at,
+        cancelled,
+    ) {
+        return Ok(None);
+    }
+    let mut order = long;
+    order.sort_by_key(|&i| (std::cmp::Reverse(window(&requests[i]).1), i));
     let mut models: Vec<(usize, Model)> = Vec::new();
     for chunk in order.chunks(LOGLIK_BATCH) {
         if cancelled() {

@@ -23,6 +23,7 @@ pub mod rng;
 pub mod sampling;
 pub mod scalar;
 pub mod scaling;
+mod shared_context;
 pub mod snapshot;
 pub mod text;
 pub mod train;

@@ -149,6 +149,54 @@ pub mod hw {
     }
 }
 
+/// What a metric chart's or table's x axis measures: the dashboard's `?x=` and the Python
+/// package's `x=` take the same names ([`XAxis::name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XAxis {
+    /// Optimiser steps completed.
+    Step,
+    /// Tokens trained on ([`TOTAL_TOKENS`]).
+    Tokens,
+    /// Training FLOPs: [`TOTAL_TOKENS`] times the spec's training FLOPs per token (the cost
+    /// model's, which is what the runner counts per step).
+    Flops,
+    /// Training time in seconds, summed from each step's tokens over its [`TOKENS_PER_SECOND`].
+    Time,
+}
+
+impl XAxis {
+    /// Every axis, in the order controls offer them.
+    pub const ALL: [XAxis; 4] = [XAxis::Step, XAxis::Tokens, XAxis::Flops, XAxis::Time];
+
+    /// The name a URL or an argument spells it with.
+    pub fn name(self) -> &'static str {
+        match self {
+            XAxis::Step => "step",
+            XAxis::Tokens => "tokens",
+            XAxis::Flops => "flops",
+            XAxis::Time => "time",
+        }
+    }
+
+    /// How a person reads it (an axis title, a control's label).
+    pub fn label(self) -> &'static str {
+        match self {
+            XAxis::Step => "step",
+            XAxis::Tokens => "tokens",
+            XAxis::Flops => "FLOPs",
+            XAxis::Time => "training time",
+        }
+    }
+
+    /// The axis named `name`; the error names the value and the accepted names.
+    pub fn parse(name: &str) -> Result<XAxis, String> {
+        XAxis::ALL
+            .into_iter()
+            .find(|a| a.name() == name)
+            .ok_or_else(|| format!("{name:?}: use step, tokens, flops or time"))
+    }
+}
+
 /// `eval/<domain>/loss` (nats per token).
 pub fn eval_loss(domain: &str) -> String {
     format!("eval/{domain}/loss")
@@ -256,6 +304,16 @@ pub fn forecastable_examples<'a>(domains: impl IntoIterator<Item = &'a str>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn x_axes_parse_by_name_and_reject_others_naming_the_value() {
+        for a in XAxis::ALL {
+            assert_eq!(XAxis::parse(a.name()), Ok(a));
+        }
+        assert_eq!(XAxis::Flops.label(), "FLOPs");
+        let e = XAxis::parse("epoch").unwrap_err();
+        assert!(e.contains("\"epoch\"") && e.contains("time"), "{e}");
+    }
 
     #[test]
     fn names_follow_conventions() {

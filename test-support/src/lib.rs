@@ -3,7 +3,11 @@
 //! parallel without seeing each other's tables. A test that needs PostgreSQL fails, never
 //! skips, without the server, and says how to get one.
 //!
+//! [`lab`] holds the pieces of the small labs tests build by appending ledger entries.
+//!
 //! Not here: providing the server (`xtask`) or any test's own fixtures.
+
+pub mod lab;
 
 /// How to get a server, for the message when there is none.
 const NO_SERVER: &str = "GLASSBOX_TEST_POSTGRES_URL is not set: run the tests with `cargo xtask test`, which provides a PostgreSQL server (`cargo xtask env` prints the variables for running one test by hand)";

@@ -1,6 +1,7 @@
 //! Scoring and decoding against the batched forward: the key/value-cache decoder gives, at
 //! every position, the logits of a full forward over the same prefix (and so the same greedy
-//! token), bitwise the same for any thread count; `score` is the log-softmax of those logits;
+//! token), bitwise the same for any thread count; `score` is the log-softmax of those logits,
+//! and so is each continuation's log-likelihood when continuations share their context;
 //! the `bytes` tokenizer's `tokenizer.json` maps every byte to its own id and back; and the
 //! Hugging Face conversion lays every tensor out as its twin loads it.
 
@@ -194,6 +195,100 @@ fn score_is_the_log_softmax_of_the_full_forward() {
     assert!(
         (s.bits_per_byte - total / std::f64::consts::LN_2 / (ids.len() - 1) as f64).abs() < 1e-12
     );
+}
+
+/// `log softmax(row)[target]` in f64, as scoring takes it.
+fn log_softmax(row: &[f32], target: u32) -> f64 {
+    let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
+    let lse = max
+        + row
+            .iter()
+            .map(|&x| (x as f64 - max).exp())
+            .sum::<f64>()
+            .ln();
+    row[target as usize] as f64 - lse
+}
+
+/// Multiple-choice-like requests: contexts of 1 to 13 tokens, each with 1 to 5 choices of 1 to
+/// 7 tokens (one choice repeated), and one request longer than the context.
+fn choice_requests(seq_len: usize) -> Vec<inference::Continuation> {
+    let mut out = Vec::new();
+    for item in 0..40u32 {
+        let lc = 1 + (item as usize * 5) % 13;
+        let context: Vec<u32> = (0..lc as u32).map(|i| (item * 31 + i * 7) % 256).collect();
+        for choice in 0..1 + item % 5 {
+            let len = 1 + ((item + choice * 3) % 7) as usize;
+            let mut tokens = context.clone();
+            tokens.extend((0..len as u32).map(|i| (item * 13 + choice * 101 + i * 17) % 256));
+            out.push(inference::Continuation {
+                tokens,
+                continuation: len,
+            });
+        }
+    }
+    out.push(out[3].clone());
+    out.push(inference::Continuation {
+        tokens: tokens(seq_len + 6),
+        continuation: 4,
+    });
+    out
+}
+
+#[test]
+fn continuations_sharing_a_context_score_as_each_would_alone_bitwise() {
+    for moe in [SIGMOID, SOFTMAX] {
+        let model = Model::new(ModelDims::from_spec(&spec(moe)).unwrap());
+        let b = bias(&model);
+        let requests = choice_requests(model.dims.seq_len);
+        let v = model.dims.vocab;
+        let mut runs = Vec::new();
+        for threads in [1, 2] {
+            let be = CpuBackend::<f32>::new(threads).unwrap();
+            let params = model.init_params(&be, 6);
+            let all = be
+                .run(|| {
+                    inference::continuation_logliks(&model, &be, &params, &b, &requests, &|| false)
+                })
+                .unwrap()
+                .unwrap();
+            runs.push(all.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+            if threads == 1 {
+                continue;
+            }
+            for (i, r) in requests.iter().enumerate() {
+                // Alone, through the same call.
+                let alone = be
+                    .run(|| {
+                        inference::continuation_logliks(
+                            &model,
+                            &be,
+                            &params,
+                            &b,
+                            std::slice::from_ref(r),
+                            &|| false,
+                        )
+                    })
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(alone[0].to_bits(), all[i].to_bits(), "{moe}: request {i}");
+                // By hand, from the batched forward over the request's own tokens (its last
+                // `seq_len + 1` of them).
+                let keep = r.tokens.len().min(model.dims.seq_len + 1);
+                let window = &r.tokens[r.tokens.len() - keep..];
+                let full = full_forward(&be, &model, &params, &b, &window[..keep - 1]);
+                let mut want = 0.0f64;
+                for p in keep - 1 - r.continuation..keep - 1 {
+                    want += log_softmax(&full[p * v..(p + 1) * v], window[p + 1]);
+                }
+                assert_eq!(
+                    all[i].to_bits(),
+                    want.to_bits(),
+                    "{moe}: request {i} by hand"
+                );
+            }
+        }
+        assert_eq!(runs[0], runs[1], "{moe}: one thread and two differ");
+    }
 }
 
 #[test]

@@ -11,38 +11,7 @@ use maud::{Markup, PreEscaped, html};
 use serde::Serialize;
 
 use crate::error::WebError;
-
-/// What the x axis measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum XAxis {
-    /// Optimiser steps.
-    Step,
-    /// Tokens trained on (`throughput/total_tokens`).
-    Tokens,
-    /// Training FLOPs: `throughput/total_tokens` times the spec's training FLOPs per token (the
-    /// cost model's, which is what the runner counts per step).
-    Flops,
-    /// Training time, summed from each step's tokens over its tokens/s.
-    Time,
-}
-
-impl XAxis {
-    const ALL: [(XAxis, &'static str, &'static str); 4] = [
-        (XAxis::Step, "step", "step"),
-        (XAxis::Tokens, "tokens", "tokens"),
-        (XAxis::Flops, "flops", "FLOPs"),
-        (XAxis::Time, "time", "training time"),
-    ];
-
-    /// The URL value.
-    pub fn as_str(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|a| a.0 == self)
-            .map(|a| a.1)
-            .unwrap_or("step")
-    }
-}
+use glassbox_schemas::metrics::XAxis;
 
 /// Most smoothing (an EMA weight of 1 would never move).
 pub const MAX_SMOOTH: f64 = 0.999;
@@ -125,13 +94,7 @@ impl ViewQuery {
         };
         let x = match self.x.as_deref().filter(|s| !s.is_empty()) {
             None => XAxis::Step,
-            Some(s) => XAxis::ALL
-                .iter()
-                .find(|a| a.1 == s)
-                .map(|a| a.0)
-                .ok_or_else(|| {
-                    WebError::BadRequest(format!("x={s:?}: use step, tokens, flops or time"))
-                })?,
+            Some(s) => XAxis::parse(s).map_err(|e| WebError::BadRequest(format!("x={e}")))?,
         };
         let (from, to) = (
             step("from", self.from.as_deref())?,
@@ -159,7 +122,7 @@ impl View {
             "{}|{}|{}|{:?}|{:?}",
             self.smooth,
             self.log_y,
-            self.x.as_str(),
+            self.x.name(),
             self.from,
             self.to
         )
@@ -177,7 +140,7 @@ pub fn form(view: &View, hidden: &[(&str, &str)]) -> Markup {
             label { "Smoothing " input type="range" name="smooth" min="0" max=(MAX_SMOOTH) step="0.01" value=(view.smooth); " " output { (format!("{:.2}", view.smooth)) } }
             label { input type="checkbox" name="logy" value="1" checked[view.log_y]; " log y" }
             label { "x axis " select name="x" {
-                @for (a, value, text) in XAxis::ALL { option value=(value) selected[a == view.x] { (text) } }
+                @for a in XAxis::ALL { option value=(a.name()) selected[a == view.x] { (a.label()) } }
             } }
             button type="submit" { "Apply" }
             span.meta { "Drag across a chart to zoom (every recorded point at enough zoom), double-click to reset." }

@@ -11,8 +11,9 @@ use maud::{Markup, html};
 use crate::chart::{self, Axes, Line};
 use crate::evals::run::{RunEvaluations, SuiteResults};
 use crate::evals::{ContaminationFigure, Evaluation, MAX_RUN_ENTRIES, Outcome};
-use crate::pages::controls::{PageLine, View, XAxis, page_line_figure};
+use crate::pages::controls::{PageLine, View, page_line_figure};
 use crate::pages::{count, encode_path, num, query, short_hash};
+use glassbox_schemas::metrics::XAxis;
 
 /// In words: `2 of 200 items (1.0%) share a 13-gram with the training data`.
 pub fn contamination_sentence(c: &ContaminationFigure) -> String {
@@ -32,14 +33,6 @@ pub fn contamination_sentence(c: &ContaminationFigure) -> String {
     s
 }
 
-/// The x axes the section links to, as the chart controls name them.
-const X_AXES: [(XAxis, &str); 4] = [
-    (XAxis::Step, "step"),
-    (XAxis::Tokens, "tokens"),
-    (XAxis::Flops, "FLOPs"),
-    (XAxis::Time, "training time"),
-];
-
 /// This page with the x axis `x` and the rest of `view`, at the Evaluations section.
 fn x_link(view: &View, x: XAxis) -> String {
     let (smooth, from, to) = (
@@ -55,7 +48,7 @@ fn x_link(view: &View, x: XAxis) -> String {
         pairs.push(("logy", "1"));
     }
     if x != XAxis::Step {
-        pairs.push(("x", x.as_str()));
+        pairs.push(("x", x.name()));
     }
     if let Some(f) = &from {
         pairs.push(("from", f));
@@ -168,9 +161,9 @@ pub fn section(
                 }
                 p.meta.x-axes {
                     "x axis: "
-                    @for (i, (x, label)) in X_AXES.iter().enumerate() {
+                    @for (i, x) in XAxis::ALL.into_iter().enumerate() {
                         @if i > 0 { " · " }
-                        @if *x == view.x { strong { (label) } } @else { a href=(x_link(view, *x)) { (label) } }
+                        @if x == view.x { strong { (x.label()) } } @else { a href=(x_link(view, x)) { (x.label()) } }
                     }
                 }
                 @if ev.truncated { p.meta { "Only the newest " (MAX_RUN_ENTRIES) " evaluation entries of this run are read." } }

@@ -16,6 +16,7 @@
 //! every 100 steps and an expert-load heatmap), appended to the log and indexed here.
 
 use glassbox_schemas::RefRole;
+use glassbox_test_support::lab::run_started;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -60,20 +61,8 @@ async fn add_long_run(fx: &Fixture) {
             x,
             BTreeMap::new(),
             RunStartedBody {
-                worker: None,
-                host: None,
-                run: RunId::from(run),
-                spec_hash,
-                code_revision: "abc123".into(),
-                backend: "cpu".into(),
-                backend_reason: None,
-                hardware: "test cpu x2".into(),
                 seed: 2,
-                kernel_hashes: BTreeMap::new(),
-                resumed_from_step: None,
-                build: None,
-                data: None,
-                attempt: None,
+                ..run_started(run, spec_hash)
             },
         ));
         batch.push(entry(

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use fantoccini::{Client, Locator};
 use glassbox_schemas::RunId;
 use glassbox_schemas::record::{RunStartedBody, SamplesBody};
+use glassbox_test_support::lab::run_started;
 use glassbox_web::LiveEvent;
 use serde_json::Value;
 
@@ -30,18 +31,9 @@ fn started(run: &str, spec_hash: glassbox_schemas::SpecHash) -> glassbox_schemas
         RunStartedBody {
             worker: Some("w1".into()),
             host: Some("lab-host".into()),
-            run: RunId::from(run),
-            spec_hash,
-            code_revision: "abc123".into(),
             backend: "cpu: cpu (2 threads, f32)".into(),
-            backend_reason: None,
-            hardware: "test cpu x2".into(),
-            seed: 1,
-            kernel_hashes: BTreeMap::new(),
-            resumed_from_step: None,
-            build: None,
-            data: None,
             attempt: Some(1),
+            ..run_started(run, spec_hash)
         },
     )
 }

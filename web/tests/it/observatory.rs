@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fantoccini::Client;
-use glassbox_schemas::RunId;
 use glassbox_schemas::metrics::hw;
 use glassbox_schemas::record::RunStartedBody;
+use glassbox_test_support::lab::run_started;
 use glassbox_web::LiveEvent;
 use glassbox_web::queue::{QueueFuture, QueueJob, QueueJobs, QueueSource};
 use serde_json::Value;
@@ -150,18 +150,10 @@ async fn fill(fx: &Fixture) {
         RunStartedBody {
             worker: Some("w1".into()),
             host: Some("lab-host".into()),
-            run: RunId::from("run-live"),
-            spec_hash,
-            code_revision: "abc123".into(),
             backend: "cpu: cpu (2 threads, f32)".into(),
             backend_reason: Some("asked for auto; no CUDA device".into()),
-            hardware: "test cpu x2".into(),
-            seed: 1,
-            kernel_hashes: BTreeMap::new(),
-            resumed_from_step: None,
-            build: None,
-            data: None,
             attempt: Some(1),
+            ..run_started("run-live", spec_hash)
         },
     );
     fx.append(&[started]).await;

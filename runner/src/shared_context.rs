@@ -1,0 +1,328 @@
+//! Scoring continuations that share a context with the context run once: a multiple-choice
+//! item's context and its choices go through the model as one packed sequence, each choice's
+//! tokens at the positions they would have after the context, attending to the context and to
+//! their own earlier tokens only (a tree of sequences, not a chain).
+//!
+//! Every op but attention is the backend's, over all the packed tokens of a batch of items at
+//! once (RMSNorm, the projections, RoPE with a table row per token's position, the router and
+//! the experts: row-wise, so a token's result does not depend on what else is packed beside
+//! it). Attention runs on the host over the keys a token may see, with the CPU kernel's own
+//! arithmetic ([`attend`]), and the output projection only for the positions whose next token
+//! is scored. So each continuation costs its own tokens, not its context again, and on the CPU
+//! its log-likelihood has the bits of the batched forward over its own context and
+//! continuation: the same for any batching, any packing and any thread count.
+//!
+//! Not here: requests longer than the model's context (their context would be cut differently
+//! per continuation; [`crate::inference::continuation_logliks`] runs those as separate rows),
+//! or the log-softmax of the logits (the caller's).
+
+use std::collections::HashMap;
+
+use crate::backend::cpu::expf::exp_scaled_shifted;
+use crate::backend::{AttnDims, Backend, Groups, Qkv, RopeTables};
+use crate::model::Model;
+use crate::scalar::Real;
+
+/// Packed tokens per forward (bounds the activations held at once: a few `N x max(3C, E F)`
+/// buffers); a group is never split, so a forward may exceed it by one group.
+const TOKENS_PER_FORWARD: usize = 1024;
+
+/// One head's attention for query `q [D]` over the rows `rows` of `k` and `v` (each row `D`
+/// values), into `out [D]`, with the arithmetic of the CPU backend's causal attention kernel
+/// for a query that sees exactly those keys in that order: each score one fused multiply-add
+/// chain over `D` (the kernel's GEMM), the scaled maximum, the backend's exponential, the sum
+/// in key order, the reciprocal, and each output one fused chain over the keys. So a token
+/// here gets the bits it gets in the batched forward of its own sequence.
+fn attend<F: Real>(
+    q: &[F],
+    k: &[F],
+    v: &[F],
+    rows: impl Iterator<Item = usize> + Clone,
+    p: &mut Vec<F>,
+    out: &mut [F],
+) {
+    let d = q.len();
+    let scale = F::from_f64(1.0 / (d as f64).sqrt());
+    p.clear();
+    p.extend(rows.clone().map(|t| {
+        let kt = &k[t * d..(t + 1) * d];
+        q.iter()
+            .zip(kt)
+            .fold(F::ZERO, |acc, (&a, &b)| a.mul_add(b, acc))
+    }));
+    let mut mx = p[0] * scale;
+    for &s in &p[1..] {
+        mx = mx.max(s * scale);
+    }
+    match F::as_f32_mut(p) {
+        Some(r) => exp_scaled_shifted(r, scale.to_f64() as f32, mx.to_f64() as f32),
+        None => {
+            for s in p.iter_mut() {
+                *s = (*s * scale - mx).exp();
+            }
+        }
+    }
+    let mut sum = F::ZERO;
+    for &s in p.iter() {
+        sum += s;
+    }
+    let inv = F::ONE / sum;
+    for s in p.iter_mut() {
+        *s *= inv;
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = rows
+            .clone()
+            .zip(p.iter())
+            .fold(F::ZERO, |acc, (t, &w)| w.mul_add(v[t * d + i], acc));
+    }
+}
+
+/// Requests sharing one context: the context's tokens and, per request, its continuation.
+struct Group<'r> {
+    context: &'r [u32],
+    /// `(request index, continuation tokens)`.
+    members: Vec<(usize, &'r [u32])>,
+}
+
+impl Group<'_> {
+    /// Tokens the group feeds: the context, then each continuation but its last token (a
+    /// continuation's last token is only predicted).
+    fn fed(&self) -> usize {
+        self.context.len() + self.members.iter().map(|(_, c)| c.len() - 1).sum::<usize>()
+    }
+}
+
+/// `requests` (context then continuation, and how many of the last tokens are the
+/// continuation) grouped by identical context, in order of first appearance.
+fn groups<'r>(requests: &[(usize, &'r [u32], usize)]) -> Vec<Group<'r>> {
+    let mut out: Vec<Group<'r>> = Vec::new();
+    let mut at: HashMap<&'r [u32], usize> = HashMap::new();
+    for &(i, tokens, continuation) in requests {
+        let (context, cont) = tokens.split_at(tokens.len() - continuation);
+        let g = *at.entry(context).or_insert_with(|| {
+            out.push(Group {
+                context,
+                members: Vec::new(),
+            });
+            out.len() - 1
+        });
+        out[g].members.push((i, cont));
+    }
+    out
+}
+
+/// The log-likelihood of each request's continuation into `out[i]`, for requests
+/// `(i, tokens, continuation)` that fit the model's context (`tokens.len() <= seq_len + 1`,
+/// `0 < continuation < tokens.len()`; checked by the caller). `logsoftmax(row, target)` turns
+/// one logits row into the target's log-probability. `false` when `cancelled` turned true
+/// between forwards.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn shared_context_logliks<B: Backend>(
+    model: &Model,
+    be: &B,
+    params: &[B::Buf],
+    bias: &[Vec<f64>],
+    requests: &[(usize, &[u32], usize)],
+    out: &mut [f64],
+    logsoftmax: fn(&[f32], usize) -> f64,
+    cancelled: &dyn Fn() -> bool,
+) -> bool {
+    let groups = groups(requests);
+    let mut start = 0;
+    while start < groups.len() {
+        if cancelled() {
+            return false;
+        }
+        let mut end = start;
+        let mut tokens = 0;
+        while end < groups.len()
+            && (end == start || tokens + groups[end].fed() <= TOKENS_PER_FORWARD)
+        {
+            tokens += groups[end].fed();
+            end += 1;
+        }
+        forward_groups(
+            model,
+            be,
+            params,
+            bias,
+            &groups[start..end],
+            out,
+            logsoftmax,
+        );
+        start = end;
+    }
+    true
+}
+
+/// Where a group's tokens sit in the packed batch.
+struct Packed {
+    /// Token ids, per group: the context, then each continuation but its last token.
+    ids: Vec<u32>,
+    /// Each packed token's position in its own sequence.
+    positions: Vec<usize>,
+    /// Per packed token: the packed rows its query attends to are `context` then `own`.
+    sees: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
+    /// Per scored token: `(request index, packed row whose logits predict it, its id)`.
+    scored: Vec<(usize, usize, u32)>,
+}
+
+fn pack(groups: &[Group<'_>]) -> Packed {
+    let mut p = Packed {
+        ids: Vec::new(),
+        positions: Vec::new(),
+        sees: Vec::new(),
+        scored: Vec::new(),
+    };
+    for g in groups {
+        let c0 = p.ids.len();
+        let lc = g.context.len();
+        for (t, &id) in g.context.iter().enumerate() {
+            p.ids.push(id);
+            p.positions.push(t);
+            p.sees.push((c0..c0 + t + 1, 0..0));
+        }
+        let last_context_row = c0 + lc - 1;
+        for &(i, cont) in &g.members {
+            let o0 = p.ids.len();
+            for (j, &id) in cont[..cont.len() - 1].iter().enumerate() {
+                p.ids.push(id);
+                p.positions.push(lc + j);
+                p.sees.push((c0..c0 + lc, o0..o0 + j + 1));
+            }
+            for (j, &id) in cont.iter().enumerate() {
+                let row = if j == 0 { last_context_row } else { o0 + j - 1 };
+                p.scored.push((i, row, id));
+            }
+        }
+    }
+    p
+}
+
+/// One forward over `groups` packed, adding each scored token's log-probability into `out`.
+fn forward_groups<B: Backend>(
+    model: &Model,
+    be: &B,
+    params: &[B::Buf],
+    bias: &[Vec<f64>],
+    groups: &[Group<'_>],
+    out: &mut [f64],
+    logsoftmax: fn(&[f32], usize) -> f64,
+) {
+    let d = &model.dims;
+    let (c, v, heads) = (d.d_model, d.vocab, d.n_heads);
+    let hd = c / heads;
+    let half = hd / 2;
+    let packed = pack(groups);
+    let n = packed.ids.len();
+    let ad = AttnDims {
+        b: 1,
+        t: n,
+        h: heads,
+        d: hd,
+    };
+    // RoPE tables with one row per packed token, at that token's own position.
+    let (mut cos, mut sin) = (Vec::with_capacity(n * half), Vec::with_capacity(n * half));
+    for &pos in &packed.positions {
+        let (cs, sn) = model.rope_row(pos);
+        cos.extend(cs.iter().map(|&x| B::F::from_f64(x)));
+        sin.extend(sn.iter().map(|&x| B::F::from_f64(x)));
+    }
+    let rope = RopeTables {
+        cos: be.upload(&cos),
+        sin: be.upload(&sin),
+    };
+    let ids = be.upload_ids(&packed.ids);
+    let mut x = be.zeros(n * c);
+    be.embedding_fwd(&mut x, &params[model.wte_index()], &ids, c);
+    for (li, ix) in model.layer_indices().enumerate() {
+        let mut ln1 = be.zeros(n * c);
+        let mut rstd1 = be.zeros(n);
+        be.rmsnorm_fwd(&mut ln1, &mut rstd1, &x, &params[ix.ln1], c, d.norm_eps);
+        let mut qkv = be.zeros(n * 3 * c);
+        be.linear_fwd(
+            &mut qkv,
+            &ln1,
+            &params[ix.wqkv],
+            &Groups::dense(n, c, 3 * c),
+        );
+        let mut qkvh = Qkv {
+            q: be.zeros(n * c),
+            k: be.zeros(n * c),
+            v: be.zeros(n * c),
+        };
+        be.qkv_rope_fwd(qkvh.each_mut(), &qkv, rope.each_ref(), ad);
+        // [H, N, D] on the host; the output row-major [N, C], heads side by side.
+        let (q, k, val) = (
+            be.download(&qkvh.q),
+            be.download(&qkvh.k),
+            be.download(&qkvh.v),
+        );
+        let mut y = vec![B::F::ZERO; n * c];
+        let mut probs = Vec::new();
+        for h in 0..heads {
+            let head = h * n * hd..(h + 1) * n * hd;
+            let (qh, kh, vh) = (&q[head.clone()], &k[head.clone()], &val[head]);
+            for (t, (context, own)) in packed.sees.iter().enumerate() {
+                attend(
+                    &qh[t * hd..(t + 1) * hd],
+                    kh,
+                    vh,
+                    context.clone().chain(own.clone()),
+                    &mut probs,
+                    &mut y[t * c + h * hd..t * c + (h + 1) * hd],
+                );
+            }
+        }
+        let ym = be.upload(&y);
+        let mut ao = be.zeros(n * c);
+        be.linear_fwd(&mut ao, &ym, &params[ix.wo], &Groups::dense(n, c, c));
+        let mut x_mid = x;
+        be.add_assign(&mut x_mid, &ao);
+        let mut ln2 = be.zeros(n * c);
+        let mut rstd2 = be.zeros(n);
+        be.rmsnorm_fwd(&mut ln2, &mut rstd2, &x_mid, &params[ix.ln2], c, d.norm_eps);
+        let moe = model.moe_fwd(be, params, li, &bias[li], &ln2, n, None);
+        be.add_assign(&mut x_mid, &moe.out);
+        x = x_mid;
+    }
+    let mut lnf = be.zeros(n * c);
+    let mut rstdf = be.zeros(n);
+    be.rmsnorm_fwd(
+        &mut lnf,
+        &mut rstdf,
+        &x,
+        &params[model.lnf_index()],
+        c,
+        d.norm_eps,
+    );
+    // The output projection for the rows that predict a scored token only, each once.
+    let lnf = be.download(&lnf);
+    let mut rows: Vec<usize> = packed.scored.iter().map(|s| s.1).collect();
+    rows.sort_unstable();
+    rows.dedup();
+    let mut picked = Vec::with_capacity(rows.len() * c);
+    for &r in &rows {
+        picked.extend_from_slice(&lnf[r * c..(r + 1) * c]);
+    }
+    let m = rows.len();
+    let mut logits = be.zeros(m * v);
+    be.linear_fwd(
+        &mut logits,
+        &be.upload(&picked),
+        &params[model.lm_head_index()],
+        &Groups::dense(m, c, v),
+    );
+    let logits: Vec<f32> = be
+        .download(&logits)
+        .into_iter()
+        .map(|x| x.to_f64() as f32)
+        .collect();
+    for &(i, row, target) in &packed.scored {
+        let at = rows
+            .binary_search(&row)
+            .expect("every scored row was projected");
+        out[i] += logsoftmax(&logits[at * v..(at + 1) * v], target as usize);
+    }
+}
