@@ -16,26 +16,17 @@
 //! Not here: where the chunks come from (`reading`) or Python.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::io::BufRead;
 
 use glassbox_schemas::metrics::{TOKENS_PER_SECOND, TOTAL_TOKENS, XAxis};
 use serde::Deserialize;
+use serde::de::{
+    self, DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 
 /// Longest line of a metric chunk read (one step's scalars and expert loads): the index's bound.
 const MAX_LINE_BYTES: u64 = 16 << 20;
-
-/// One line of a chunk as it is read: a `glassbox_schemas::metrics::MetricRecord` whose names
-/// borrow from the line (no allocation per name) and whose `null`s are NaN. The record's `kind`
-/// is not needed here.
-#[derive(Deserialize)]
-struct Line<'a> {
-    step: u64,
-    #[serde(borrow)]
-    scalars: BTreeMap<Cow<'a, str>, Option<f64>>,
-    #[serde(borrow, default)]
-    vectors: BTreeMap<Cow<'a, str>, Vec<Option<f64>>>,
-}
 
 /// A run's points, one per (record, metric), in the order read until [`MetricColumns::sort`].
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -56,6 +47,35 @@ pub struct MetricColumns {
     /// A vector metric's component codes by component index, so `<name>/<i>` is formatted
     /// once per component rather than once per point (`None`: a component not asked for).
     components: HashMap<String, Vec<Option<u32>>>,
+    /// The names of the last line read, by their place in its `scalars` and `vectors`: a
+    /// chunk's lines name the same metrics in the same order, so a name is matched against
+    /// the one at its place before it is hashed.
+    seen_scalars: Vec<SeenName>,
+    seen_vectors: Vec<SeenVector>,
+}
+
+/// A scalar's name as last read at its place in a line, and what it maps to.
+#[derive(Debug, Clone, PartialEq)]
+struct SeenName {
+    name: String,
+    /// Its code (`None`: not asked for).
+    code: Option<u32>,
+    /// Which x-axis series it is, if any.
+    axis: Option<AxisSeries>,
+}
+
+/// A vector metric's name as last read at its place in a line, and its components' codes.
+#[derive(Debug, Clone, PartialEq)]
+struct SeenVector {
+    name: String,
+    codes: Vec<Option<u32>>,
+}
+
+/// The series the x axes are drawn from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum AxisSeries {
+    Tokens,
+    TokensPerSecond,
 }
 
 impl MetricColumns {
@@ -83,53 +103,73 @@ impl MetricColumns {
             if line.trim().is_empty() {
                 continue;
             }
-            let record: Line<'_> =
-                serde_json::from_str(&line).map_err(|e| format!("{what}: line {n}: {e}"))?;
-            self.push_line(&record, only);
+            let mut de = serde_json::Deserializer::from_str(&line);
+            LineSeed { cols: self, only }
+                .deserialize(&mut de)
+                .and_then(|()| de.end())
+                .map_err(|e| format!("{what}: line {n}: {e}"))?;
         }
         Ok(())
     }
 
-    fn push_line(&mut self, line: &Line<'_>, only: Option<&BTreeSet<String>>) {
-        let step = line.step;
-        for (name, value) in &line.scalars {
-            let value = value.unwrap_or(f64::NAN);
-            if name == TOTAL_TOKENS {
-                self.tokens.push((step, value));
-            } else if name == TOKENS_PER_SECOND {
-                self.tokens_per_second.push((step, value));
-            }
-            if only.is_none_or(|o| o.contains(name.as_ref())) {
-                self.point(name, step, value);
-            }
-        }
-        for (name, values) in &line.vectors {
-            if !self.components.contains_key(name.as_ref()) {
-                self.components.insert(name.to_string(), Vec::new());
-            }
-            for (i, value) in values.iter().enumerate() {
-                let known = self.components[name.as_ref()].get(i).copied();
-                let code = match known {
-                    Some(code) => code,
-                    None => {
-                        let component = format!("{name}/{i}");
-                        let code = only
-                            .is_none_or(|o| o.contains(&component))
-                            .then(|| self.intern(&component));
-                        if let Some(codes) = self.components.get_mut(name.as_ref()) {
-                            codes.resize(codes.len().max(i + 1), None);
-                            codes[i] = code;
-                        }
-                        code
-                    }
-                };
-                if let Some(code) = code {
-                    self.codes.push(code);
-                    self.steps.push(step);
-                    self.values.push(value.unwrap_or(f64::NAN));
-                }
+    /// The scalar named `name` at place `i` of its line's `scalars`.
+    fn scalar_at(&mut self, i: usize, name: &str, only: Option<&BTreeSet<String>>) -> &SeenName {
+        if self.seen_scalars.get(i).is_none_or(|s| s.name != name) {
+            let axis = match name {
+                TOTAL_TOKENS => Some(AxisSeries::Tokens),
+                TOKENS_PER_SECOND => Some(AxisSeries::TokensPerSecond),
+                _ => None,
+            };
+            let code = only
+                .is_none_or(|o| o.contains(name))
+                .then(|| self.intern(name));
+            let seen = SeenName {
+                name: name.to_string(),
+                code,
+                axis,
+            };
+            if i < self.seen_scalars.len() {
+                self.seen_scalars[i] = seen;
+            } else {
+                self.seen_scalars.push(seen);
             }
         }
+        &self.seen_scalars[i]
+    }
+
+    /// Makes `seen_vectors[i]` the vector metric `name`'s.
+    fn vector_at(&mut self, i: usize, name: &str) {
+        if self.seen_vectors.get(i).is_some_and(|v| v.name == name) {
+            return;
+        }
+        let seen = SeenVector {
+            name: name.to_string(),
+            codes: self.components.get(name).cloned().unwrap_or_default(),
+        };
+        if i < self.seen_vectors.len() {
+            self.seen_vectors[i] = seen;
+        } else {
+            self.seen_vectors.push(seen);
+        }
+    }
+
+    /// The code of component `c` of the vector metric at place `i` (`None`: not asked for).
+    fn component(&mut self, i: usize, c: usize, only: Option<&BTreeSet<String>>) -> Option<u32> {
+        if let Some(code) = self.seen_vectors[i].codes.get(c) {
+            return *code;
+        }
+        let name = self.seen_vectors[i].name.clone();
+        let component = format!("{name}/{c}");
+        let code = only
+            .is_none_or(|o| o.contains(&component))
+            .then(|| self.intern(&component));
+        let codes = self.components.entry(name).or_default();
+        codes.resize(codes.len().max(c + 1), None);
+        codes[c] = code;
+        let seen = &mut self.seen_vectors[i].codes;
+        seen.resize(seen.len().max(c + 1), None);
+        seen[c] = code;
+        code
     }
 
     fn intern(&mut self, name: &str) -> u32 {
@@ -142,13 +182,6 @@ impl MetricColumns {
                 c
             }
         }
-    }
-
-    fn point(&mut self, name: &str, step: u64, value: f64) {
-        let code = self.intern(name);
-        self.codes.push(code);
-        self.steps.push(step);
-        self.values.push(value);
     }
 
     /// Appends `other`'s points after these (chunks parsed apart, joined in log order).
@@ -228,6 +261,8 @@ impl MetricColumns {
         }
         (self.codes, self.steps, self.values) = (codes, steps, values);
         self.components.clear();
+        self.seen_scalars.clear();
+        self.seen_vectors.clear();
         self.tokens.sort_by_key(|p| p.0);
         self.tokens_per_second.sort_by_key(|p| p.0);
     }
@@ -269,6 +304,248 @@ impl MetricColumns {
                 Ok(by_step(&|s| lerp(&elapsed, s)))
             }
         }
+    }
+}
+
+/// One line of a chunk (a `glassbox_schemas::metrics::MetricRecord`: `step`, `scalars`,
+/// `vectors`; `kind` and anything else skipped), streamed into the columns: no map is built
+/// per line and no name allocated per point. A `null` value is NaN. `step` may come after the
+/// maps (canonical JSON orders keys by name), so the line's points get their step at its end.
+struct LineSeed<'c> {
+    cols: &'c mut MetricColumns,
+    only: Option<&'c BTreeSet<String>>,
+}
+
+/// The axis series' values a line recorded, waiting for its step.
+#[derive(Default)]
+struct LineAxes {
+    tokens: Option<f64>,
+    tokens_per_second: Option<f64>,
+}
+
+impl<'de> DeserializeSeed<'de> for LineSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for LineSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a metric record: {\"step\": N, \"scalars\": {...}, \"vectors\": {...}}")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let first = self.cols.codes.len();
+        let (mut step, mut scalars) = (None, false);
+        let mut axes = LineAxes::default();
+        while let Some(key) = map.next_key::<LineKey>()? {
+            match key {
+                LineKey::Step => step = Some(map.next_value::<u64>()?),
+                LineKey::Scalars => {
+                    map.next_value_seed(ScalarsSeed {
+                        cols: &mut *self.cols,
+                        only: self.only,
+                        axes: &mut axes,
+                    })?;
+                    scalars = true;
+                }
+                LineKey::Vectors => map.next_value_seed(VectorsSeed {
+                    cols: &mut *self.cols,
+                    only: self.only,
+                })?,
+                LineKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let step = step.ok_or_else(|| A::Error::missing_field("step"))?;
+        if !scalars {
+            return Err(A::Error::missing_field("scalars"));
+        }
+        debug_assert_eq!(self.cols.steps.len(), first);
+        self.cols.steps.resize(self.cols.codes.len(), step);
+        if let Some(v) = axes.tokens {
+            self.cols.tokens.push((step, v));
+        }
+        if let Some(v) = axes.tokens_per_second {
+            self.cols.tokens_per_second.push((step, v));
+        }
+        Ok(())
+    }
+}
+
+/// A key of a line's object.
+enum LineKey {
+    Step,
+    Scalars,
+    Vectors,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for LineKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = LineKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<LineKey, E> {
+                Ok(match v {
+                    "step" => LineKey::Step,
+                    "scalars" => LineKey::Scalars,
+                    "vectors" => LineKey::Vectors,
+                    _ => LineKey::Other,
+                })
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+/// A line's `scalars`: each `name: value` becomes a point (its step filled in by the line).
+struct ScalarsSeed<'c> {
+    cols: &'c mut MetricColumns,
+    only: Option<&'c BTreeSet<String>>,
+    axes: &'c mut LineAxes,
+}
+
+impl<'de> DeserializeSeed<'de> for ScalarsSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ScalarsSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a map of metric names to numbers or null")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut i = 0;
+        while let Some(name) = map.next_key::<Name<'de>>()? {
+            let value = map.next_value::<Option<f64>>()?.unwrap_or(f64::NAN);
+            let seen = self.cols.scalar_at(i, name.as_str(), self.only);
+            let (code, axis) = (seen.code, seen.axis);
+            match axis {
+                Some(AxisSeries::Tokens) => self.axes.tokens = Some(value),
+                Some(AxisSeries::TokensPerSecond) => self.axes.tokens_per_second = Some(value),
+                None => {}
+            }
+            if let Some(code) = code {
+                self.cols.codes.push(code);
+                self.cols.values.push(value);
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+}
+
+/// A line's `vectors`: component `c` of vector `name` is the point `<name>/<c>`.
+struct VectorsSeed<'c> {
+    cols: &'c mut MetricColumns,
+    only: Option<&'c BTreeSet<String>>,
+}
+
+impl<'de> DeserializeSeed<'de> for VectorsSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for VectorsSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a map of metric names to lists of numbers or null")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut i = 0;
+        while let Some(name) = map.next_key::<Name<'de>>()? {
+            self.cols.vector_at(i, name.as_str());
+            map.next_value_seed(ComponentsSeed {
+                cols: &mut *self.cols,
+                only: self.only,
+                at: i,
+            })?;
+            i += 1;
+        }
+        Ok(())
+    }
+}
+
+/// One vector's components, the vector at place `at` of its line.
+struct ComponentsSeed<'c> {
+    cols: &'c mut MetricColumns,
+    only: Option<&'c BTreeSet<String>>,
+    at: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for ComponentsSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ComponentsSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of numbers or null")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut c = 0;
+        while let Some(value) = seq.next_element::<Option<f64>>()? {
+            if let Some(code) = self.cols.component(self.at, c, self.only) {
+                self.cols.codes.push(code);
+                self.cols.values.push(value.unwrap_or(f64::NAN));
+            }
+            c += 1;
+        }
+        Ok(())
+    }
+}
+
+/// A metric name as the line holds it: borrowed unless it has escapes.
+struct Name<'de>(Cow<'de, str>);
+
+impl Name<'_> {
+    fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct NameVisitor;
+        impl<'de> Visitor<'de> for NameVisitor {
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a metric name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_str(NameVisitor)
     }
 }
 
@@ -400,11 +677,46 @@ mod tests {
     }
 
     #[test]
+    fn lines_read_alike_in_any_key_order_with_escaped_and_changing_names() {
+        let chunk = concat!(
+            r#"{"kind":"train","scalars":{"a":1,"b":2},"step":1,"vectors":{"v":[1,null]}}"#,
+            "\n",
+            r#"{"vectors":{"v":[3,4,5]},"step":2,"scalars":{"b":3,"c\u002fd":4},"extra":[1,{"x":2}]}"#,
+            "\n",
+            r#"{"step":3,"scalars":{"a":5}}"#,
+            "\n",
+        );
+        let mut m = MetricColumns::default();
+        m.read_chunk(chunk.as_bytes(), None, "c").unwrap();
+        m.sort();
+        assert_eq!(m.names, ["a", "b", "c/d", "v/0", "v/1", "v/2"]);
+        assert_eq!(m.codes, [0, 0, 1, 1, 2, 3, 3, 4, 4, 5]);
+        assert_eq!(m.steps, [1, 3, 1, 2, 2, 1, 2, 1, 2, 2]);
+        let values: Vec<String> = m.values.iter().map(|v| v.to_string()).collect();
+        assert_eq!(values, ["1", "5", "2", "3", "4", "1", "3", "NaN", "4", "5"]);
+        let only: BTreeSet<String> = ["b", "v/2"].map(String::from).into();
+        let mut m = MetricColumns::default();
+        m.read_chunk(chunk.as_bytes(), Some(&only), "c").unwrap();
+        m.sort();
+        assert_eq!(m.names, ["b", "v/2"]);
+        assert_eq!((m.steps, m.values), (vec![1, 2, 2], vec![2.0, 3.0, 5.0]));
+    }
+
+    #[test]
     fn a_bad_line_is_named() {
         let mut m = MetricColumns::default();
         let e = m
             .read_chunk("{\"step\":1}\nnot json\n".as_bytes(), None, "chunk X")
             .unwrap_err();
         assert!(e.starts_with("chunk X: line 1"), "{e}");
+        assert!(e.contains("scalars"), "{e}");
+        let e = m
+            .read_chunk(
+                "{\"step\":1,\"scalars\":{}}\n{\"step\":\"two\",\"scalars\":{}}\n".as_bytes(),
+                None,
+                "chunk Y",
+            )
+            .unwrap_err();
+        assert!(e.starts_with("chunk Y: line 2"), "{e}");
     }
 }

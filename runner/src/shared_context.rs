@@ -6,9 +6,9 @@
 //! Every op but attention is the backend's, over all the packed tokens of a batch of items at
 //! once (RMSNorm, the projections, RoPE with a table row per token's position, the router and
 //! the experts: row-wise, so a token's result does not depend on what else is packed beside
-//! it). Attention runs on the host over the keys a token may see, with the CPU kernel's own
-//! arithmetic ([`attend`]), and the output projection only for the positions whose next token
-//! is scored. So each continuation costs its own tokens, not its context again, and on the CPU
+//! it). Attention runs on the host, per group (in parallel) and head, over the keys each token
+//! may see, with the CPU kernel's own arithmetic ([`attend_group`]), and the output projection
+//! only for the positions whose next token is scored. So each continuation costs its own tokens, not its context again, and on the CPU
 //! its log-likelihood has the bits of the batched forward over its own context and
 //! continuation: the same for any batching, any packing and any thread count.
 //!
@@ -17,9 +17,13 @@
 //! or the log-softmax of the logits (the caller's).
 
 use std::collections::HashMap;
+use std::ops::Range;
+
+use rayon::prelude::*;
 
 use crate::backend::cpu::expf::exp_scaled_shifted;
-use crate::backend::{AttnDims, Backend, Groups, Qkv, RopeTables};
+use crate::backend::cpu::gemm::{GemmShape, Mat, MatMut, Tiles, gemm_into};
+use crate::backend::{Accumulate, AttnDims, Backend, Groups, Qkv, RopeTables};
 use crate::model::Model;
 use crate::scalar::Real;
 
@@ -27,55 +31,78 @@ use crate::scalar::Real;
 /// buffers); a group is never split, so a forward may exceed it by one group.
 const TOKENS_PER_FORWARD: usize = 1024;
 
-/// One head's attention for query `q [D]` over the rows `rows` of `k` and `v` (each row `D`
-/// values), into `out [D]`, with the arithmetic of the CPU backend's causal attention kernel
-/// for a query that sees exactly those keys in that order: each score one fused multiply-add
-/// chain over `D` (the kernel's GEMM), the scaled maximum, the backend's exponential, the sum
-/// in key order, the reciprocal, and each output one fused chain over the keys. So a token
-/// here gets the bits it gets in the batched forward of its own sequence.
-fn attend<F: Real>(
+/// One head's attention for the packed rows of one group (`q`, `k`, `v`: `[n, D]`, the
+/// group's rows of that head), into `out [n, D]`, row `t` seeing the group's rows
+/// `sees[t].0` then `sees[t].1` (offsets within the group). The arithmetic is the CPU attention
+/// kernel's for a query that sees exactly those keys in that order: the scores by the same
+/// GEMM (each one fused multiply-add chain over `D`), the scaled maximum over the visible
+/// scores, the backend's exponential, their sum in key order, the reciprocal; then `P v` by
+/// the GEMM with `P` zero at the keys a row does not see (a zero term leaves a chain as it
+/// was), so each visible key enters the output's chain in the order it does in the batched
+/// forward of the row's own sequence. So a token here gets the bits it gets there.
+fn attend_group<F: Real>(
     q: &[F],
     k: &[F],
     v: &[F],
-    rows: impl Iterator<Item = usize> + Clone,
-    p: &mut Vec<F>,
+    sees: &[(Range<usize>, Range<usize>)],
+    scratch: &mut GroupScratch<F>,
     out: &mut [F],
 ) {
-    let d = q.len();
+    let n = sees.len();
+    let d = q.len() / n;
     let scale = F::from_f64(1.0 / (d as f64).sqrt());
+    let GroupScratch { p, row } = scratch;
     p.clear();
-    p.extend(rows.clone().map(|t| {
-        let kt = &k[t * d..(t + 1) * d];
-        q.iter()
-            .zip(kt)
-            .fold(F::ZERO, |acc, (&a, &b)| a.mul_add(b, acc))
-    }));
-    let mut mx = p[0] * scale;
-    for &s in &p[1..] {
-        mx = mx.max(s * scale);
-    }
-    match F::as_f32_mut(p) {
-        Some(r) => exp_scaled_shifted(r, scale.to_f64() as f32, mx.to_f64() as f32),
-        None => {
-            for s in p.iter_mut() {
-                *s = (*s * scale - mx).exp();
+    p.resize(n * n, F::ZERO);
+    gemm_into(
+        GemmShape { m: n, n, k: d },
+        MatMut::rows(p, n),
+        Mat::rows(q, d),
+        Mat::transposed(k, d),
+        Accumulate::Overwrite,
+        Tiles::Serial,
+    );
+    for (t, (context, own)) in sees.iter().enumerate() {
+        let pr = &mut p[t * n..(t + 1) * n];
+        row.clear();
+        row.extend(context.clone().chain(own.clone()).map(|j| pr[j]));
+        let mut mx = row[0] * scale;
+        for &s in &row[1..] {
+            mx = mx.max(s * scale);
+        }
+        match F::as_f32_mut(row) {
+            Some(r) => exp_scaled_shifted(r, scale.to_f64() as f32, mx.to_f64() as f32),
+            None => {
+                for s in row.iter_mut() {
+                    *s = (*s * scale - mx).exp();
+                }
             }
         }
+        let mut sum = F::ZERO;
+        for &s in row.iter() {
+            sum += s;
+        }
+        let inv = F::ONE / sum;
+        pr.fill(F::ZERO);
+        for (j, &s) in context.clone().chain(own.clone()).zip(row.iter()) {
+            pr[j] = s * inv;
+        }
     }
-    let mut sum = F::ZERO;
-    for &s in p.iter() {
-        sum += s;
-    }
-    let inv = F::ONE / sum;
-    for s in p.iter_mut() {
-        *s *= inv;
-    }
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = rows
-            .clone()
-            .zip(p.iter())
-            .fold(F::ZERO, |acc, (t, &w)| w.mul_add(v[t * d + i], acc));
-    }
+    gemm_into(
+        GemmShape { m: n, n: d, k: n },
+        MatMut::rows(out, d),
+        Mat::rows(p, n),
+        Mat::rows(v, d),
+        Accumulate::Overwrite,
+        Tiles::Serial,
+    );
+}
+
+/// What [`attend_group`] reuses between calls: the probabilities `[n, n]` and one row's
+/// visible scores.
+struct GroupScratch<F> {
+    p: Vec<F>,
+    row: Vec<F>,
 }
 
 /// Requests sharing one context: the context's tokens and, per request, its continuation.
@@ -162,8 +189,11 @@ struct Packed {
     ids: Vec<u32>,
     /// Each packed token's position in its own sequence.
     positions: Vec<usize>,
-    /// Per packed token: the packed rows its query attends to are `context` then `own`.
-    sees: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
+    /// Each group's rows.
+    groups: Vec<Range<usize>>,
+    /// Per packed token: the rows of its group (offsets within the group) its query attends
+    /// to are `context` then `own`.
+    sees: Vec<(Range<usize>, Range<usize>)>,
     /// Per scored token: `(request index, packed row whose logits predict it, its id)`.
     scored: Vec<(usize, usize, u32)>,
 }
@@ -172,6 +202,7 @@ fn pack(groups: &[Group<'_>]) -> Packed {
     let mut p = Packed {
         ids: Vec::new(),
         positions: Vec::new(),
+        groups: Vec::new(),
         sees: Vec::new(),
         scored: Vec::new(),
     };
@@ -181,7 +212,7 @@ fn pack(groups: &[Group<'_>]) -> Packed {
         for (t, &id) in g.context.iter().enumerate() {
             p.ids.push(id);
             p.positions.push(t);
-            p.sees.push((c0..c0 + t + 1, 0..0));
+            p.sees.push((0..t + 1, 0..0));
         }
         let last_context_row = c0 + lc - 1;
         for &(i, cont) in &g.members {
@@ -189,13 +220,14 @@ fn pack(groups: &[Group<'_>]) -> Packed {
             for (j, &id) in cont[..cont.len() - 1].iter().enumerate() {
                 p.ids.push(id);
                 p.positions.push(lc + j);
-                p.sees.push((c0..c0 + lc, o0..o0 + j + 1));
+                p.sees.push((0..lc, o0 - c0..o0 - c0 + j + 1));
             }
             for (j, &id) in cont.iter().enumerate() {
                 let row = if j == 0 { last_context_row } else { o0 + j - 1 };
                 p.scored.push((i, row, id));
             }
         }
+        p.groups.push(c0..p.ids.len());
     }
     p
 }
@@ -253,28 +285,51 @@ fn forward_groups<B: Backend>(
             v: be.zeros(n * c),
         };
         be.qkv_rope_fwd(qkvh.each_mut(), &qkv, rope.each_ref(), ad);
-        // [H, N, D] on the host; the output row-major [N, C], heads side by side.
+        // [H, N, D] on the host; the output row-major [N, C], heads side by side, each
+        // group's rows (contiguous) on their own thread.
         let (q, k, val) = (
             be.download(&qkvh.q),
             be.download(&qkvh.k),
             be.download(&qkvh.v),
         );
         let mut y = vec![B::F::ZERO; n * c];
-        let mut probs = Vec::new();
-        for h in 0..heads {
-            let head = h * n * hd..(h + 1) * n * hd;
-            let (qh, kh, vh) = (&q[head.clone()], &k[head.clone()], &val[head]);
-            for (t, (context, own)) in packed.sees.iter().enumerate() {
-                attend(
-                    &qh[t * hd..(t + 1) * hd],
-                    kh,
-                    vh,
-                    context.clone().chain(own.clone()),
-                    &mut probs,
-                    &mut y[t * c + h * hd..t * c + (h + 1) * hd],
-                );
-            }
+        let mut parts: Vec<(&mut [B::F], &Range<usize>)> = Vec::with_capacity(packed.groups.len());
+        let mut rest = y.as_mut_slice();
+        for g in &packed.groups {
+            let (part, tail) = rest.split_at_mut(g.len() * c);
+            parts.push((part, g));
+            rest = tail;
         }
+        parts.into_par_iter().for_each_init(
+            || {
+                (
+                    GroupScratch {
+                        p: Vec::new(),
+                        row: Vec::new(),
+                    },
+                    Vec::new(),
+                )
+            },
+            |(scratch, out), (yg, g)| {
+                let rows = g.len();
+                out.resize(rows * hd, B::F::ZERO);
+                for h in 0..heads {
+                    let at = h * n * hd + g.start * hd..h * n * hd + g.end * hd;
+                    attend_group(
+                        &q[at.clone()],
+                        &k[at.clone()],
+                        &val[at],
+                        &packed.sees[g.clone()],
+                        scratch,
+                        out,
+                    );
+                    for t in 0..rows {
+                        yg[t * c + h * hd..t * c + (h + 1) * hd]
+                            .copy_from_slice(&out[t * hd..(t + 1) * hd]);
+                    }
+                }
+            },
+        );
         let ym = be.upload(&y);
         let mut ao = be.zeros(n * c);
         be.linear_fwd(&mut ao, &ym, &params[ix.wo], &Groups::dense(n, c, c));

@@ -179,15 +179,7 @@ fn score_is_the_log_softmax_of_the_full_forward() {
     let v = model.dims.vocab;
     let full = full_forward(&be, &model, &params, &b, &ids[..t]);
     for p in 0..t {
-        let row = &full[p * v..(p + 1) * v];
-        let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
-        let lse = max
-            + row
-                .iter()
-                .map(|&x| (x as f64 - max).exp())
-                .sum::<f64>()
-                .ln();
-        let want = row[ids[p + 1] as usize] as f64 - lse;
+        let want = log_softmax(&full[p * v..(p + 1) * v], ids[p + 1]);
         assert_eq!(s.per_token[p], (ids[p + 1], want), "position {p}");
     }
     let total: f64 = -s.per_token.iter().map(|p| p.1).sum::<f64>();
