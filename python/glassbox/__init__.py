@@ -145,7 +145,7 @@ def _typed(cls: Any, row: Dict[str, Any]) -> Any:
 
 
 class Rows(list):
-    """A list of rows (``Run`` or ``Experiment``) that also becomes a table.
+    """A list of rows (``Run``, ``Experiment`` or ``Entry``) that also becomes a table.
 
     ``to_pandas()`` and ``to_arrow()`` flatten nested fields into dotted columns:
     ``spec.model.moe.n_experts``, ``final_metrics.train/loss``. The catalog's own summary of
@@ -183,6 +183,20 @@ class Entry:
     time: str
     entry: Dict[str, Any]
     raw: bytes
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The entry as a table row: where it sits, then its ``refs`` and ``body`` (which
+        ``Rows.to_pandas()`` flattens into ``refs.<role>`` and ``body.<field>`` columns);
+        not its bytes."""
+        return {
+            "idx": self.idx,
+            "kind": self.kind,
+            "experiment": self.experiment,
+            "run": self.run,
+            "time": self.time,
+            "refs": self.entry.get("refs", {}),
+            "body": self.entry.get("body", {}),
+        }
 
     @staticmethod
     def _of(row: Dict[str, Any]) -> "Entry":
@@ -385,10 +399,12 @@ class Lab:
         ``last``, ``min``, ``max`` (finite values; None when there is none)."""
         return json.loads(self._lab.summary_json(run))
 
-    def entries(self, kind: Optional[str] = None, since: Optional[int] = None) -> List[Entry]:
-        """Entries of ``kind`` (e.g. ``"result"``; all when None) with index ``since`` or
-        later, in log order."""
-        return [Entry._of(r) for r in json.loads(self._lab.entries_json(kind, since))]
+    def entries(self, kind: Optional[str] = None, since: Optional[int] = None) -> Rows:
+        """Entries of ``kind`` (e.g. ``"result"``, ``"annotation"``, ``"anomaly"``,
+        ``"forecast"``, ``"samples"``, ``"evaluation"``; all when None) with index ``since`` or
+        later, in log order; ``.to_pandas()`` makes them a table with a column per body field
+        (``lab.entries("evaluation").to_pandas()["body.metrics.acc_norm"]``)."""
+        return Rows(Entry._of(r) for r in json.loads(self._lab.entries_json(kind, since)))
 
     def entry(self, index: int) -> Entry:
         """Entry ``index``, read from the log under its signed checkpoint."""

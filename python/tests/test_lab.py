@@ -163,6 +163,13 @@ def test_entries_entry_blob_and_spec(small_lab):
     entries = lab.entries()
     assert len(entries) == small_lab["entries"]
     assert [e.run for e in lab.entries(kind="result")] == ["run-1", "run-2"]
+    results = lab.entries(kind="result").to_pandas()
+    assert list(results["body.status"]) == ["succeeded", "diverged"]
+    assert list(results["body.final_metrics.train/loss"]) == [1.6, 2.9]
+    assert list(results["run"]) == ["run-1", "run-2"] and "raw" not in results.columns
+    proposals = lab.entries(kind="proposal").to_arrow()
+    assert proposals.column("body.author").to_pylist() == ["alice", "alice", "bob"]
+    assert proposals.column("refs.spec").to_pylist()[0].startswith("blake3:")
     assert all(e.idx >= 3 for e in lab.entries(since=3))
     first = lab.entry(0)
     assert first.kind == "proposal" and first.experiment == "acme/lab#1"
