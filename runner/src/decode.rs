@@ -8,7 +8,7 @@
 //! Routing at inference is dropless, as [`Model::logits`] is. The result is the same for any
 //! CPU thread count. Not here: choosing the next token ([`crate::sampling`]) or text.
 
-use crate::backend::{AttnDims, Backend, Groups, Qkv, RopeTables};
+use crate::backend::{AttnDims, Backend, Groups, RopeTables};
 use crate::error::RunnerError;
 use crate::model::Model;
 use crate::scalar::Real;
@@ -104,22 +104,9 @@ impl<'m, B: Backend> Decoder<'m, B> {
         let mut x = be.zeros(c);
         be.embedding_fwd(&mut x, &params[model.wte_index()], &ids, c);
         for (li, ix) in model.layer_indices().enumerate() {
-            let mut ln1 = be.zeros(c);
-            let mut rstd1 = be.zeros(1);
-            be.rmsnorm_fwd(&mut ln1, &mut rstd1, &x, &params[ix.ln1], c, d.norm_eps);
-            let mut qkv = be.zeros(3 * c);
-            be.linear_fwd(
-                &mut qkv,
-                &ln1,
-                &params[ix.wqkv],
-                &Groups::dense(1, c, 3 * c),
-            );
-            let mut qkvh = Qkv {
-                q: be.zeros(c),
-                k: be.zeros(c),
-                v: be.zeros(c),
-            };
-            be.qkv_rope_fwd(qkvh.each_mut(), &qkv, rope.each_ref(), ad);
+            let qkvh = model
+                .attention_inputs(be, params, ix, &x, 1, rope.each_ref(), ad)
+                .heads;
             let host = |b: &B::Buf| -> Vec<f32> {
                 be.download(b)
                     .into_iter()

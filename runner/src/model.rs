@@ -166,6 +166,16 @@ enum TensorKind {
     Gain,
 }
 
+/// What [`Model::attention_inputs`] computes for one layer.
+pub(crate) struct AttentionInputs<B: Backend> {
+    /// `rmsnorm(x)`.
+    pub(crate) ln1: B::Buf,
+    /// Its saved reciprocal RMS per row.
+    pub(crate) rstd1: B::Buf,
+    /// q, k (rotated) and v, `[B, H, T, D]`.
+    pub(crate) heads: Qkv<B::Buf>,
+}
+
 /// Indices of one layer's tensors in [`Model::params`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LayerIx {
@@ -598,23 +608,8 @@ impl Model {
         let (mut router_z_total, mut aux_total) = (0.0, 0.0);
         for (li, ix) in self.layers.iter().enumerate() {
             // --- attention block ---
-            let mut ln1 = be.zeros(n * c);
-            let mut rstd1 = be.zeros(n);
-            be.rmsnorm_fwd(&mut ln1, &mut rstd1, &x, &params[ix.ln1], c, d.norm_eps);
-            let mut qkv = be.zeros(n * 3 * c);
-            be.linear_fwd(
-                &mut qkv,
-                &ln1,
-                &params[ix.wqkv],
-                &Groups::dense(n, c, 3 * c),
-            );
-            let mut heads = Qkv {
-                q: be.zeros(n * c),
-                k: be.zeros(n * c),
-                v: be.zeros(n * c),
-            };
-            be.qkv_rope_fwd(heads.each_mut(), &qkv, rope.each_ref(), ad);
-            drop(qkv);
+            let AttentionInputs { ln1, rstd1, heads } =
+                self.attention_inputs(be, params, ix, &x, n, rope.each_ref(), ad);
             let mut y = be.zeros(n * c);
             let mut probs = be.zeros(be.attention_cache_len(ad));
             be.attention_fwd(&mut y, &mut probs, heads.each_ref(), ad);
@@ -717,6 +712,40 @@ impl Model {
             cache,
             logits: host_logits,
         }
+    }
+
+    /// One layer's attention inputs for the `n` rows of `x [N, C]`: `ln1 = rmsnorm(x)` with
+    /// its saved `rstd1`, and the QKV projection split into heads and rotated by `rope`
+    /// (`ad`'s shape; one table row per position of a sequence).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn attention_inputs<B: Backend>(
+        &self,
+        be: &B,
+        params: &[B::Buf],
+        ix: &LayerIx,
+        x: &B::Buf,
+        n: usize,
+        rope: RopeTables<&B::Buf>,
+        ad: AttnDims,
+    ) -> AttentionInputs<B> {
+        let (c, eps) = (self.dims.d_model, self.dims.norm_eps);
+        let mut ln1 = be.zeros(n * c);
+        let mut rstd1 = be.zeros(n);
+        be.rmsnorm_fwd(&mut ln1, &mut rstd1, x, &params[ix.ln1], c, eps);
+        let mut qkv = be.zeros(n * 3 * c);
+        be.linear_fwd(
+            &mut qkv,
+            &ln1,
+            &params[ix.wqkv],
+            &Groups::dense(n, c, 3 * c),
+        );
+        let mut heads = Qkv {
+            q: be.zeros(n * c),
+            k: be.zeros(n * c),
+            v: be.zeros(n * c),
+        };
+        be.qkv_rope_fwd(heads.each_mut(), &qkv, rope, ad);
+        AttentionInputs { ln1, rstd1, heads }
     }
 
     /// One MoE block on `ln2 [N, C]`: router, top-k routing (with `capacity`, if any), the

@@ -23,7 +23,7 @@ use rayon::prelude::*;
 
 use crate::backend::cpu::expf::exp_scaled_shifted;
 use crate::backend::cpu::gemm::{GemmShape, Mat, MatMut, Tiles, gemm_into};
-use crate::backend::{Accumulate, AttnDims, Backend, Groups, Qkv, RopeTables};
+use crate::backend::{Accumulate, AttnDims, Backend, Groups, RopeTables};
 use crate::model::Model;
 use crate::scalar::Real;
 
@@ -269,22 +269,9 @@ fn forward_groups<B: Backend>(
     let mut x = be.zeros(n * c);
     be.embedding_fwd(&mut x, &params[model.wte_index()], &ids, c);
     for (li, ix) in model.layer_indices().enumerate() {
-        let mut ln1 = be.zeros(n * c);
-        let mut rstd1 = be.zeros(n);
-        be.rmsnorm_fwd(&mut ln1, &mut rstd1, &x, &params[ix.ln1], c, d.norm_eps);
-        let mut qkv = be.zeros(n * 3 * c);
-        be.linear_fwd(
-            &mut qkv,
-            &ln1,
-            &params[ix.wqkv],
-            &Groups::dense(n, c, 3 * c),
-        );
-        let mut qkvh = Qkv {
-            q: be.zeros(n * c),
-            k: be.zeros(n * c),
-            v: be.zeros(n * c),
-        };
-        be.qkv_rope_fwd(qkvh.each_mut(), &qkv, rope.each_ref(), ad);
+        let qkvh = model
+            .attention_inputs(be, params, ix, &x, n, rope.each_ref(), ad)
+            .heads;
         // [H, N, D] on the host; the output row-major [N, C], heads side by side, each
         // group's rows (contiguous) on their own thread.
         let (q, k, val) = (
