@@ -12,6 +12,7 @@ use std::path::Path;
 
 use glassbox_runner::backend::Backend;
 use glassbox_runner::backend::cpu::CpuBackend;
+use glassbox_runner::decode::DecodeWeights;
 use glassbox_runner::inference::{self, Completion, Score};
 use glassbox_runner::model::{Model, ModelDims};
 use glassbox_runner::sampling::SampleSettings;
@@ -305,10 +306,11 @@ impl TrainedModel {
         settings: SampleSettings,
     ) -> Result<Completion, LabError> {
         self.on_cpu(threads, |be, params| {
+            let weights = DecodeWeights::new(&self.model, be, params);
             Ok(inference::generate(
                 &self.model,
                 be,
-                params,
+                &weights,
                 &self.state.router_bias,
                 &self.codec,
                 prompt,

@@ -5,7 +5,8 @@
 //! model's context: window `w` feeds tokens `wT .. wT+T` and predicts `wT+1 .. wT+T+1`, so each
 //! token after the first is predicted once, with at most `T` tokens before it (the context
 //! restarts at each window, as in training). Log-probabilities are taken in f64 from the f32
-//! logits. Generation feeds the prompt through a [`Decoder`] and then one token at a time.
+//! logits. Generation feeds the prompt through a [`Decoder`] in one batched forward and then one
+//! token at a time.
 //! Both are the same for any CPU thread count. Not here: finding a run's snapshot (the lab).
 
 use std::time::Instant;
@@ -13,7 +14,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::backend::Backend;
-use crate::decode::Decoder;
+use crate::decode::{DecodeWeights, Decoder};
 use crate::error::RunnerError;
 use crate::model::{BatchIds, Model};
 use crate::sampling::{SampleSettings, Sampler};
@@ -309,13 +310,13 @@ pub struct Generated {
     pub prompt_seconds: f64,
 }
 
-/// Feeds `prompt` (at least one token; with `max_tokens`, within the context) and writes up to
-/// `max_tokens` tokens, stopping early at `end_of_text`.
+/// Feeds `prompt` (at least one token; with `max_tokens`, within the context) in one batched
+/// forward and writes up to `max_tokens` tokens, stopping early at `end_of_text`.
 #[allow(clippy::too_many_arguments)]
 pub fn generate_ids<B: Backend>(
     model: &Model,
     be: &B,
-    params: &[B::Buf],
+    weights: &DecodeWeights<'_, B>,
     bias: &[Vec<f64>],
     prompt: &[u32],
     max_tokens: usize,
@@ -323,11 +324,8 @@ pub fn generate_ids<B: Backend>(
     end_of_text: Option<u32>,
 ) -> Result<Generated, RunnerError> {
     let started = Instant::now();
-    let mut decoder = Decoder::new(model, be, params, bias);
-    let mut logits = Vec::new();
-    for &id in prompt {
-        logits = decoder.feed(id)?;
-    }
+    let mut decoder = Decoder::new(model, be, weights, bias);
+    let mut logits = decoder.feed_all(prompt)?;
     let prompt_seconds = started.elapsed().as_secs_f64();
     let mut ids = Vec::with_capacity(max_tokens);
     let mut stop = StopReason::Length;
@@ -355,7 +353,7 @@ pub fn generate_ids<B: Backend>(
 pub fn generate<B: Backend>(
     model: &Model,
     be: &B,
-    params: &[B::Buf],
+    weights: &DecodeWeights<'_, B>,
     bias: &[Vec<f64>],
     codec: &TextCodec,
     prompt: &str,
@@ -390,7 +388,7 @@ pub fn generate<B: Backend>(
     let generated = generate_ids(
         model,
         be,
-        params,
+        weights,
         bias,
         &ids,
         max_tokens,

@@ -22,7 +22,7 @@ use glassbox_schemas::spec::{Balancing, ExperimentSpec, ScoreFn, Tokenizer};
 
 use crate::backend::{
     Accumulate, AttnDims, Backend, Groups, Qkv, RmsNormSaved, RopeTables, RouterStats, Routing,
-    ScoreKind,
+    ScoreKind, WeightLayout,
 };
 use crate::error::RunnerError;
 use crate::rng::{SplitMix64, derive};
@@ -166,6 +166,48 @@ enum TensorKind {
     Gain,
 }
 
+/// A model's parameters as a forward reads them: the buffers in [`Model::params`] order, and
+/// how the linear layers' weight matrices among them lie (as trained, or a decoder's
+/// transposed copy: see [`crate::decode::DecodeWeights`]).
+pub struct Weights<'a, B: Backend> {
+    /// Every parameter tensor, in layout order.
+    pub bufs: &'a [B::Buf],
+    /// The linear layers' layout; the other tensors are as trained.
+    pub layout: WeightLayout,
+}
+
+impl<B: Backend> std::fmt::Debug for Weights<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Weights")
+            .field("tensors", &self.bufs.len())
+            .field("layout", &self.layout)
+            .finish()
+    }
+}
+
+impl<B: Backend> Clone for Weights<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for Weights<'_, B> {}
+
+impl<'a, B: Backend> Weights<'a, B> {
+    /// The parameters as trained and checkpointed.
+    pub fn trained(bufs: &'a [B::Buf]) -> Self {
+        Self {
+            bufs,
+            layout: WeightLayout::OutIn,
+        }
+    }
+
+    /// A dense linear layer's groups over these weights.
+    pub(crate) fn dense(&self, n: usize, in_dim: usize, out_dim: usize) -> Groups {
+        Groups::dense(n, in_dim, out_dim).with_layout(self.layout)
+    }
+}
+
 /// What [`Model::attention_inputs`] computes for one layer.
 pub(crate) struct AttentionInputs<B: Backend> {
     /// `rmsnorm(x)`.
@@ -262,12 +304,19 @@ pub struct BatchIds<'a, B: Backend> {
 
 /// A SwiGLU block's two grouped matmuls over `rows` per weight matrix, from matrix `first`:
 /// `W13 [2F, C]` then `W2 [C, F]` (the routed experts from 0, a shared expert alone).
-fn swiglu_groups(rows: &[usize], first: usize, c: usize, f: usize) -> (Groups, Groups) {
+fn swiglu_groups(
+    rows: &[usize],
+    first: usize,
+    c: usize,
+    f: usize,
+    layout: WeightLayout,
+) -> (Groups, Groups) {
     let group = |in_dim, out_dim| Groups {
         rows: rows.to_vec(),
         first,
         in_dim,
         out_dim,
+        layout,
     };
     (group(c, 2 * f), group(f, c))
 }
@@ -551,6 +600,19 @@ impl Model {
         self.lm_head
     }
 
+    /// The parameter indices of every linear layer's weights (`[.., out, in]`, read by
+    /// `linear_fwd`): each layer's projections, router and experts, and the output projection.
+    /// Not the embedding table, which is looked up by row.
+    pub(crate) fn linear_weight_indices(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .layers
+            .iter()
+            .flat_map(|ix| [ix.wqkv, ix.wo, ix.router, ix.w13, ix.w2, ix.ws13, ix.ws2])
+            .collect();
+        v.push(self.lm_head);
+        v
+    }
+
     /// Each layer's parameter indices, in order.
     pub(crate) fn layer_indices(&self) -> impl Iterator<Item = &LayerIx> {
         self.layers.iter()
@@ -600,6 +662,7 @@ impl Model {
         };
         let ad = self.attn_dims(b);
         let rope = self.rope_tables(be);
+        let trained = Weights::trained(params);
 
         let mut x = be.zeros(n * c);
         be.embedding_fwd(&mut x, &params[self.wte], tokens, c);
@@ -609,7 +672,7 @@ impl Model {
         for (li, ix) in self.layers.iter().enumerate() {
             // --- attention block ---
             let AttentionInputs { ln1, rstd1, heads } =
-                self.attention_inputs(be, params, ix, &x, n, rope.each_ref(), ad);
+                self.attention_inputs(be, trained, ix, &x, n, rope.each_ref(), ad);
             let mut y = be.zeros(n * c);
             let mut probs = be.zeros(be.attention_cache_len(ad));
             be.attention_fwd(&mut y, &mut probs, heads.each_ref(), ad);
@@ -637,7 +700,7 @@ impl Model {
                 a,
                 ye,
                 shared,
-            } = self.moe_fwd(be, params, li, &bias[li], &ln2, n, capacity);
+            } = self.moe_fwd(be, trained, li, &bias[li], &ln2, n, capacity);
             let mut x_out = be.duplicate(&x_mid);
             be.add_assign(&mut x_out, &moe_out);
             drop(moe_out);
@@ -721,7 +784,7 @@ impl Model {
     pub(crate) fn attention_inputs<B: Backend>(
         &self,
         be: &B,
-        params: &[B::Buf],
+        w: Weights<'_, B>,
         ix: &LayerIx,
         x: &B::Buf,
         n: usize,
@@ -731,14 +794,9 @@ impl Model {
         let (c, eps) = (self.dims.d_model, self.dims.norm_eps);
         let mut ln1 = be.zeros(n * c);
         let mut rstd1 = be.zeros(n);
-        be.rmsnorm_fwd(&mut ln1, &mut rstd1, x, &params[ix.ln1], c, eps);
+        be.rmsnorm_fwd(&mut ln1, &mut rstd1, x, &w.bufs[ix.ln1], c, eps);
         let mut qkv = be.zeros(n * 3 * c);
-        be.linear_fwd(
-            &mut qkv,
-            &ln1,
-            &params[ix.wqkv],
-            &Groups::dense(n, c, 3 * c),
-        );
+        be.linear_fwd(&mut qkv, &ln1, &w.bufs[ix.wqkv], &w.dense(n, c, 3 * c));
         let mut heads = Qkv {
             q: be.zeros(n * c),
             k: be.zeros(n * c),
@@ -754,7 +812,7 @@ impl Model {
     pub(crate) fn moe_fwd<B: Backend>(
         &self,
         be: &B,
-        params: &[B::Buf],
+        w: Weights<'_, B>,
         li: usize,
         bias: &[f64],
         ln2: &B::Buf,
@@ -764,12 +822,13 @@ impl Model {
         let d = &self.dims;
         let ix = &self.layers[li];
         let (c, e, k, f) = (d.d_model, d.n_experts, d.top_k, d.d_expert);
+        let params = w.bufs;
         let mut router_logits = be.zeros(n * e);
         be.linear_fwd(
             &mut router_logits,
             ln2,
             &params[ix.router],
-            &Groups::dense(n, c, e),
+            &w.dense(n, c, e),
         );
         let mut scores = be.zeros(n * e);
         be.router_scores_fwd(&mut scores, &router_logits, e, d.score);
@@ -777,7 +836,7 @@ impl Model {
         let s_rows: usize = routing.expert_rows.iter().sum();
         let mut xs = be.zeros(s_rows * c);
         be.dispatch_fwd(&mut xs, ln2, &routing, c);
-        let (eg13, eg2) = swiglu_groups(&routing.expert_rows, 0, c, f);
+        let (eg13, eg2) = swiglu_groups(&routing.expert_rows, 0, c, f, w.layout);
         let mut h = be.zeros(s_rows * 2 * f);
         be.linear_fwd(&mut h, &xs, &params[ix.w13], &eg13);
         let mut a = be.zeros(s_rows * f);
@@ -787,7 +846,7 @@ impl Model {
         let mut moe_out = be.zeros(n * c);
         let mut shared = Vec::with_capacity(d.n_shared);
         for si in 0..d.n_shared {
-            let (g13, g2) = swiglu_groups(&[n], si, c, f);
+            let (g13, g2) = swiglu_groups(&[n], si, c, f, w.layout);
             let mut hs = be.zeros(n * 2 * f);
             be.linear_fwd(&mut hs, ln2, &params[ix.ws13], &g13);
             let mut as_ = be.zeros(n * f);
@@ -903,7 +962,7 @@ impl Model {
             let mut dye = be.zeros(s_rows * c);
             let mut dweights = be.zeros(n * d.top_k);
             be.combine_bwd(&mut dye, &mut dweights, &dx, &lc.ye, routing, c);
-            let (eg13, eg2) = swiglu_groups(&routing.expert_rows, 0, c, f);
+            let (eg13, eg2) = swiglu_groups(&routing.expert_rows, 0, c, f, WeightLayout::OutIn);
             let mut da = be.zeros(s_rows * f);
             be.linear_bwd_data(&mut da, &dye, &params[ix.w2], &eg2, Accumulate::Overwrite);
             be.linear_bwd_weight(&mut grads[ix.w2], &dye, &lc.a, &eg2);
@@ -919,7 +978,7 @@ impl Model {
             be.dispatch_bwd(&mut dln2, &dxs, routing, c);
             drop(dxs);
             for (si, (hs, as_)) in lc.shared.iter().enumerate() {
-                let (g13, g2) = swiglu_groups(&[n], si, c, f);
+                let (g13, g2) = swiglu_groups(&[n], si, c, f, WeightLayout::OutIn);
                 let mut das = be.zeros(n * f);
                 be.linear_bwd_data(&mut das, &dx, &params[ix.ws2], &g2, Accumulate::Overwrite);
                 be.linear_bwd_weight(&mut grads[ix.ws2], &dx, as_, &g2);

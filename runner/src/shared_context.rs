@@ -24,7 +24,7 @@ use rayon::prelude::*;
 use crate::backend::cpu::expf::exp_scaled_shifted;
 use crate::backend::cpu::gemm::{GemmShape, Mat, MatMut, Tiles, gemm_into};
 use crate::backend::{Accumulate, AttnDims, Backend, Groups, RopeTables};
-use crate::model::Model;
+use crate::model::{Model, Weights};
 use crate::scalar::Real;
 
 /// Packed tokens per forward (bounds the activations held at once: a few `N x max(3C, E F)`
@@ -270,7 +270,7 @@ fn forward_groups<B: Backend>(
     be.embedding_fwd(&mut x, &params[model.wte_index()], &ids, c);
     for (li, ix) in model.layer_indices().enumerate() {
         let qkvh = model
-            .attention_inputs(be, params, ix, &x, n, rope.each_ref(), ad)
+            .attention_inputs(be, Weights::trained(params), ix, &x, n, rope.each_ref(), ad)
             .heads;
         // [H, N, D] on the host; the output row-major [N, C], heads side by side, each
         // group's rows (contiguous) on their own thread.
@@ -325,7 +325,7 @@ fn forward_groups<B: Backend>(
         let mut ln2 = be.zeros(n * c);
         let mut rstd2 = be.zeros(n);
         be.rmsnorm_fwd(&mut ln2, &mut rstd2, &x_mid, &params[ix.ln2], c, d.norm_eps);
-        let moe = model.moe_fwd(be, params, li, &bias[li], &ln2, n, None);
+        let moe = model.moe_fwd(be, Weights::trained(params), li, &bias[li], &ln2, n, None);
         be.add_assign(&mut x_mid, &moe.out);
         x = x_mid;
     }

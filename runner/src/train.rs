@@ -27,6 +27,7 @@ use glassbox_schemas::{RunStatus, cost};
 use crate::anomaly::AnomalyDetector;
 use crate::backend::{AdamW, Backend};
 use crate::data::{DataPipeline, Source};
+use crate::decode::DecodeWeights;
 use crate::error::RunnerError;
 use crate::inference::generate_ids;
 use crate::model::{BatchIds, Model, ModelDims, PassStats};
@@ -349,6 +350,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
         };
         let mut items = Vec::new();
         let mut fed = 0u64;
+        let weights = DecodeWeights::new(&self.model, self.be, &self.params);
         for mut prompt in self.prompt_ids() {
             let room = t - max_new;
             if prompt.len() > room {
@@ -362,7 +364,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
             let out = generate_ids(
                 &self.model,
                 self.be,
-                &self.params,
+                &weights,
                 &self.bias,
                 &prompt,
                 max_new,

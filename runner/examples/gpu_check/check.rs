@@ -45,7 +45,7 @@ use glassbox_runner::backend::parity::{
 };
 use glassbox_runner::backend::{
     Accumulate, AdamW, AttnDims, Backend, Groups, Precision, Qkv, RmsNormSaved, RopeTables,
-    ScoreKind,
+    ScoreKind, WeightLayout,
 };
 use glassbox_runner::data::{DataPipeline, DirCorpusStore};
 use glassbox_runner::error::RunnerError;
@@ -590,12 +590,14 @@ fn ops_linear<B: Backend<F = f32>>(
         first: 0,
         in_dim: c,
         out_dim: c,
+        layout: WeightLayout::OutIn,
     };
     let shared = Groups {
         rows: vec![n],
         first: 2,
         in_dim: c,
         out_dim: c,
+        layout: WeightLayout::OutIn,
     };
     for (tag, g) in [
         ("dense", &dense),
@@ -1214,6 +1216,7 @@ fn kernel_classes<D: CheckDevice>(dev: &D, spec: &ExperimentSpec) -> Vec<ClassRa
         first: 0,
         in_dim: c,
         out_dim: 2 * f,
+        layout: WeightLayout::OutIn,
     };
     let s = time_best(dev, || dev.linear_fwd(&mut h, &xs, &we, &ge));
     out.push(ClassRate {

@@ -161,8 +161,47 @@ pub enum ScoreKind {
     Sigmoid,
 }
 
+/// How a linear layer's weight matrices lie in their buffer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WeightLayout {
+    /// `[G, out_dim, in_dim]`: one row per output feature, as trained, checkpointed and
+    /// exported.
+    #[default]
+    OutIn,
+    /// Each `[out_dim, in_dim]` matrix cut into panels of [`WEIGHT_PANEL`] output features
+    /// (the last one narrower where `out_dim` is not a multiple), each panel stored transposed
+    /// (`[in_dim, width]`), panel after panel: element `(o, i)` of a panel starting at output
+    /// `o0` with `width` columns is at `in_dim * o0 + i * width + (o - o0)` within its matrix.
+    /// A product of one input row (decoding) then reads each panel as one contiguous stream,
+    /// and a thread takes whole panels. A decoder's copy ([`Backend::decode_layout`]): only
+    /// the forward reads it; training never uses it.
+    Panels,
+}
+
+/// Output features per panel of [`WeightLayout::Panels`] (a multiple of every SIMD width).
+pub const WEIGHT_PANEL: usize = 64;
+
+/// Where each `[rows, cols]` row-major matrix of `src` (`[out, in]`, as trained) puts its
+/// elements in `dst` under [`WeightLayout::Panels`]: the same values, so products over either
+/// layout give the same bits.
+pub fn panel_matrices<F: Copy>(src: &[F], dst: &mut [F], rows: usize, cols: usize) {
+    let size = rows * cols;
+    for (s, d) in src.chunks_exact(size).zip(dst.chunks_exact_mut(size)) {
+        for o0 in (0..rows).step_by(WEIGHT_PANEL) {
+            let width = WEIGHT_PANEL.min(rows - o0);
+            let panel = &mut d[cols * o0..cols * (o0 + width)];
+            for o in 0..width {
+                for (i, &x) in s[(o0 + o) * cols..(o0 + o + 1) * cols].iter().enumerate() {
+                    panel[i * width + o] = x;
+                }
+            }
+        }
+    }
+}
+
 /// Rows per weight group for a (grouped) linear layer: group `g` multiplies the next
-/// `rows[g]` input rows by weight matrix `first + g` of a `[G, out_dim, in_dim]` tensor.
+/// `rows[g]` input rows by weight matrix `first + g` of a `[G, out_dim, in_dim]` tensor
+/// (`[G, in_dim, out_dim]` where `layout` says so).
 /// A dense layer is one group over all `N` rows with `first = 0`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Groups {
@@ -174,6 +213,8 @@ pub struct Groups {
     pub in_dim: usize,
     /// Output features (`out_dim`).
     pub out_dim: usize,
+    /// How the weight matrices lie.
+    pub layout: WeightLayout,
 }
 
 impl Groups {
@@ -184,7 +225,13 @@ impl Groups {
             first: 0,
             in_dim,
             out_dim,
+            layout: WeightLayout::OutIn,
         }
+    }
+
+    /// The same groups over weights laid out as `layout`.
+    pub fn with_layout(self, layout: WeightLayout) -> Self {
+        Self { layout, ..self }
     }
 
     /// Total rows.
@@ -455,6 +502,20 @@ pub trait Backend: Send + Sync {
     fn download_ids(&self, ids: &Self::Ids) -> Vec<u32>;
     /// A copy of a buffer, on the same device.
     fn duplicate(&self, buf: &Self::Buf) -> Self::Buf;
+    /// The layout in which a decoder's products of one row read linear weights fastest here.
+    /// The default is the trained one: a decoder then reads the parameters as they are.
+    fn decode_layout(&self) -> WeightLayout {
+        WeightLayout::OutIn
+    }
+    /// `buf`'s consecutive `[rows, cols]` row-major matrices (`[out, in]`) laid out as
+    /// [`WeightLayout::Panels`] ([`panel_matrices`]). Done once per decoder's weights, through
+    /// the host by default.
+    fn panel_matrices(&self, buf: &Self::Buf, rows: usize, cols: usize) -> Self::Buf {
+        let host = self.download(buf);
+        let mut out = host.clone();
+        panel_matrices(&host, &mut out, rows, cols);
+        self.upload(&out)
+    }
     /// Set every element to zero.
     fn fill_zero(&self, buf: &mut Self::Buf);
     /// Number of elements.

@@ -11,7 +11,7 @@
 
 use glassbox_runner::backend::cpu::CpuBackend;
 use glassbox_runner::backend::{
-    Accumulate, AttnDims, Backend, Groups, Qkv, RmsNormSaved, RopeTables, ScoreKind,
+    Accumulate, AttnDims, Backend, Groups, Qkv, RmsNormSaved, RopeTables, ScoreKind, WeightLayout,
 };
 use glassbox_runner::model::{BatchIds, Model, ModelDims};
 use glassbox_runner::rng::SplitMix64;
@@ -96,6 +96,7 @@ fn grouped_linear_backward_matches_finite_differences() {
         first: 1,
         in_dim: 4,
         out_dim: 3,
+        layout: WeightLayout::OutIn,
     };
     let x = randn(5 * 4, 4, 1.0);
     let w = randn(4 * 3 * 4, 5, 1.0);

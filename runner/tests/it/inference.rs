@@ -1,14 +1,15 @@
 //! Scoring and decoding against the batched forward: the key/value-cache decoder gives, at
 //! every position, the logits of a full forward over the same prefix (and so the same greedy
-//! token), bitwise the same for any thread count; `score` is the log-softmax of those logits,
+//! token), bitwise the same for any thread count, however the tokens are batched and in either
+//! weight layout; `score` is the log-softmax of those logits,
 //! and so is each continuation's log-likelihood when continuations share their context;
 //! the `bytes` tokenizer's `tokenizer.json` maps every byte to its own id and back; and the
 //! Hugging Face conversion lays every tensor out as its twin loads it.
 
-use glassbox_runner::backend::Backend;
 use glassbox_runner::backend::cpu::CpuBackend;
+use glassbox_runner::backend::{Backend, WeightLayout};
 use glassbox_runner::data::tokenizer::TextTokenizer;
-use glassbox_runner::decode::Decoder;
+use glassbox_runner::decode::{DecodeWeights, Decoder};
 use glassbox_runner::hf::{self, SpecialIds, Twin};
 use glassbox_runner::inference;
 use glassbox_runner::model::{BatchIds, Model, ModelDims};
@@ -88,9 +89,69 @@ fn decoded(threads: usize, model: &Model, seed: u64, b: &[Vec<f64>], ids: &[u32]
     let be = CpuBackend::<f32>::new(threads).unwrap();
     let params = model.init_params(&be, seed);
     be.run(|| {
-        let mut d = Decoder::new(model, &be, &params, b);
+        let w = DecodeWeights::new(model, &be, &params);
+        let mut d = Decoder::new(model, &be, &w, b);
         ids.iter().map(|&i| d.feed(i).unwrap()).collect()
     })
+}
+
+/// Logits after each of `chunks`, fed chunk by chunk through one decoder over `weights`.
+fn fed_in_chunks(
+    be: &CpuBackend<f32>,
+    model: &Model,
+    weights: &DecodeWeights<'_, CpuBackend<f32>>,
+    b: &[Vec<f64>],
+    chunks: &[&[u32]],
+) -> Vec<Vec<u32>> {
+    be.run(|| {
+        let mut d = Decoder::new(model, be, weights, b);
+        chunks
+            .iter()
+            .map(|c| d.feed_all(c).unwrap().iter().map(|x| x.to_bits()).collect())
+            .collect()
+    })
+}
+
+/// A prompt fed as one batch (more rows than the thin products take), and tokens fed one by
+/// one after it, give the bits that feeding every token alone gives; and the decoder's
+/// weight panels give the bits of the trained layout.
+#[test]
+fn a_batched_prompt_and_the_weight_panels_change_no_bit() {
+    for moe in [SIGMOID, SOFTMAX] {
+        let model = Model::new(ModelDims::from_spec(&spec(moe)).unwrap());
+        let b = bias(&model);
+        let ids = tokens(20);
+        for threads in [1, 2] {
+            let be = CpuBackend::<f32>::new(threads).unwrap();
+            let params = model.init_params(&be, 5);
+            let relaid = DecodeWeights::new(&model, &be, &params);
+            assert_eq!(relaid.weights(1).layout, WeightLayout::Panels);
+            let singles: Vec<&[u32]> = ids.chunks(1).collect();
+            let one_by_one = fed_in_chunks(&be, &model, &relaid, &b, &singles);
+            let batched = fed_in_chunks(
+                &be,
+                &model,
+                &relaid,
+                &b,
+                &[&ids[..13], &ids[13..14], &ids[14..17], &ids[17..]],
+            );
+            let ends = [12, 13, 16, 19];
+            for (got, &at) in batched.iter().zip(&ends) {
+                assert_eq!(
+                    got, &one_by_one[at],
+                    "{moe}, {threads} threads: after token {at}"
+                );
+            }
+            let as_trained = DecodeWeights::with_layout(&model, &be, &params, WeightLayout::OutIn);
+            let trained = fed_in_chunks(&be, &model, &as_trained, &b, &singles);
+            assert_eq!(
+                trained, one_by_one,
+                "{moe}, {threads} threads: layouts differ"
+            );
+            // Not trivially: the logits move from position to position.
+            assert_ne!(one_by_one[12], one_by_one[19]);
+        }
+    }
 }
 
 #[test]
@@ -152,12 +213,20 @@ fn a_position_past_the_context_is_refused() {
     let b = bias(&model);
     let be = CpuBackend::<f32>::new(1).unwrap();
     let params = model.init_params(&be, 1);
-    let mut d = Decoder::new(&model, &be, &params, &b);
-    for i in 0..model.dims.seq_len {
-        d.feed(i as u32).unwrap();
-    }
+    let w = DecodeWeights::new(&model, &be, &params);
+    let mut d = Decoder::new(&model, &be, &w, &b);
+    let all: Vec<u32> = (0..model.dims.seq_len as u32).collect();
+    let err = d
+        .feed_all(&[all.clone(), vec![1]].concat())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("seq_len = 24"), "{err}");
+    assert_eq!(d.position(), 0, "a refused batch feeds nothing");
+    d.feed_all(&all).unwrap();
     let err = d.feed(1).unwrap_err().to_string();
     assert!(err.contains("seq_len = 24"), "{err}");
+    let err = d.feed_all(&[]).unwrap_err().to_string();
+    assert!(err.contains("at least one token"), "{err}");
 }
 
 #[test]

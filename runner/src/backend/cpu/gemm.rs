@@ -33,6 +33,12 @@
 //! transposed in registers, then fed to the same per-element fma chains in the same order, so
 //! the bits are those of the packed path (`gemm_bitwise_*` run both).
 //!
+//! A thin product whose B is row-major instead needs no transposing: each k step multiplies one
+//! broadcast element of A into a run of B's row, the accumulators in registers, so the per-
+//! element chains are again the same. A linear layer over [`WeightLayout::Panels`] (the
+//! decoder's copy) is one such product per panel: its k rows of [`WEIGHT_PANEL`] columns are
+//! one contiguous stream, which the hardware prefetchers keep up with, and a job is a panel.
+//!
 //! This is not a general BLAS: no alpha/beta beyond "overwrite or accumulate", row-major C only.
 //! The AVX-512 intrinsics need Rust 1.89 (the runner's `rust-version`).
 
@@ -42,7 +48,7 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
-use crate::backend::{Accumulate, Groups};
+use crate::backend::{Accumulate, Groups, WEIGHT_PANEL, WeightLayout};
 use crate::scalar::Real;
 
 /// The most output rows per tile (a multiple of every kernel's [`Kernel::mr`], so that only a
@@ -71,6 +77,10 @@ const MAX_MR: usize = 6;
 const THIN_M: usize = 4;
 /// Output columns per job of the thin path (a multiple of 8, the SIMD block's width).
 const THIN_COLS: usize = 64;
+/// The fewest and most output columns per job of the thin path over a row-major B: a job
+/// reads a run of each of B's rows, so it takes long runs, one share per thread where that
+/// is within these bounds (multiples of 8).
+const THIN_ROW_MAJOR_COLS: (usize, usize) = (64, 1024);
 /// Multiply-adds below which a thin batch runs on this thread: forking to the pool costs
 /// more than the work.
 const THIN_SERIAL_MACS: usize = 16 * 1024;
@@ -441,10 +451,22 @@ fn run_packed<F: Real>(
     }
 }
 
-/// Whether `p` takes the thin path: a few rows, and a B whose columns are contiguous runs.
+/// Whether `p` takes the thin path: a few rows, and a B whose columns (or rows) are
+/// contiguous runs.
 fn is_thin<F>(p: &Problem<'_, F>) -> bool {
     let GemmShape { m, n, k } = p.shape;
-    (1..=THIN_M).contains(&m) && n > 0 && k > 0 && p.b.rs == 1
+    (1..=THIN_M).contains(&m) && n > 0 && k > 0 && (p.b.rs == 1 || p.b.cs == 1)
+}
+
+/// Columns per job of a thin problem: [`THIN_COLS`] over a transposed B, a share per thread
+/// over a row-major one (see [`THIN_ROW_MAJOR_COLS`]).
+fn thin_job_cols<F>(p: &Problem<'_, F>) -> usize {
+    if p.b.rs == 1 {
+        return THIN_COLS;
+    }
+    let (least, most) = THIN_ROW_MAJOR_COLS;
+    let share = p.shape.n.div_ceil(rayon::current_num_threads().max(1));
+    (share.div_ceil(8) * 8).clamp(least, most)
 }
 
 /// The thin products of a batch (checked by [`run_problems`]): jobs of [`THIN_COLS`] columns of
@@ -459,7 +481,11 @@ fn run_thin<F: Real>(
     let jobs: Vec<(usize, usize)> = problems
         .iter()
         .enumerate()
-        .flat_map(|(pi, p)| (0..p.shape.n).step_by(THIN_COLS).map(move |j0| (pi, j0)))
+        .flat_map(|(pi, p)| {
+            (0..p.shape.n)
+                .step_by(thin_job_cols(p))
+                .map(move |j0| (pi, j0))
+        })
         .collect();
     let macs: usize = problems
         .iter()
@@ -470,7 +496,7 @@ fn run_thin<F: Real>(
     let job = move |&(pi, j0): &(usize, usize)| {
         let out = out;
         let p = &problems[pi];
-        let cols = THIN_COLS.min(p.shape.n - j0);
+        let cols = thin_job_cols(p).min(p.shape.n - j0);
         // SAFETY: as for the packed tiles: the problems write disjoint, bounds-checked regions
         // of `c`, and a job writes only its own columns of its problem.
         unsafe { thin_columns(kernel, p, j0, cols, out.0, add) };
@@ -500,6 +526,31 @@ unsafe fn thin_columns<F: Real>(
     let (a, b) = (p.a, p.b);
     let mut j = j0;
     #[cfg(target_arch = "x86_64")]
+    if kernel != Kernel::Scalar && is_f32::<F>() && b.rs != 1 {
+        // SAFETY: F is f32 (checked), the CPU has AVX2 and FMA (a SIMD kernel is only
+        // constructed then); B is row-major (`is_thin`: rs != 1 means cs == 1), its rows'
+        // columns j0..j0+cols inside B (bounds-checked for the shape), A likewise; C as the
+        // caller promised.
+        unsafe {
+            x86::thin_row_major_avx2(
+                x86::ThinRowMajor {
+                    a: a.data.as_ptr().cast(),
+                    a_rs: a.rs,
+                    a_cs: a.cs,
+                    rows: m,
+                    b: b.data.as_ptr().add(j0).cast(),
+                    b_rs: b.rs,
+                    k,
+                    cols,
+                },
+                c.add(p.c_off + j0).cast(),
+                p.ldc,
+                add,
+            )
+        };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if kernel != Kernel::Scalar && is_f32::<F>() {
         while j + 8 <= j0 + cols {
             // SAFETY: F is f32 (checked), the CPU has AVX2 and FMA (a SIMD kernel is only
@@ -526,14 +577,13 @@ unsafe fn thin_columns<F: Real>(
     }
     let _ = kernel;
     for jj in j..j0 + cols {
-        let col = &b.data[jj * b.cs..jj * b.cs + k];
         for i in 0..m {
             // SAFETY: row i < m, column jj < n of the problem's C region (caller's contract).
             let cp = unsafe { c.add(p.c_off + i * p.ldc + jj) };
             // SAFETY: as above.
             let mut acc = if add { unsafe { *cp } } else { F::ZERO };
-            for (q, &bq) in col.iter().enumerate() {
-                acc = a.data[i * a.rs + q * a.cs].mul_add(bq, acc);
+            for q in 0..k {
+                acc = a.data[i * a.rs + q * a.cs].mul_add(b.data[q * b.rs + jj * b.cs], acc);
             }
             // SAFETY: as above.
             unsafe { *cp = acc };
@@ -1090,6 +1140,115 @@ mod x86 {
         }
     }
 
+    /// One thin job's operands over a row-major B: A's `rows` rows (`a[i * a_rs + p * a_cs]`)
+    /// and `cols` columns of B from `b` (`b[p * b_rs + j]`, `j < cols`).
+    pub(super) struct ThinRowMajor {
+        pub a: *const f32,
+        pub a_rs: usize,
+        pub a_cs: usize,
+        pub rows: usize,
+        pub b: *const f32,
+        pub b_rs: usize,
+        pub k: usize,
+        pub cols: usize,
+    }
+
+    /// `C[i, j] = chain over p of fma(A(i, p), B(p, j), .)` for `i < rows`, `j < cols`,
+    /// starting from `C[i, j]` if `load`: register blocks of the rows by up to 64 columns
+    /// (fewer the more rows), each walking k with a broadcast A element times a run of B's
+    /// row p per step, then the last columns one `mul_add` chain each; every element's chain
+    /// runs in k order.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; `1 <= rows <= THIN_M`; the operands readable as
+    /// [`ThinRowMajor`] says; `c + i * ldc + j` valid for reads and writes for `i < rows`,
+    /// `j < cols`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn thin_row_major_avx2(o: ThinRowMajor, c: *mut f32, ldc: usize, load: bool) {
+        // SAFETY: forwarded contract, with the row count as a constant.
+        unsafe {
+            match o.rows {
+                1 => row_major_rows::<1, 8>(&o, c, ldc, load),
+                2 => row_major_rows::<2, 4>(&o, c, ldc, load),
+                3 => row_major_rows::<3, 2>(&o, c, ldc, load),
+                _ => row_major_rows::<{ super::THIN_M }, 2>(&o, c, ldc, load),
+            }
+        }
+    }
+
+    /// [`thin_row_major_avx2`] for `R` rows, `V` vectors of columns per register block.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn row_major_rows<const R: usize, const V: usize>(
+        o: &ThinRowMajor,
+        c: *mut f32,
+        ldc: usize,
+        load: bool,
+    ) {
+        let mut j = 0;
+        // SAFETY: the blocks and the tail stay within the `cols` columns (the caller's
+        // contract covers them).
+        unsafe {
+            while j + 8 * V <= o.cols {
+                row_major_block::<R, V>(o, j, c, ldc, load);
+                j += 8 * V;
+            }
+            while j + 8 <= o.cols {
+                row_major_block::<R, 1>(o, j, c, ldc, load);
+                j += 8;
+            }
+            for jj in j..o.cols {
+                for i in 0..R {
+                    let cp = c.add(i * ldc + jj);
+                    let mut acc = if load { *cp } else { 0.0 };
+                    for p in 0..o.k {
+                        acc = (*o.a.add(i * o.a_rs + p * o.a_cs))
+                            .mul_add(*o.b.add(p * o.b_rs + jj), acc);
+                    }
+                    *cp = acc;
+                }
+            }
+        }
+    }
+
+    /// Columns `j..j + 8V` of `R` rows, accumulated in registers over every k step.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn row_major_block<const R: usize, const V: usize>(
+        o: &ThinRowMajor,
+        j: usize,
+        c: *mut f32,
+        ldc: usize,
+        load: bool,
+    ) {
+        // SAFETY: reads of B's columns j..j+8V of rows p < k and of A's R rows, reads and
+        // writes of C's R x 8V block: all inside the caller's contract.
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); V]; R];
+            if load {
+                for (i, row) in acc.iter_mut().enumerate() {
+                    for (v, x) in row.iter_mut().enumerate() {
+                        *x = _mm256_loadu_ps(c.add(i * ldc + j + 8 * v));
+                    }
+                }
+            }
+            let mut bp = o.b.add(j);
+            for p in 0..o.k {
+                let bv: [__m256; V] = std::array::from_fn(|v| _mm256_loadu_ps(bp.add(8 * v)));
+                for (i, row) in acc.iter_mut().enumerate() {
+                    let av = _mm256_set1_ps(*o.a.add(i * o.a_rs + p * o.a_cs));
+                    for (x, &b) in row.iter_mut().zip(&bv) {
+                        *x = _mm256_fmadd_ps(av, b, *x);
+                    }
+                }
+                bp = bp.add(o.b_rs);
+            }
+            for (i, row) in acc.iter().enumerate() {
+                for (v, x) in row.iter().enumerate() {
+                    _mm256_storeu_ps(c.add(i * ldc + j + 8 * v), *x);
+                }
+            }
+        }
+    }
+
     /// The AVX-512 register block: 6 rows x 32 columns (two 512-bit vectors per row, one
     /// from each of two B panels), twelve accumulators; the same per-element fma chain as
     /// [`micro_avx2`].
@@ -1179,23 +1338,53 @@ fn grouped<'a, F>(
 }
 
 /// Linear forward: `out[rows_g, :] = inp[rows_g, :] @ W[first+g]^T`; inp `[R, in]`,
-/// W `[G, out, in]`, out `[R, out]`.
+/// W `[G, out, in]` (or its panels, as `g.layout` says), out `[R, out]`.
 pub fn linear_fwd<F: Real>(out: &mut [F], inp: &[F], w: &[F], g: &Groups) {
     let (ind, outd) = (g.in_dim, g.out_dim);
-    let probs = grouped(g, |gi, r0, rows| {
-        let wo = (g.first + gi) * outd * ind;
-        Some(Problem {
-            shape: GemmShape {
-                m: rows,
-                n: outd,
-                k: ind,
-            },
-            c_off: r0 * outd,
-            ldc: outd,
-            a: Mat::rows(&inp[r0 * ind..], ind),
-            b: Mat::transposed(&w[wo..wo + outd * ind], ind),
-        })
-    });
+    let probs = match g.layout {
+        WeightLayout::OutIn => grouped(g, |gi, r0, rows| {
+            let wo = (g.first + gi) * outd * ind;
+            Some(Problem {
+                shape: GemmShape {
+                    m: rows,
+                    n: outd,
+                    k: ind,
+                },
+                c_off: r0 * outd,
+                ldc: outd,
+                a: Mat::rows(&inp[r0 * ind..], ind),
+                b: Mat::transposed(&w[wo..wo + outd * ind], ind),
+            })
+        }),
+        // One product per group and panel: the panel is a row-major `[in, width]` B
+        // writing its own columns of the group's rows.
+        WeightLayout::Panels => {
+            let mut v = Vec::new();
+            let mut r0 = 0;
+            for (gi, &rows) in g.rows.iter().enumerate() {
+                let wo = (g.first + gi) * outd * ind;
+                if rows > 0 {
+                    for o0 in (0..outd).step_by(WEIGHT_PANEL) {
+                        let width = WEIGHT_PANEL.min(outd - o0);
+                        let panel = &w[wo + ind * o0..wo + ind * (o0 + width)];
+                        v.push(Problem {
+                            shape: GemmShape {
+                                m: rows,
+                                n: width,
+                                k: ind,
+                            },
+                            c_off: r0 * outd + o0,
+                            ldc: outd,
+                            a: Mat::rows(&inp[r0 * ind..], ind),
+                            b: Mat::rows(panel, width),
+                        });
+                    }
+                }
+                r0 += rows;
+            }
+            v
+        }
+    };
     run_problems(
         Kernel::best(),
         &probs,
@@ -1213,6 +1402,7 @@ pub fn linear_bwd_data<F: Real>(
     g: &Groups,
     accumulate: Accumulate,
 ) {
+    assert_eq!(g.layout, WeightLayout::OutIn, "{TRAINED_ONLY}");
     let (ind, outd) = (g.in_dim, g.out_dim);
     let probs = grouped(g, |gi, r0, rows| {
         let wo = (g.first + gi) * outd * ind;
@@ -1231,9 +1421,13 @@ pub fn linear_bwd_data<F: Real>(
     run_problems(Kernel::best(), &probs, dinp, accumulate, Tiles::Parallel);
 }
 
+/// Why the backward ops take the trained layout only: a decoder's panels are never trained.
+const TRAINED_ONLY: &str = "the linear backward reads [out, in] weights (WeightLayout::OutIn)";
+
 /// Linear backward to the weights: `dW[first+g] += dout[rows_g, :]^T @ inp[rows_g, :]`
 /// (an empty group leaves its matrix as it is).
 pub fn linear_bwd_weight<F: Real>(dw: &mut [F], dout: &[F], inp: &[F], g: &Groups) {
+    assert_eq!(g.layout, WeightLayout::OutIn, "{TRAINED_ONLY}");
     let (ind, outd) = (g.in_dim, g.out_dim);
     let probs = grouped(g, |gi, r0, rows| {
         let wo = (g.first + gi) * outd * ind;
@@ -1302,6 +1496,9 @@ mod tests {
         (3, 8, 9),
         (4, 23, 17),
         (1, 130, 5),
+        // Thin over a row-major B with several jobs and a column tail.
+        (1, 300, 40),
+        (3, 1030, 12),
     ];
 
     #[test]
@@ -1421,6 +1618,7 @@ mod tests {
             rows: rows.clone(),
             in_dim: ind,
             out_dim: outd,
+            layout: WeightLayout::OutIn,
         };
         let inp = values(r * ind, 6);
         let w = values((rows.len() + 1) * outd * ind, 7);
@@ -1447,6 +1645,37 @@ mod tests {
                 "group {gi} of {rows:?}, {ind} -> {outd}"
             );
             r0 += n;
+        }
+    }
+
+    /// A linear forward over panels gives the bits it gives over `[G, out, in]`, for thin and
+    /// packed groups, a narrow last panel and a layer narrower than one panel.
+    #[test]
+    fn a_linear_layer_over_panels_gives_the_same_bits() {
+        for (ind, outd, rows) in [
+            (37, 21, vec![1, 0, 3, 7]),
+            (40, 150, vec![2, 1, 4]),
+            (9, 64, vec![1]),
+        ] {
+            let r: usize = rows.iter().sum();
+            let g = Groups {
+                first: 1,
+                rows: rows.clone(),
+                in_dim: ind,
+                out_dim: outd,
+                layout: WeightLayout::OutIn,
+            };
+            let gp = g.clone().with_layout(WeightLayout::Panels);
+            let inp = values(r * ind, 6);
+            let w = values((rows.len() + 1) * outd * ind, 7);
+            let mut wp = vec![0f32; w.len()];
+            crate::backend::panel_matrices(&w, &mut wp, outd, ind);
+            assert_ne!(w, wp);
+            let (mut out, mut out_p) = (vec![0f32; r * outd], vec![0f32; r * outd]);
+            linear_fwd(&mut out, &inp, &w, &g);
+            linear_fwd(&mut out_p, &inp, &wp, &gp);
+            assert_eq!(bits(&out), bits(&out_p), "{ind} -> {outd} {rows:?}");
+            assert!(out.iter().filter(|&&x| x != 0.0).count() > out.len() / 2);
         }
     }
 

@@ -34,7 +34,7 @@ use std::marker::PhantomData;
 
 use crate::backend::{
     Accumulate, AdamW, AttnDims, Backend, BackendKind, CrossEntropySums, Groups, KernelSource, Qkv,
-    RmsNormSaved, RopeTables, Routing, ScoreKind,
+    RmsNormSaved, RopeTables, Routing, ScoreKind, WeightLayout,
 };
 use crate::error::RunnerError;
 use crate::scalar::Real;
@@ -170,6 +170,16 @@ impl<F: Real> Backend for CpuBackend<F> {
     }
     fn duplicate(&self, buf: &Vec<F>) -> Vec<F> {
         buf.clone()
+    }
+    fn panel_matrices(&self, buf: &Vec<F>, rows: usize, cols: usize) -> Vec<F> {
+        let mut out = vec![F::ZERO; buf.len()];
+        crate::backend::panel_matrices(buf, &mut out, rows, cols);
+        out
+    }
+    fn decode_layout(&self) -> WeightLayout {
+        // One row's product over panels streams each one in order, where the trained
+        // layout interleaves eight weight rows (see the gemm module's thin path).
+        WeightLayout::Panels
     }
     fn fill_zero(&self, buf: &mut Vec<F>) {
         buf.fill(F::ZERO);

@@ -29,13 +29,25 @@ use cudarc::cublas::sys::{
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
 
-use crate::backend::{Accumulate, AttnDims, Groups};
+use crate::backend::{Accumulate, AttnDims, Groups, WeightLayout};
 
 const N: cublasOperation_t = CUBLAS_OP_N;
 const T: cublasOperation_t = CUBLAS_OP_T;
 
 fn i(x: usize) -> Result<i32, String> {
     i32::try_from(x).map_err(|_| format!("matrix dimension {x} exceeds cuBLAS's i32 range"))
+}
+
+/// The builders read weights as trained (`[G, out, in]`); this backend's
+/// [`crate::backend::Backend::decode_layout`] is that one too, so no other layout reaches them.
+fn trained_layout(g: &Groups) -> Result<(), String> {
+    match g.layout {
+        WeightLayout::OutIn => Ok(()),
+        WeightLayout::Panels => Err(
+            "the CUDA backend's linear layers read [out, in] weights (layout OutIn), not Panels"
+                .into(),
+        ),
+    }
 }
 
 /// Element type of a product's A and B operands (C is always f32).
@@ -108,6 +120,7 @@ pub fn linear_fwd_problems(
     w: Operand,
     out: Operand,
 ) -> Result<Vec<Problem>, String> {
+    trained_layout(g)?;
     let (id, od) = (g.in_dim, g.out_dim);
     let mut v = Vec::with_capacity(g.rows.len());
     let mut r0 = 0;
@@ -143,6 +156,7 @@ pub fn linear_bwd_data_problems(
     dinp: Operand,
     accumulate: Accumulate,
 ) -> Result<Vec<Problem>, String> {
+    trained_layout(g)?;
     let (id, od) = (g.in_dim, g.out_dim);
     let beta = match accumulate {
         Accumulate::Overwrite => 0.0,
@@ -181,6 +195,7 @@ pub fn linear_bwd_weight_problems(
     inp: Operand,
     dw: Operand,
 ) -> Result<Vec<Problem>, String> {
+    trained_layout(g)?;
     let (id, od) = (g.in_dim, g.out_dim);
     let mut v = Vec::with_capacity(g.rows.len());
     let mut r0 = 0;
@@ -501,6 +516,7 @@ mod tests {
             first: 2,
             in_dim: 4,
             out_dim: 6,
+            layout: WeightLayout::OutIn,
         };
         // A bf16 copy of W's groups 2..5 only: element 2*6*4 is at its base.
         let w = Operand {
