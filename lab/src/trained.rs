@@ -10,9 +10,10 @@
 
 use std::path::Path;
 
-use glassbox_runner::backend::Backend;
 use glassbox_runner::backend::cpu::CpuBackend;
+use glassbox_runner::backend::{Backend, Selected};
 use glassbox_runner::decode::DecodeWeights;
+use glassbox_runner::error::RunnerError;
 use glassbox_runner::inference::{self, Completion, Score};
 use glassbox_runner::model::{Model, ModelDims};
 use glassbox_runner::sampling::SampleSettings;
@@ -222,13 +223,27 @@ impl TrainedModel {
         T: Send,
     {
         let be = CpuBackend::<f32>::new(threads.max(1))?;
+        self.on(&be, f)
+    }
+
+    /// Runs `f` with the parameters uploaded to `be`, inside its [`Backend::run`]; a device
+    /// failure on the way (out of memory, a failed launch) is the error.
+    fn on<B: Backend<F = f32>, T: Send>(
+        &self,
+        be: &B,
+        f: impl FnOnce(&B, &[B::Buf]) -> Result<T, LabError> + Send,
+    ) -> Result<T, LabError> {
         let params: Vec<_> = self
             .state
             .params
             .iter()
             .map(|(_, _, v)| be.upload(v))
             .collect();
-        be.run(|| f(&be, &params))
+        let out = be.run(|| f(be, &params));
+        match be.take_error() {
+            Some(e) => Err(LabError::Runner(RunnerError::Backend(e))),
+            None => out,
+        }
     }
 
     /// The model's negative log-likelihood of `text`.
@@ -297,15 +312,33 @@ impl TrainedModel {
         })
     }
 
-    /// What the model writes after `prompt`.
+    /// What the model writes after `prompt`, on a started backend: the CPU reference, or a
+    /// device computing its products in the precision the run trained in.
     pub fn sample(
         &self,
-        threads: usize,
+        on: &Selected,
         prompt: &str,
         max_tokens: usize,
         settings: SampleSettings,
     ) -> Result<Completion, LabError> {
-        self.on_cpu(threads, |be, params| {
+        match on {
+            Selected::Cpu(be) => self.sample_on(be, prompt, max_tokens, settings),
+            Selected::Cuda(be) => {
+                be.set_precision(self.spec.train.precision)
+                    .map_err(|e| LabError::Runner(RunnerError::Backend(e)))?;
+                self.sample_on(be, prompt, max_tokens, settings)
+            }
+        }
+    }
+
+    fn sample_on<B: Backend<F = f32>>(
+        &self,
+        be: &B,
+        prompt: &str,
+        max_tokens: usize,
+        settings: SampleSettings,
+    ) -> Result<Completion, LabError> {
+        self.on(be, |be, params| {
             let weights = DecodeWeights::new(&self.model, be, params);
             Ok(inference::generate(
                 &self.model,

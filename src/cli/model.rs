@@ -7,11 +7,13 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use glassbox_lab::trained::{Pick, TrainedModel};
+use glassbox_runner::backend;
 use glassbox_runner::sampling::SampleSettings;
 use glassbox_schemas::{BlobHash, RunId};
 
 use crate::GlobalOpts;
 use crate::cli::args::{self, LabArgs};
+use crate::cli::run::BackendArg;
 use crate::exit;
 
 /// Largest text `score` reads, and largest prompt file `sample` reads.
@@ -97,6 +99,10 @@ pub struct SampleArgs {
     /// CPU threads (the text is the same for any value). Default: all cores.
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Compute backend. The CPU is the reference, whose text is the same on every machine;
+    /// `cuda` (or `auto` where a GPU is usable) decodes on the GPU, in the run's precision.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub backend: BackendArg,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -191,9 +197,14 @@ pub fn sample(args: SampleArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode>
     };
     let threads = threads(args.threads);
     let max_tokens = args.max_tokens;
+    // A backend that cannot run here is refused before the snapshot is read.
+    let selection = backend::select(args.backend.into())?;
+    eprintln!("backend: {} ({})", selection.kind, selection.why);
+    let backend = selection.kind;
     args::runtime()?.block_on(async {
         let (model, c) = with_model(global, &args.lab, &args.snapshot, move |m| {
-            m.sample(threads, &prompt, max_tokens, settings)
+            let on = selection.start(threads)?;
+            m.sample(&on, &prompt, max_tokens, settings)
         })
         .await?;
         if args.json {
@@ -201,6 +212,7 @@ pub fn sample(args: SampleArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode>
                 "run": model.run,
                 "step": model.snapshot.step,
                 "snapshot": model.snapshot.blob,
+                "backend": backend.as_str(),
                 "settings": {
                     "max_tokens": max_tokens,
                     "temperature": settings.temperature,

@@ -1,6 +1,7 @@
 //! What a trained run's snapshot does with text, end to end through the binary: `score`,
 //! `sample` (its contracts: the same text for any thread count, greedy equal to the argmax of
-//! a full forward, clear refusals of bad input) and `export --format hf`, loaded by the real
+//! a full forward, the same greedy text on CUDA where a GPU is usable and a refusal saying why
+//! elsewhere, clear refusals of bad input) and `export --format hf`, loaded by the real
 //! `transformers` (the pinned wheels `cargo xtask test` installs in a virtualenv of their own,
 //! whose interpreter is `GLASSBOX_HF_PYTHON`):
 //! per-token log-likelihoods equal `glassbox score` within 1e-4 relative, and 32 greedy
@@ -162,6 +163,57 @@ fn sample_is_the_same_for_any_thread_count_and_greedy_follows_the_full_forward()
         );
         let per_token = scored["score"]["per_token"].as_array().unwrap();
         assert_eq!(per_token.len(), text.len() - 1);
+    }
+    // The backend: the CPU unless asked (the JSON says which). Where a GPU is usable, CUDA
+    // decodes the same greedy tokens; elsewhere `--backend cuda` is refused saying why, and
+    // `auto` decodes on the CPU.
+    assert_eq!(greedy["backend"], "cpu");
+    let greedy_on = |backend: &str| {
+        glassbox(
+            &lab,
+            &[
+                "sample",
+                "run-000001",
+                "--prompt",
+                "abcab",
+                "--max-tokens",
+                "24",
+                "--temperature",
+                "0",
+                "--json",
+                "--backend",
+                backend,
+            ],
+        )
+    };
+    match glassbox_runner::backend::cuda::probe() {
+        Ok(found) => {
+            let out = greedy_on("cuda");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{found}: {err}");
+            let on: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(on["backend"], "cuda");
+            assert_eq!(
+                on["completion"]["ids"], greedy["completion"]["ids"],
+                "{found}"
+            );
+        }
+        Err(reason) => {
+            let out = greedy_on("cuda");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(3), "{err}");
+            assert!(
+                err.contains("backend `cuda` is not available") && err.contains(&reason),
+                "{err}"
+            );
+            assert!(!err.contains("panicked"), "{err}");
+            assert!(out.stdout.is_empty());
+            let out = greedy_on("auto");
+            assert!(out.status.success());
+            let auto: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(auto["backend"], "cpu");
+            assert_eq!(auto["completion"]["ids"], greedy["completion"]["ids"]);
+        }
     }
 }
 
