@@ -13,10 +13,14 @@
 //!    written before the check stops;
 //! 2. **whole-step parity** on a small spec (per-step `train/loss`, CPU vs device) and
 //!    **run-to-run determinism** (two device runs: bitwise-equal parameters and losses);
-//! 3. **the ladder rung, one step**: the first two losses of the rung config (at a smaller
+//! 3. **cached decoding**: the same tokens fed to a decoder on each side (a prompt as one batch,
+//!    then the CPU's greedy choices one at a time), the device's logits at every position
+//!    within [`TOL_REORDERED`] of the CPU's; and the device's decoding speed at the rung's
+//!    model (tokens/s after a 16-token prompt, and that prompt's batched forward);
+//! 4. **the ladder rung, one step**: the first two losses of the rung config (at a smaller
 //!    batch, so the CPU takes seconds, not minutes) on the CPU in f32 and on the device in f32
 //!    and bf16;
-//! 4. **the benchmark**: the rung at its own batch in f32 and bf16; each run must end
+//! 5. **the benchmark**: the rung at its own batch in f32 and bf16; each run must end
 //!    `succeeded` after every step asked for ([`bench_verdict`]) — a diverged, cancelled or
 //!    stopped-early run fails the check instead of reporting 0 tok/s; per kernel class
 //!    (dense GEMM, expert GEMM, attention, elementwise) the achieved rate at the rung's shapes.
@@ -48,9 +52,12 @@ use glassbox_runner::backend::{
     ScoreKind, WeightLayout,
 };
 use glassbox_runner::data::{DataPipeline, DirCorpusStore};
+use glassbox_runner::decode::{DecodeWeights, Decoder};
 use glassbox_runner::error::RunnerError;
+use glassbox_runner::model::{Model, ModelDims};
 use glassbox_runner::observer::{MetricRecord, Observer, RecordKind};
 use glassbox_runner::rng::SplitMix64;
+use glassbox_runner::sampling::argmax;
 use glassbox_runner::train::{Peak, RunOptions, RunOutcome, Trainer, WallLimit};
 
 /// NVIDIA's dense bf16 tensor-core figure for the H100/H200 SXM (989 TFLOP/s): the issue's MFU
@@ -267,11 +274,15 @@ pub fn run_check<D: CheckDevice>(cfg: &CheckConfig, dev: &D) -> Result<Verdict, 
     step_parity(&mut r, cfg, &cpu, dev)?;
     r.flush()?;
 
-    // 3. The rung, one step, f32 and bf16.
+    // 3. Cached decoding.
+    decode_parity(&mut r, cfg, &cpu, dev)?;
+    r.flush()?;
+
+    // 4. The rung, one step, f32 and bf16.
     rung_parity(&mut r, cfg, &cpu, dev)?;
     r.flush()?;
 
-    // 4. The benchmark.
+    // 5. The benchmark.
     if !cfg.skip_bench {
         bench(&mut r, cfg, dev)?;
         r.flush()?;
@@ -961,6 +972,121 @@ fn step_parity<D: CheckDevice>(
         "determinism".into(),
         json!({"params_run1": g.outcome.params_blake3, "params_run2": g2.outcome.params_blake3,
                "ok": det_ok}),
+    );
+    Ok(())
+}
+
+/// Logits after each token a decoder over `params` is fed: `prompt` as one batch, then each of
+/// `then` alone; `Ok` also carries the seconds of the prompt and of the rest.
+fn decoded_logits<B: Backend<F = f32>>(
+    be: &B,
+    model: &Model,
+    params: &[B::Buf],
+    bias: &[Vec<f64>],
+    prompt: &[u32],
+    then: &[u32],
+) -> Result<(Vec<Vec<f32>>, f64, f64), RunnerError> {
+    be.run(|| {
+        let w = DecodeWeights::new(model, be, params);
+        let mut d = Decoder::new(model, be, &w, bias);
+        let t0 = Instant::now();
+        let mut rows = vec![d.feed_all(prompt)?];
+        let first = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        for &t in then {
+            rows.push(d.feed(t)?);
+        }
+        let rest = t1.elapsed().as_secs_f64();
+        match be.take_error() {
+            Some(e) => Err(RunnerError::Backend(e)),
+            None => Ok((rows, first, rest)),
+        }
+    })
+}
+
+fn decode_parity<D: CheckDevice>(
+    r: &mut Report,
+    cfg: &CheckConfig,
+    cpu: &CpuBackend<f32>,
+    dev: &D,
+) -> Result<(), RunnerError> {
+    // Parity on the whole-step spec's model, the same parameters on both sides.
+    let model = Model::new(ModelDims::from_spec(&cfg.spec.1)?);
+    let bias = vec![vec![0.0; model.dims.n_experts]; model.dims.n_layers];
+    let host = model.init_params(cpu, 17);
+    let on_dev: Vec<_> = host.iter().map(|p| dev.upload(p)).collect();
+    let len = model.dims.seq_len.min(48);
+    let prompt = tokens_of(8.min(len - 1), model.dims.vocab);
+    // The CPU's greedy tokens (and its logits), which the device is then fed.
+    let (want, fed) = cpu.run(|| -> Result<_, RunnerError> {
+        let w = DecodeWeights::new(&model, cpu, &host);
+        let mut d = Decoder::new(&model, cpu, &w, &bias);
+        let mut rows = vec![d.feed_all(&prompt)?];
+        let mut fed = Vec::new();
+        while prompt.len() + fed.len() < len {
+            let next = argmax(&rows[rows.len() - 1]);
+            fed.push(next);
+            rows.push(d.feed(next)?);
+        }
+        Ok((rows, fed))
+    })?;
+    let (got, ..) = decoded_logits(dev, &model, &on_dev, &bias, &prompt, &fed)?;
+    let mut worst = 0.0f64;
+    let mut ok = want.len() == got.len();
+    for (w, g) in want.iter().zip(&got) {
+        let (err, fine) = compare(w, g, TOL_REORDERED);
+        worst = worst.max(err);
+        ok &= fine;
+    }
+    let greedy_same = want
+        .iter()
+        .zip(&got)
+        .filter(|(w, g)| argmax(w) == argmax(g))
+        .count();
+    if !ok {
+        r.fail(format!(
+            "cached decoding on {}: logits differ by {worst:.2e} of the largest (tolerance \
+             {TOL_REORDERED:.0e})",
+            cfg.spec.0
+        ));
+    }
+    // Speed at the rung's model: fresh parameters on the device, a 16-token prompt, then
+    // tokens fed one at a time (their choice does not change the work).
+    let big = Model::new(ModelDims::from_spec(&cfg.rung.1)?);
+    let big_bias = vec![vec![0.0; big.dims.n_experts]; big.dims.n_layers];
+    let big_params = big.init_params(dev, 3);
+    let new = big.dims.seq_len.saturating_sub(16).min(128);
+    let (_, prompt_s, rest_s) = decoded_logits(
+        dev,
+        &big,
+        &big_params,
+        &big_bias,
+        &tokens_of(16.min(big.dims.seq_len), big.dims.vocab),
+        &tokens_of(new, big.dims.vocab),
+    )?;
+    let tps = new as f64 / rest_s.max(1e-9);
+    r.md.push_str(&format!(
+        "\n## Cached decoding\n\nparity on {} ({} positions, a {}-token prompt as one batch): \
+         max logit difference {worst:.2e} of the largest (tolerance {TOL_REORDERED:.0e}) — {}; \
+         greedy choice equal at {greedy_same} of {} positions\n\nspeed on the device at {} \
+         ({} layers, d_model {}): {tps:.0} tokens/s over {new} tokens; the 16-token prompt's \
+         forward {:.1} ms\n",
+        cfg.spec.0,
+        want.len(),
+        prompt.len(),
+        if ok { "ok" } else { "**FAILED**" },
+        want.len(),
+        cfg.rung.0,
+        big.dims.n_layers,
+        big.dims.d_model,
+        prompt_s * 1e3
+    ));
+    r.json.insert(
+        "decode".into(),
+        json!({"spec": cfg.spec.0, "positions": want.len(), "max_rel_logit_diff": worst,
+               "tolerance": TOL_REORDERED, "ok": ok, "greedy_equal": greedy_same,
+               "speed_model": cfg.rung.0, "new_tokens": new, "tokens_per_second": tps,
+               "prompt_forward_seconds": prompt_s}),
     );
     Ok(())
 }

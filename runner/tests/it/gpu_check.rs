@@ -1,6 +1,6 @@
 //! The GPU check's harness in its no-GPU mode (a second CPU backend as the device), so the parts
 //! that decide its verdict run in CI without a GPU: the report files and where they go (never
-//! the kernel cache), the benchmark verdict (a run that stops early fails the check instead of
+//! the kernel cache), the cached decoder's parity section, the benchmark verdict (a run that stops early fails the check instead of
 //! passing with 0 tok/s), and the plan of `scripts/gpu-check.sh`.
 //! Not here: device numbers (they need a GPU: `scripts/gpu-check.sh`).
 
@@ -81,6 +81,14 @@ fn the_no_gpu_check_passes_and_writes_only_its_two_reports() {
     );
     assert!(ops.iter().all(|o| o["ok"] == true));
     assert_eq!(j["determinism"]["ok"], true);
+    // Cached decoding: a second CPU pool decodes the same logits to the bit, so every greedy
+    // choice is the reference's; the speed is measured.
+    let decode = &j["decode"];
+    assert_eq!(decode["ok"], true);
+    assert_eq!(decode["max_rel_logit_diff"], 0.0);
+    assert!(decode["positions"].as_u64().unwrap() > 8);
+    assert_eq!(decode["greedy_equal"], decode["positions"]);
+    assert!(decode["tokens_per_second"].as_f64().unwrap() > 0.0);
     let bench = j["benchmark"].as_array().unwrap();
     assert_eq!(bench.len(), 1, "f32 only without a GPU");
     assert_eq!(bench[0]["status"], "succeeded");
