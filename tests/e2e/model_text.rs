@@ -130,9 +130,8 @@ fn sample_is_the_same_for_any_thread_count_and_greedy_follows_the_full_forward()
     // Greedy decoding with the cache picks, at every position, the argmax of a full forward
     // over the prompt and what it wrote: score the whole text and check each next token is the
     // most likely one.
-    let greedy = ok_json(
-        &lab,
-        &[
+    let greedy_on = |backend: &[&str]| {
+        let mut args = vec![
             "sample",
             "run-000001",
             "--prompt",
@@ -142,8 +141,17 @@ fn sample_is_the_same_for_any_thread_count_and_greedy_follows_the_full_forward()
             "--temperature",
             "0",
             "--json",
-        ],
+        ];
+        args.extend_from_slice(backend);
+        glassbox(&lab, &args)
+    };
+    let out = greedy_on(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    let greedy: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let ids: Vec<u32> = serde_json::from_value(greedy["completion"]["ids"].clone()).unwrap();
     let mut text = b"abcab".to_vec();
     text.extend(ids.iter().map(|&i| i as u8));
@@ -168,27 +176,9 @@ fn sample_is_the_same_for_any_thread_count_and_greedy_follows_the_full_forward()
     // decodes the same greedy tokens; elsewhere `--backend cuda` is refused saying why, and
     // `auto` decodes on the CPU.
     assert_eq!(greedy["backend"], "cpu");
-    let greedy_on = |backend: &str| {
-        glassbox(
-            &lab,
-            &[
-                "sample",
-                "run-000001",
-                "--prompt",
-                "abcab",
-                "--max-tokens",
-                "24",
-                "--temperature",
-                "0",
-                "--json",
-                "--backend",
-                backend,
-            ],
-        )
-    };
     match glassbox_runner::backend::cuda::probe() {
         Ok(found) => {
-            let out = greedy_on("cuda");
+            let out = greedy_on(&["--backend", "cuda"]);
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(out.status.success(), "{found}: {err}");
             let on: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -199,7 +189,7 @@ fn sample_is_the_same_for_any_thread_count_and_greedy_follows_the_full_forward()
             );
         }
         Err(reason) => {
-            let out = greedy_on("cuda");
+            let out = greedy_on(&["--backend", "cuda"]);
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(3), "{err}");
             assert!(
@@ -208,7 +198,7 @@ fn sample_is_the_same_for_any_thread_count_and_greedy_follows_the_full_forward()
             );
             assert!(!err.contains("panicked"), "{err}");
             assert!(out.stdout.is_empty());
-            let out = greedy_on("auto");
+            let out = greedy_on(&["--backend", "auto"]);
             assert!(out.status.success());
             let auto: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
             assert_eq!(auto["backend"], "cpu");
