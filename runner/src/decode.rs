@@ -15,19 +15,20 @@
 //! from fastest ([`Backend::decode_layout`]), made once per snapshot and shared by its decoders.
 //! Not here: choosing the next token ([`crate::sampling`]) or text.
 
-use crate::backend::{AttnDims, Backend, RopeTables, WeightLayout};
+use crate::backend::{AttnDims, Backend, Groups, RopeTables, WeightLayout};
 use crate::error::RunnerError;
 use crate::model::{Model, Weights};
 use crate::scalar::Real;
 
-/// A model's parameters as its decoders read them: the trained buffers themselves, or, where
-/// the backend's [`Backend::decode_layout`] differs, a copy with every linear layer's weight
-/// matrices laid out so (the same values, so the same bits; the copy costs the parameters'
+/// A model's parameters as its decoders read them: the trained buffers themselves, and, where
+/// the backend's [`Backend::decode_layout`] differs, a copy of every linear layer's weight
+/// matrices laid out so (the same values, so the same bits; the copy costs the linear weights'
 /// memory once more). A decoder reads the copy for one token and the trained buffers for a
 /// batch of them (a prompt), where the packed products read them best.
 pub struct DecodeWeights<'p, B: Backend> {
     params: &'p [B::Buf],
-    relaid: Option<Vec<B::Buf>>,
+    /// By parameter index, the linear weights' copies.
+    relaid: Option<Vec<Option<B::Buf>>>,
     layout: WeightLayout,
 }
 
@@ -58,12 +59,10 @@ impl<'p, B: Backend> DecodeWeights<'p, B> {
                         .enumerate()
                         .map(|(i, buf)| {
                             let shape = &model.params[i].shape;
-                            if linear.contains(&i) && shape.len() >= 2 {
+                            (linear.contains(&i) && shape.len() >= 2).then(|| {
                                 let (rows, cols) = (shape[shape.len() - 2], shape[shape.len() - 1]);
                                 be.panel_matrices(buf, rows, cols)
-                            } else {
-                                be.duplicate(buf)
-                            }
+                            })
                         })
                         .collect(),
                 )
@@ -80,10 +79,7 @@ impl<'p, B: Backend> DecodeWeights<'p, B> {
     /// products), the trained buffers for more.
     pub fn weights(&self, rows: usize) -> Weights<'_, B> {
         match &self.relaid {
-            Some(bufs) if rows <= FEW_ROWS => Weights {
-                bufs,
-                layout: self.layout,
-            },
+            Some(relaid) if rows <= FEW_ROWS => Weights::relaid(self.params, relaid, self.layout),
             _ => Weights::trained(self.params),
         }
     }
@@ -280,7 +276,7 @@ impl<'m, B: Backend> Decoder<'m, B> {
             }
             let ym = be.upload(&y);
             let mut ao = be.zeros(n * c);
-            be.linear_fwd(&mut ao, &ym, &w.bufs[ix.wo], &w.dense(n, c, c));
+            w.linear_fwd(be, &mut ao, &ym, ix.wo, Groups::dense(n, c, c));
             let mut x_mid = be.duplicate(&x);
             be.add_assign(&mut x_mid, &ao);
             let mut ln2 = be.zeros(n * c);
@@ -306,11 +302,12 @@ impl<'m, B: Backend> Decoder<'m, B> {
         );
         let w = self.weights.weights(1);
         let mut logits = be.zeros(v);
-        be.linear_fwd(
+        w.linear_fwd(
+            be,
             &mut logits,
             &lnf,
-            &w.bufs[model.lm_head_index()],
-            &w.dense(1, c, v),
+            model.lm_head_index(),
+            Groups::dense(1, c, v),
         );
         Ok(host(&logits))
     }

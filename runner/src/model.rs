@@ -166,21 +166,22 @@ enum TensorKind {
     Gain,
 }
 
-/// A model's parameters as a forward reads them: the buffers in [`Model::params`] order, and
-/// how the linear layers' weight matrices among them lie (as trained, or a decoder's
-/// transposed copy: see [`crate::decode::DecodeWeights`]).
+/// A model's parameters as a forward reads them: the buffers in [`Model::params`] order, as
+/// trained, and where a decoder has one, its copy of the linear layers' weights in another
+/// layout (see [`crate::decode::DecodeWeights`]).
 pub struct Weights<'a, B: Backend> {
-    /// Every parameter tensor, in layout order.
+    /// Every parameter tensor as trained, in layout order.
     pub bufs: &'a [B::Buf],
-    /// The linear layers' layout; the other tensors are as trained.
-    pub layout: WeightLayout,
+    /// By parameter index, a linear weight's copy in `layout`; `None` (or no copy at all):
+    /// read the trained buffer.
+    relaid: Option<(&'a [Option<B::Buf>], WeightLayout)>,
 }
 
 impl<B: Backend> std::fmt::Debug for Weights<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Weights")
             .field("tensors", &self.bufs.len())
-            .field("layout", &self.layout)
+            .field("layout", &self.relaid.map(|r| r.1))
             .finish()
     }
 }
@@ -196,15 +197,36 @@ impl<B: Backend> Copy for Weights<'_, B> {}
 impl<'a, B: Backend> Weights<'a, B> {
     /// The parameters as trained and checkpointed.
     pub fn trained(bufs: &'a [B::Buf]) -> Self {
+        Self { bufs, relaid: None }
+    }
+
+    /// `bufs`, with the linear weights that `relaid` holds (by index) read from it in `layout`.
+    pub(crate) fn relaid(
+        bufs: &'a [B::Buf],
+        relaid: &'a [Option<B::Buf>],
+        layout: WeightLayout,
+    ) -> Self {
         Self {
             bufs,
-            layout: WeightLayout::OutIn,
+            relaid: Some((relaid, layout)),
         }
     }
 
-    /// A dense linear layer's groups over these weights.
-    pub(crate) fn dense(&self, n: usize, in_dim: usize, out_dim: usize) -> Groups {
-        Groups::dense(n, in_dim, out_dim).with_layout(self.layout)
+    /// The layout linear weight `i` is read in.
+    pub fn layout(&self, i: usize) -> WeightLayout {
+        match self.relaid {
+            Some((r, layout)) if r[i].is_some() => layout,
+            _ => WeightLayout::OutIn,
+        }
+    }
+
+    /// `out = inp @ W_i^T` over `g`'s groups, reading linear weight `i` in its layout.
+    pub(crate) fn linear_fwd(&self, be: &B, out: &mut B::Buf, inp: &B::Buf, i: usize, g: Groups) {
+        let w = match self.relaid {
+            Some((r, _)) => r[i].as_ref().unwrap_or(&self.bufs[i]),
+            None => &self.bufs[i],
+        };
+        be.linear_fwd(out, inp, w, &g.with_layout(self.layout(i)));
     }
 }
 
@@ -304,19 +326,13 @@ pub struct BatchIds<'a, B: Backend> {
 
 /// A SwiGLU block's two grouped matmuls over `rows` per weight matrix, from matrix `first`:
 /// `W13 [2F, C]` then `W2 [C, F]` (the routed experts from 0, a shared expert alone).
-fn swiglu_groups(
-    rows: &[usize],
-    first: usize,
-    c: usize,
-    f: usize,
-    layout: WeightLayout,
-) -> (Groups, Groups) {
+fn swiglu_groups(rows: &[usize], first: usize, c: usize, f: usize) -> (Groups, Groups) {
     let group = |in_dim, out_dim| Groups {
         rows: rows.to_vec(),
         first,
         in_dim,
         out_dim,
-        layout,
+        layout: WeightLayout::OutIn,
     };
     (group(c, 2 * f), group(f, c))
 }
@@ -796,7 +812,7 @@ impl Model {
         let mut rstd1 = be.zeros(n);
         be.rmsnorm_fwd(&mut ln1, &mut rstd1, x, &w.bufs[ix.ln1], c, eps);
         let mut qkv = be.zeros(n * 3 * c);
-        be.linear_fwd(&mut qkv, &ln1, &w.bufs[ix.wqkv], &w.dense(n, c, 3 * c));
+        w.linear_fwd(be, &mut qkv, &ln1, ix.wqkv, Groups::dense(n, c, 3 * c));
         let mut heads = Qkv {
             q: be.zeros(n * c),
             k: be.zeros(n * c),
@@ -822,13 +838,13 @@ impl Model {
         let d = &self.dims;
         let ix = &self.layers[li];
         let (c, e, k, f) = (d.d_model, d.n_experts, d.top_k, d.d_expert);
-        let params = w.bufs;
         let mut router_logits = be.zeros(n * e);
-        be.linear_fwd(
+        w.linear_fwd(
+            be,
             &mut router_logits,
             ln2,
-            &params[ix.router],
-            &w.dense(n, c, e),
+            ix.router,
+            Groups::dense(n, c, e),
         );
         let mut scores = be.zeros(n * e);
         be.router_scores_fwd(&mut scores, &router_logits, e, d.score);
@@ -836,23 +852,23 @@ impl Model {
         let s_rows: usize = routing.expert_rows.iter().sum();
         let mut xs = be.zeros(s_rows * c);
         be.dispatch_fwd(&mut xs, ln2, &routing, c);
-        let (eg13, eg2) = swiglu_groups(&routing.expert_rows, 0, c, f, w.layout);
+        let (eg13, eg2) = swiglu_groups(&routing.expert_rows, 0, c, f);
         let mut h = be.zeros(s_rows * 2 * f);
-        be.linear_fwd(&mut h, &xs, &params[ix.w13], &eg13);
+        w.linear_fwd(be, &mut h, &xs, ix.w13, eg13);
         let mut a = be.zeros(s_rows * f);
         be.swiglu_fwd(&mut a, &h, f);
         let mut ye = be.zeros(s_rows * c);
-        be.linear_fwd(&mut ye, &a, &params[ix.w2], &eg2);
+        w.linear_fwd(be, &mut ye, &a, ix.w2, eg2);
         let mut moe_out = be.zeros(n * c);
         let mut shared = Vec::with_capacity(d.n_shared);
         for si in 0..d.n_shared {
-            let (g13, g2) = swiglu_groups(&[n], si, c, f, w.layout);
+            let (g13, g2) = swiglu_groups(&[n], si, c, f);
             let mut hs = be.zeros(n * 2 * f);
-            be.linear_fwd(&mut hs, ln2, &params[ix.ws13], &g13);
+            w.linear_fwd(be, &mut hs, ln2, ix.ws13, g13);
             let mut as_ = be.zeros(n * f);
             be.swiglu_fwd(&mut as_, &hs, f);
             let mut ys = be.zeros(n * c);
-            be.linear_fwd(&mut ys, &as_, &params[ix.ws2], &g2);
+            w.linear_fwd(be, &mut ys, &as_, ix.ws2, g2);
             be.add_assign(&mut moe_out, &ys);
             shared.push((hs, as_));
         }
@@ -962,7 +978,7 @@ impl Model {
             let mut dye = be.zeros(s_rows * c);
             let mut dweights = be.zeros(n * d.top_k);
             be.combine_bwd(&mut dye, &mut dweights, &dx, &lc.ye, routing, c);
-            let (eg13, eg2) = swiglu_groups(&routing.expert_rows, 0, c, f, WeightLayout::OutIn);
+            let (eg13, eg2) = swiglu_groups(&routing.expert_rows, 0, c, f);
             let mut da = be.zeros(s_rows * f);
             be.linear_bwd_data(&mut da, &dye, &params[ix.w2], &eg2, Accumulate::Overwrite);
             be.linear_bwd_weight(&mut grads[ix.w2], &dye, &lc.a, &eg2);
@@ -978,7 +994,7 @@ impl Model {
             be.dispatch_bwd(&mut dln2, &dxs, routing, c);
             drop(dxs);
             for (si, (hs, as_)) in lc.shared.iter().enumerate() {
-                let (g13, g2) = swiglu_groups(&[n], si, c, f, WeightLayout::OutIn);
+                let (g13, g2) = swiglu_groups(&[n], si, c, f);
                 let mut das = be.zeros(n * f);
                 be.linear_bwd_data(&mut das, &dx, &params[ix.ws2], &g2, Accumulate::Overwrite);
                 be.linear_bwd_weight(&mut grads[ix.ws2], &dx, as_, &g2);

@@ -125,7 +125,13 @@ fn a_batched_prompt_and_the_weight_panels_change_no_bit() {
             let be = CpuBackend::<f32>::new(threads).unwrap();
             let params = model.init_params(&be, 5);
             let relaid = DecodeWeights::new(&model, &be, &params);
-            assert_eq!(relaid.weights(1).layout, WeightLayout::Panels);
+            let lm_head = model
+                .params
+                .iter()
+                .position(|p| p.name == "lm_head")
+                .unwrap();
+            assert_eq!(relaid.weights(1).layout(lm_head), WeightLayout::Panels);
+            assert_eq!(relaid.weights(5).layout(lm_head), WeightLayout::OutIn);
             let singles: Vec<&[u32]> = ids.chunks(1).collect();
             let one_by_one = fed_in_chunks(&be, &model, &relaid, &b, &singles);
             let batched = fed_in_chunks(
