@@ -288,8 +288,13 @@ impl<'m, B: Backend> Decoder<'m, B> {
             x = x_out;
         }
         self.pos += n;
-        // The next token's logits need only the last row.
-        let last = be.upload(&be.download(&x)[(n - 1) * c..]);
+        // The next token's logits need only the last row (a batch's, taken through the host;
+        // one token's is `x` itself, with no round trip on the per-token path).
+        let last = if n == 1 {
+            x
+        } else {
+            be.upload(&be.download(&x)[(n - 1) * c..])
+        };
         let mut lnf = be.zeros(c);
         let mut rstdf = be.zeros(1);
         be.rmsnorm_fwd(
